@@ -1,0 +1,475 @@
+//! The shard journal: one write-ahead file sequence per shard, shared by every log the shard
+//! owns, with group commit.
+//!
+//! Appends are synchronous: they copy the entry into the active file's tail buffer and return
+//! its end position (the LSN). One commit task turns whatever queued into ONE coalesced
+//! aligned write per file plus ONE fdatasync, then acknowledges every LSN up to there, and
+//! starts the next round at once with whatever queued meanwhile. So a commit round costs one
+//! fdatasync whether one log or thousands appended during it (design.md §5).
+//!
+//! Files are `<base_pos>.journal`, each `file_bytes` long and pre-zeroed before use (an
+//! extending write costs a metadata journal commit per fdatasync; platform.md §5), covering
+//! positions `[base, base + file_bytes)`. An entry never spans files. Files entirely below
+//! the last checkpoint are deleted by `trim_below`.
+
+use crate::appender::{self, Appender};
+use crate::durability::Durability;
+use crate::event::Event;
+use crate::journal_entry::{self, EntryKind};
+use glommio::io::DmaFile;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashSet, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Smallest journal file. An entry must fit in half a file (see [`Journal::entry_bytes_max`]).
+pub const JOURNAL_FILE_BYTES_MIN: u64 = 1024 * 1024;
+
+/// Bytes of zeros written per request while pre-zeroing a journal file.
+const ZERO_CHUNK_BYTES: usize = 1024 * 1024;
+
+pub fn journal_file_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(format!("{base:020}.journal"))
+}
+
+pub fn parse_journal_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".journal")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+struct JournalFile {
+    base: u64,
+    app: Appender,
+    file: Option<Rc<DmaFile>>,
+    /// Log handles declared in this file so far.
+    declared: HashSet<u32>,
+}
+
+struct State {
+    /// Oldest first; the last takes appends.
+    files: VecDeque<JournalFile>,
+    /// A pre-zeroed file ready to become the next one: (base, file).
+    spare: Option<(u64, Rc<DmaFile>)>,
+    spare_in_progress: bool,
+    /// Everything below is durable under the journal's policy.
+    durable: u64,
+    failure: Option<String>,
+    closing: bool,
+}
+
+pub struct Journal {
+    dir: PathBuf,
+    file_bytes: u64,
+    durability: Durability,
+    st: RefCell<State>,
+    /// Wakes the commit task.
+    work: Event,
+    /// Wakes tasks waiting for durability.
+    durable_event: Event,
+    commit_rounds: Cell<u64>,
+    stopped: Event,
+    running: Cell<bool>,
+    /// Set by `halt`: stop at once, write nothing more (crash simulation in tests).
+    halted: Cell<bool>,
+}
+
+impl Journal {
+    /// Creates an empty journal in `dir` (which must hold no journal files: recovery replays
+    /// and deletes them before a shard starts) and starts its commit task.
+    pub async fn start(
+        dir: PathBuf,
+        file_bytes: u64,
+        durability: Durability,
+    ) -> io::Result<Rc<Journal>> {
+        assert!(file_bytes % 4096 == 0);
+        assert!(file_bytes >= JOURNAL_FILE_BYTES_MIN);
+        std::fs::create_dir_all(&dir)?;
+        let first = prezeroed_file(&dir, 0, file_bytes).await?;
+        let journal = Rc::new(Journal {
+            dir,
+            file_bytes,
+            durability,
+            st: RefCell::new(State {
+                files: VecDeque::from([JournalFile {
+                    base: 0,
+                    app: Appender::new(0, Vec::new(), first.alignment(), 0),
+                    file: Some(first),
+                    declared: HashSet::new(),
+                }]),
+                spare: None,
+                spare_in_progress: false,
+                durable: 0,
+                failure: None,
+                closing: false,
+            }),
+            work: Event::default(),
+            durable_event: Event::default(),
+            commit_rounds: Cell::new(0),
+            stopped: Event::default(),
+            running: Cell::new(true),
+            halted: Cell::new(false),
+        });
+        glommio::spawn_local(Rc::clone(&journal).commit_loop()).detach();
+        glommio::spawn_local(Rc::clone(&journal).prepare_spare()).detach();
+        Ok(journal)
+    }
+
+    /// Largest entry (declare + append) an append may produce: half a file, so that any
+    /// entry fits in an empty file with room to spare.
+    pub fn entry_bytes_max(&self) -> usize {
+        (self.file_bytes / 2) as usize
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    /// Position one past the last appended entry.
+    pub fn appended(&self) -> u64 {
+        let st = self.st.borrow();
+        let f = st.files.back().expect("journal has an active file");
+        f.base + f.app.end()
+    }
+
+    pub fn durable(&self) -> u64 {
+        self.st.borrow().durable
+    }
+
+    pub fn commit_rounds(&self) -> u64 {
+        self.commit_rounds.get()
+    }
+
+    /// Bytes appended but not yet durable: the caller's measure for backpressure.
+    pub fn backlog_bytes(&self) -> u64 {
+        self.appended() - self.durable()
+    }
+
+    pub fn failure(&self) -> Option<String> {
+        self.st.borrow().failure.clone()
+    }
+
+    /// Appends one record frame of log `handle` (named `name`, declared in each file on first
+    /// use). Returns the LSN to wait for.
+    pub fn append(&self, handle: u32, name: &str, frame: &[u8]) -> u64 {
+        let mut st = self.st.borrow_mut();
+        let needed = journal_entry::entry_len(frame.len()) + journal_entry::entry_len(name.len());
+        let file_bytes = self.file_bytes;
+        let active = st.files.back().expect("active file");
+        if active.app.end() + needed as u64 > file_bytes {
+            let base = active.base + file_bytes;
+            st.files.push_back(JournalFile {
+                base,
+                app: Appender::new(0, Vec::new(), 4096, 0),
+                file: None,
+                declared: HashSet::new(),
+            });
+        }
+        let active = st.files.back_mut().expect("active file");
+        let mut scratch = Vec::with_capacity(needed);
+        if active.declared.insert(handle) {
+            journal_entry::encode_entry(EntryKind::Declare, handle, name.as_bytes(), &mut scratch);
+        }
+        journal_entry::encode_entry(EntryKind::Append, handle, frame, &mut scratch);
+        active.app.append(&scratch);
+        let lsn = active.base + active.app.end();
+        drop(st);
+        self.work.notify();
+        lsn
+    }
+
+    /// Resolves once `lsn` is durable under the journal's policy (at once for `Interval` and
+    /// `Never`, whose appends are acknowledged when buffered), or with the journal's failure.
+    pub async fn wait_durable(&self, lsn: u64) -> io::Result<()> {
+        if !self.durability.waits_for_sync() {
+            return self.check_failure();
+        }
+        loop {
+            let ticket = self.durable_event.ticket();
+            self.check_failure()?;
+            if self.st.borrow().durable >= lsn {
+                return Ok(());
+            }
+            self.durable_event.wait(ticket).await;
+        }
+    }
+
+    fn check_failure(&self) -> io::Result<()> {
+        match &self.st.borrow().failure {
+            Some(f) => Err(io::Error::other(format!("journal failed earlier: {f}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Commit rounds until closed: write every file's pending bytes, sync, acknowledge.
+    async fn commit_loop(self: Rc<Self>) {
+        let mut last_sync = std::time::Instant::now();
+        loop {
+            let ticket = self.work.ticket();
+            if self.halted.get() {
+                break;
+            }
+            let (target, closing) = {
+                let st = self.st.borrow();
+                (self.appended_locked(&st), st.closing)
+            };
+            if target == self.durable() {
+                if closing {
+                    break;
+                }
+                self.work.wait(ticket).await;
+                continue;
+            }
+            if let Durability::Interval { interval_ms } = self.durability {
+                let due = last_sync + Duration::from_millis(interval_ms);
+                let now = std::time::Instant::now();
+                if due > now && !closing {
+                    glommio::timer::sleep(due - now).await;
+                }
+            }
+            let target = self.appended();
+            if let Err(e) = self.commit_round(target).await {
+                log::error!("journal {} commit failed: {e}", self.dir.display());
+                self.st.borrow_mut().failure = Some(e.to_string());
+                self.durable_event.notify();
+                break;
+            }
+            last_sync = std::time::Instant::now();
+            self.commit_rounds.set(self.commit_rounds.get() + 1);
+            self.st.borrow_mut().durable = target;
+            self.durable_event.notify();
+        }
+        self.running.set(false);
+        self.stopped.notify();
+    }
+
+    fn appended_locked(&self, st: &State) -> u64 {
+        let f = st.files.back().expect("active file");
+        f.base + f.app.end()
+    }
+
+    /// Writes everything below `target` and (unless `Never`) syncs each file touched.
+    async fn commit_round(&self, target: u64) -> io::Result<()> {
+        let bases: Vec<u64> = {
+            let st = self.st.borrow();
+            st.files
+                .iter()
+                .filter(|f| f.base < target && f.app.written() < f.app.end())
+                .map(|f| f.base)
+                .collect()
+        };
+        let mut touched = Vec::with_capacity(bases.len());
+        for base in bases {
+            let file = self.ensure_file(base).await?;
+            loop {
+                let job = {
+                    let mut st = self.st.borrow_mut();
+                    let f = st.files.iter_mut().find(|f| f.base == base).expect("file");
+                    if f.base + f.app.written() >= target {
+                        break;
+                    }
+                    f.app.plan_write()
+                };
+                let Some(job) = job else { break };
+                let end = job.run(&file).await?;
+                let mut st = self.st.borrow_mut();
+                let f = st.files.iter_mut().find(|f| f.base == base).expect("file");
+                f.app.complete_write(end);
+            }
+            touched.push((base, file));
+        }
+        if self.durability != Durability::Never {
+            for (base, file) in &touched {
+                file.fdatasync()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                let mut st = self.st.borrow_mut();
+                let f = st.files.iter_mut().find(|f| f.base == *base).expect("file");
+                let w = f.app.written();
+                f.app.complete_sync(w);
+            }
+        }
+        Ok(())
+    }
+
+    /// The open file for `base`: the spare when it matches, else a newly made one.
+    async fn ensure_file(&self, base: u64) -> io::Result<Rc<DmaFile>> {
+        if let Some(f) = self.file_of(base) {
+            return Ok(f);
+        }
+        let spare = {
+            let mut st = self.st.borrow_mut();
+            match st.spare.take() {
+                Some((b, f)) if b == base => Some(f),
+                other => {
+                    st.spare = other;
+                    None
+                }
+            }
+        };
+        let file = match spare {
+            Some(f) => f,
+            None => {
+                log::warn!("journal file {base} was not pre-zeroed in time; creating it inline");
+                prezeroed_file(&self.dir, base, self.file_bytes).await?
+            }
+        };
+        {
+            let mut st = self.st.borrow_mut();
+            let f = st.files.iter_mut().find(|f| f.base == base).expect("file");
+            f.file = Some(Rc::clone(&file));
+        }
+        Ok(file)
+    }
+
+    fn file_of(&self, base: u64) -> Option<Rc<DmaFile>> {
+        self.st
+            .borrow()
+            .files
+            .iter()
+            .find(|f| f.base == base)
+            .and_then(|f| f.file.clone())
+    }
+
+    /// Keeps one pre-zeroed file ready beyond the active one, so a roll never waits for
+    /// zeroing. Runs once per roll; idle otherwise.
+    async fn prepare_spare(self: Rc<Self>) {
+        loop {
+            let ticket = self.work.ticket();
+            let next_base = {
+                let st = self.st.borrow();
+                if st.closing {
+                    break;
+                }
+                let active = st.files.back().expect("active file").base;
+                let want = active + self.file_bytes;
+                let have = st.spare.as_ref().map(|(b, _)| *b);
+                if have == Some(want) || st.spare_in_progress || st.failure.is_some() {
+                    None
+                } else {
+                    Some(want)
+                }
+            };
+            match next_base {
+                None => self.work.wait(ticket).await,
+                Some(base) => {
+                    self.st.borrow_mut().spare_in_progress = true;
+                    let made = prezeroed_file(&self.dir, base, self.file_bytes).await;
+                    let mut st = self.st.borrow_mut();
+                    st.spare_in_progress = false;
+                    match made {
+                        Ok(f) => st.spare = Some((base, f)),
+                        Err(e) => {
+                            log::warn!("journal: pre-zeroing the next file failed: {e}");
+                            drop(st);
+                            self.work.wait(ticket).await;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Deletes every file that lies entirely below `pos` (never the active one).
+    pub async fn trim_below(&self, pos: u64) -> io::Result<()> {
+        loop {
+            let victim = {
+                let mut st = self.st.borrow_mut();
+                if st.files.len() < 2 {
+                    break;
+                }
+                let f = &st.files[0];
+                if f.base + self.file_bytes > pos || f.app.written() < f.app.end() {
+                    break;
+                }
+                st.files.pop_front().expect("checked")
+            };
+            let path = journal_file_path(&self.dir, victim.base);
+            if let Some(file) = victim.file {
+                file.remove()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            } else {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the commit task without writing anything more, leaving the files as a crash
+    /// would. For crash-recovery tests inside one process.
+    pub async fn halt(&self) {
+        self.halted.set(true);
+        self.st.borrow_mut().closing = true;
+        self.work.notify();
+        while self.running.get() {
+            let t = self.stopped.ticket();
+            if !self.running.get() {
+                break;
+            }
+            self.stopped.wait(t).await;
+        }
+    }
+
+    /// Commits what is queued, stops the commit task and removes every journal file.
+    /// Called by the store after it made every log durable in its own segments.
+    pub async fn close_and_remove(&self) -> io::Result<()> {
+        {
+            self.st.borrow_mut().closing = true;
+        }
+        self.work.notify();
+        while self.running.get() {
+            let t = self.stopped.ticket();
+            if !self.running.get() {
+                break;
+            }
+            self.stopped.wait(t).await;
+        }
+        let files: Vec<JournalFile> = self.st.borrow_mut().files.drain(..).collect();
+        let spare = self.st.borrow_mut().spare.take();
+        for f in files {
+            if let Some(file) = f.file {
+                file.remove()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+        }
+        if let Some((_, file)) = spare {
+            file.remove()
+                .await
+                .map_err(|e| io::Error::other(e.to_string()))?;
+        }
+        self.check_failure()
+    }
+}
+
+/// Creates `<base>.journal` filled with zeros and synced, so commits never extend the file.
+async fn prezeroed_file(dir: &Path, base: u64, file_bytes: u64) -> io::Result<Rc<DmaFile>> {
+    let path = journal_file_path(dir, base);
+    let file = appender::open_rw(&path, true).await?;
+    let mut pos = 0u64;
+    while pos < file_bytes {
+        let len = (file_bytes - pos).min(ZERO_CHUNK_BYTES as u64) as usize;
+        let mut buf = file.alloc_dma_buffer(len);
+        buf.as_bytes_mut().fill(0);
+        let n = file
+            .write_at(buf, pos)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if n != len {
+            return Err(io::Error::other(
+                "short write while pre-zeroing a journal file",
+            ));
+        }
+        pos += len as u64;
+    }
+    file.fdatasync()
+        .await
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    crate::log::sync_dir(dir).await?;
+    Ok(file)
+}

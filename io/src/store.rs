@@ -1,0 +1,530 @@
+//! A shard's storage: its journal and every log it owns.
+//!
+//! The append path is synchronous and allocation-light: encode the record once, copy the
+//! frame into the log's tail and into the journal, return `(seq, lsn)`. Callers reply after
+//! `wait_durable(lsn)`; many appends share one commit round. A checkpoint task writes the
+//! logs' tails into their own segment files in the background, syncs them, and then trims the
+//! journal behind them; it runs only while there is something to write, so an idle shard
+//! never wakes up.
+
+use crate::durability::Durability;
+use crate::event::Event;
+use crate::journal::Journal;
+use crate::log::{self, Log, LogConfig, ReadError, ReadStep};
+use crate::record::{self, EncodeError, Record, FLAG_EPHEMERAL};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Storage settings of a shard.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub data_dir: PathBuf,
+    pub durability: Durability,
+    pub journal_file_bytes: u64,
+    /// Start a checkpoint once this many bytes were appended since the last one.
+    pub checkpoint_bytes: u64,
+    /// Start a checkpoint this long after the first append following the last one.
+    pub checkpoint_interval_ms: u64,
+    /// Refuse appends while this many bytes await the journal (a stalled disk must not turn
+    /// into unbounded memory).
+    pub journal_backlog_bytes_max: u64,
+    pub log: LogConfig,
+}
+
+impl StoreConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> StoreConfig {
+        StoreConfig {
+            data_dir: data_dir.into(),
+            durability: Durability::Always,
+            journal_file_bytes: 64 * 1024 * 1024,
+            checkpoint_bytes: 64 * 1024 * 1024,
+            checkpoint_interval_ms: 2_000,
+            journal_backlog_bytes_max: 256 * 1024 * 1024,
+            log: LogConfig::default(),
+        }
+    }
+}
+
+pub fn logs_root(data_dir: &Path) -> PathBuf {
+    data_dir.join("logs")
+}
+
+pub fn journal_dir(data_dir: &Path, shard: usize) -> PathBuf {
+    data_dir.join("journal").join(format!("{shard:04}"))
+}
+
+#[derive(Debug)]
+pub enum AppendError {
+    Encode(EncodeError),
+    /// Ephemeral records are never persisted.
+    Ephemeral,
+    /// The journal holds `journal_backlog_bytes_max` unsynced bytes; retry after
+    /// `Store::wait_for_room`.
+    Backlogged {
+        backlog_bytes: u64,
+    },
+    /// The record is larger than one journal file can take (half of `journal_file_bytes`).
+    TooLargeForJournal {
+        frame_bytes: usize,
+        limit_bytes: usize,
+    },
+    /// The journal failed; the store accepts no more appends.
+    Failed(String),
+}
+
+impl fmt::Display for AppendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Encode(e) => write!(f, "{e}"),
+            Self::Ephemeral => write!(f, "ephemeral records cannot be appended to a log"),
+            Self::Backlogged { backlog_bytes } => {
+                write!(f, "storage is behind by {backlog_bytes} bytes; retry later")
+            }
+            Self::TooLargeForJournal {
+                frame_bytes,
+                limit_bytes,
+            } => write!(
+                f,
+                "record of {frame_bytes} bytes exceeds the {limit_bytes}-byte limit set by storage.journal_file_bytes"
+            ),
+            Self::Failed(e) => write!(f, "storage failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AppendError {}
+
+/// Where an append landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub seq: u64,
+    /// Journal position to pass to [`Store::wait_durable`].
+    pub lsn: u64,
+}
+
+/// A log owned by this shard. Cheap to clone.
+#[derive(Clone)]
+pub struct LogRef {
+    handle: u32,
+    log: Rc<RefCell<Log>>,
+}
+
+impl LogRef {
+    pub fn next_seq(&self) -> u64 {
+        self.log.borrow().next_seq()
+    }
+
+    pub fn first_seq(&self) -> u64 {
+        self.log.borrow().first_seq()
+    }
+
+    pub fn name(&self) -> String {
+        self.log.borrow().name().to_string()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.log.borrow().segment_count()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.log.borrow().size_bytes()
+    }
+}
+
+pub struct Store {
+    cfg: StoreConfig,
+    journal: Rc<Journal>,
+    logs: RefCell<HashMap<String, LogRef>>,
+    next_handle: Cell<u32>,
+    /// Bytes appended since the last checkpoint started.
+    dirty_bytes: Cell<u64>,
+    dirty_since: Cell<Option<std::time::Instant>>,
+    checkpoint_wake: Event,
+    checkpoint_done: Event,
+    checkpoints: Cell<u64>,
+    /// Scratch for encoding, reused so the append path does not allocate.
+    scratch: RefCell<Vec<u8>>,
+    closing: Cell<bool>,
+    checkpoint_running: Cell<bool>,
+}
+
+impl Store {
+    /// Opens this shard's storage. The iopoll probe must already have run on this executor,
+    /// and recovery must already have replayed and removed old journals.
+    pub async fn open(cfg: StoreConfig, shard: usize) -> io::Result<Rc<Store>> {
+        std::fs::create_dir_all(logs_root(&cfg.data_dir))?;
+        let journal = Journal::start(
+            journal_dir(&cfg.data_dir, shard),
+            cfg.journal_file_bytes,
+            cfg.durability,
+        )
+        .await?;
+        let store = Rc::new(Store {
+            cfg,
+            journal,
+            logs: RefCell::new(HashMap::new()),
+            next_handle: Cell::new(1),
+            dirty_bytes: Cell::new(0),
+            dirty_since: Cell::new(None),
+            checkpoint_wake: Event::default(),
+            checkpoint_done: Event::default(),
+            checkpoints: Cell::new(0),
+            scratch: RefCell::new(Vec::with_capacity(64 * 1024)),
+            closing: Cell::new(false),
+            checkpoint_running: Cell::new(false),
+        });
+        glommio::spawn_local(Rc::clone(&store).checkpoint_loop()).detach();
+        Ok(store)
+    }
+
+    pub fn config(&self) -> &StoreConfig {
+        &self.cfg
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn checkpoints(&self) -> u64 {
+        self.checkpoints.get()
+    }
+
+    /// Opens (recovering its tail) or creates the log `name`.
+    pub async fn open_log(&self, name: &str) -> io::Result<LogRef> {
+        validate_log_name(name)?;
+        if let Some(l) = self.logs.borrow().get(name) {
+            return Ok(l.clone());
+        }
+        let dir = logs_root(&self.cfg.data_dir).join(name);
+        let log = log::open_log(name, dir, self.cfg.log.clone()).await?;
+        let mut logs = self.logs.borrow_mut();
+        if let Some(l) = logs.get(name) {
+            return Ok(l.clone()); // opened concurrently; keep the first
+        }
+        let handle = self.next_handle.get();
+        self.next_handle.set(handle + 1);
+        let r = LogRef {
+            handle,
+            log: Rc::new(RefCell::new(log)),
+        };
+        logs.insert(name.to_string(), r.clone());
+        Ok(r)
+    }
+
+    /// Names of every log this store has open.
+    pub fn open_log_names(&self) -> Vec<String> {
+        self.logs.borrow().keys().cloned().collect()
+    }
+
+    /// Appends `record` to `log`: assigns the next sequence (and `now_ns` if the timestamp is
+    /// 0), stores it in memory and in the journal. Visible to readers at once; durable once
+    /// `wait_durable(lsn)` returns.
+    pub fn append(
+        &self,
+        log: &LogRef,
+        record: &mut Record,
+        now_ns: i64,
+    ) -> Result<Appended, AppendError> {
+        if record.flags & FLAG_EPHEMERAL != 0 {
+            return Err(AppendError::Ephemeral);
+        }
+        if let Some(f) = self.journal.failure() {
+            return Err(AppendError::Failed(f));
+        }
+        let backlog = self.journal.backlog_bytes();
+        if backlog >= self.cfg.journal_backlog_bytes_max {
+            return Err(AppendError::Backlogged {
+                backlog_bytes: backlog,
+            });
+        }
+        let mut l = log.log.borrow_mut();
+        record.seq = l.next_seq();
+        if record.timestamp_ns == 0 {
+            record.timestamp_ns = now_ns;
+        }
+        let mut scratch = self.scratch.borrow_mut();
+        scratch.clear();
+        record::encode(record, &mut scratch).map_err(AppendError::Encode)?;
+        let limit = self.journal.entry_bytes_max() - 1024;
+        if scratch.len() > limit {
+            return Err(AppendError::TooLargeForJournal {
+                frame_bytes: scratch.len(),
+                limit_bytes: limit,
+            });
+        }
+        l.append_frame(record.seq, record.timestamp_ns, &scratch);
+        let lsn = self.journal.append(log.handle, l.name(), &scratch);
+        self.note_dirty(scratch.len() as u64);
+        Ok(Appended {
+            seq: record.seq,
+            lsn,
+        })
+    }
+
+    fn note_dirty(&self, bytes: u64) {
+        let before = self.dirty_bytes.get();
+        self.dirty_bytes.set(before + bytes);
+        if before == 0 {
+            self.dirty_since.set(Some(std::time::Instant::now()));
+            self.checkpoint_wake.notify();
+        } else if before < self.cfg.checkpoint_bytes && before + bytes >= self.cfg.checkpoint_bytes
+        {
+            self.checkpoint_wake.notify();
+        }
+    }
+
+    pub async fn wait_durable(&self, lsn: u64) -> io::Result<()> {
+        self.journal.wait_durable(lsn).await
+    }
+
+    /// Waits until the journal backlog is below its limit.
+    pub async fn wait_for_room(&self) -> io::Result<()> {
+        while self.journal.backlog_bytes() >= self.cfg.journal_backlog_bytes_max {
+            let lsn = self.journal.appended();
+            // Waiting for everything queued now bounds the wait to one or two rounds.
+            self.journal.wait_durable(lsn).await?;
+            if !self.journal.durability().waits_for_sync() {
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads up to `max_records` records from `from` (0 = the first retained), stopping once
+    /// `max_bytes` of key+payload were gathered (at least one record is returned if any).
+    pub async fn read(
+        &self,
+        log: &LogRef,
+        from: u64,
+        max_records: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<Record>, ReadError> {
+        let mut from = if from == 0 { log.first_seq() } else { from };
+        let mut out: Vec<Record> = Vec::new();
+        let mut bytes = 0usize;
+        let mut hint_bytes = 0usize;
+        loop {
+            let left_records = max_records - out.len();
+            let left_bytes = max_bytes.saturating_sub(bytes).max(1);
+            if left_records == 0 || bytes >= max_bytes {
+                break;
+            }
+            let step = log
+                .log
+                .borrow()
+                .plan_read(from, left_records, left_bytes, hint_bytes);
+            let got = match step {
+                Err(e) if out.is_empty() => return Err(e),
+                Err(_) => break, // return what was read; the next read reports the error
+                Ok(ReadStep::End) => break,
+                Ok(ReadStep::Records(r)) => r,
+                Ok(ReadStep::File {
+                    file,
+                    pos,
+                    len,
+                    mem_tail,
+                    end_seq,
+                }) => {
+                    let mut buf = crate::appender::read_range(&file, pos, len)
+                        .await
+                        .map_err(ReadError::Io)?;
+                    if buf.len() == len {
+                        buf.extend_from_slice(&mem_tail);
+                    }
+                    let r = log::decode_records(&buf, from, end_seq, left_records, left_bytes)
+                        .map_err(|(seq, detail)| ReadError::Corrupt { seq, detail })?;
+                    if r.is_empty() {
+                        // The next frame did not fit: read more next time.
+                        if hint_bytes >= record::FRAME_BYTES_MAX * 2 {
+                            return Err(ReadError::Io(io::Error::other(format!(
+                                "no decodable record at sequence {from}"
+                            ))));
+                        }
+                        hint_bytes = (buf.len() * 2).max(128 * 1024);
+                        continue;
+                    }
+                    r
+                }
+            };
+            if got.is_empty() {
+                break;
+            }
+            hint_bytes = 0;
+            from = got.last().expect("non-empty").seq + 1;
+            bytes += got
+                .iter()
+                .map(|r| r.payload.len() + r.key.len())
+                .sum::<usize>();
+            out.extend(got);
+        }
+        Ok(out)
+    }
+
+    /// Writes every log's tail to its segments, syncs them, and trims the journal behind.
+    pub async fn checkpoint(&self) -> io::Result<()> {
+        while self.checkpoint_running.get() {
+            let t = self.checkpoint_done.ticket();
+            if !self.checkpoint_running.get() {
+                break;
+            }
+            self.checkpoint_done.wait(t).await;
+        }
+        self.checkpoint_running.set(true);
+        let result = self.checkpoint_inner().await;
+        self.checkpoint_running.set(false);
+        self.checkpoint_done.notify();
+        result
+    }
+
+    async fn checkpoint_inner(&self) -> io::Result<()> {
+        // Everything appended before `upto` is in some log's memory now; once every log is
+        // flushed and synced, the journal below `upto` is redundant.
+        let upto = self.journal.appended();
+        self.dirty_bytes.set(0);
+        self.dirty_since.set(None);
+        let logs: Vec<LogRef> = self.logs.borrow().values().cloned().collect();
+        for log in &logs {
+            log::flush(&log.log).await?;
+            log::sync(&log.log).await?;
+        }
+        self.journal.trim_below(upto).await?;
+        self.apply_retention(&logs).await?;
+        self.checkpoints.set(self.checkpoints.get() + 1);
+        Ok(())
+    }
+
+    async fn apply_retention(&self, logs: &[LogRef]) -> io::Result<()> {
+        if self.cfg.log.retention_bytes == 0 && self.cfg.log.retention_ms == 0 {
+            return Ok(());
+        }
+        let now_ns = now_ns();
+        for log in logs {
+            let victims = log.log.borrow_mut().apply_retention(now_ns);
+            for (data, index) in victims {
+                data.remove()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+                index
+                    .remove()
+                    .await
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs retention now (tests and admin); normally it runs after each checkpoint.
+    pub async fn run_retention(&self) -> io::Result<()> {
+        let logs: Vec<LogRef> = self.logs.borrow().values().cloned().collect();
+        self.apply_retention(&logs).await
+    }
+
+    async fn checkpoint_loop(self: Rc<Self>) {
+        loop {
+            let ticket = self.checkpoint_wake.ticket();
+            if self.closing.get() {
+                break;
+            }
+            let Some(since) = self.dirty_since.get() else {
+                self.checkpoint_wake.wait(ticket).await;
+                continue;
+            };
+            if self.dirty_bytes.get() < self.cfg.checkpoint_bytes {
+                let due = since + Duration::from_millis(self.cfg.checkpoint_interval_ms);
+                let now = std::time::Instant::now();
+                if due > now {
+                    // Sleep until due, or until enough bytes arrive to checkpoint sooner.
+                    let wait = self.checkpoint_wake.wait(ticket);
+                    let sleep = glommio::timer::sleep(due - now);
+                    futures_lite::future::or(wait, sleep).await;
+                    continue;
+                }
+            }
+            if let Err(e) = self.checkpoint().await {
+                ::log::error!("checkpoint failed: {e}; the journal keeps everything meanwhile");
+                glommio::timer::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    /// Stops all background work without writing anything more, as a crash would: the
+    /// journal and segments stay as they are on disk. For crash-recovery tests.
+    pub async fn halt(&self) {
+        self.closing.set(true);
+        self.checkpoint_wake.notify();
+        while self.checkpoint_running.get() {
+            let t = self.checkpoint_done.ticket();
+            if !self.checkpoint_running.get() {
+                break;
+            }
+            self.checkpoint_done.wait(t).await;
+        }
+        self.journal.halt().await;
+    }
+
+    /// Makes everything durable in the segments and removes the journal: after a clean
+    /// close, a restart replays nothing.
+    pub async fn close(&self) -> io::Result<()> {
+        self.closing.set(true);
+        self.checkpoint_wake.notify();
+        let lsn = self.journal.appended();
+        let _ = self.journal.wait_durable(lsn).await;
+        self.checkpoint().await?;
+        self.journal.close_and_remove().await
+    }
+}
+
+/// Log names are relative paths under `<data_dir>/logs`: `/`-separated components of
+/// `[A-Za-z0-9._%-]`, none empty or starting with `.` (so no `..` escapes the root).
+pub fn validate_log_name(name: &str) -> io::Result<()> {
+    let bad = |why: &str| {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid log name {name:?}: {why}"),
+        ))
+    };
+    if name.is_empty() || name.len() > 255 {
+        return bad("length must be 1..=255 bytes");
+    }
+    for comp in name.split('/') {
+        if comp.is_empty() || comp.starts_with('.') {
+            return bad("empty component or component starting with '.'");
+        }
+        if !comp
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'%'))
+        {
+            return bad("allowed characters are A-Z a-z 0-9 . _ - % and / between components");
+        }
+    }
+    Ok(())
+}
+
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_names() {
+        for ok in ["queue/slot-001", "a", "streams/chat.direct.alice%3Abob/3"] {
+            validate_log_name(ok).unwrap();
+        }
+        for bad in [
+            "", "/a", "a/", "a//b", "../x", "a/../b", ".hidden", "a b", "a\\b", "é",
+        ] {
+            assert!(validate_log_name(bad).is_err(), "{bad:?} must be refused");
+        }
+    }
+}
