@@ -74,6 +74,8 @@ pub struct Journal {
     commit_rounds: Cell<u64>,
     stopped: Event,
     running: Cell<bool>,
+    /// Notified when a spare file finishes being made.
+    spare_done: Event,
     /// Set by `halt`: stop at once, write nothing more (crash simulation in tests).
     halted: Cell<bool>,
 }
@@ -86,7 +88,7 @@ impl Journal {
         file_bytes: u64,
         durability: Durability,
     ) -> io::Result<Rc<Journal>> {
-        assert!(file_bytes % 4096 == 0);
+        assert!(file_bytes.is_multiple_of(4096));
         assert!(file_bytes >= JOURNAL_FILE_BYTES_MIN);
         std::fs::create_dir_all(&dir)?;
         let first = prezeroed_file(&dir, 0, file_bytes).await?;
@@ -113,6 +115,7 @@ impl Journal {
             stopped: Event::default(),
             running: Cell::new(true),
             halted: Cell::new(false),
+            spare_done: Event::default(),
         });
         glommio::spawn_local(Rc::clone(&journal).commit_loop()).detach();
         glommio::spawn_local(Rc::clone(&journal).prepare_spare()).detach();
@@ -359,15 +362,21 @@ impl Journal {
                 Some(base) => {
                     self.st.borrow_mut().spare_in_progress = true;
                     let made = prezeroed_file(&self.dir, base, self.file_bytes).await;
-                    let mut st = self.st.borrow_mut();
-                    st.spare_in_progress = false;
-                    match made {
-                        Ok(f) => st.spare = Some((base, f)),
-                        Err(e) => {
-                            log::warn!("journal: pre-zeroing the next file failed: {e}");
-                            drop(st);
-                            self.work.wait(ticket).await;
+                    let failed = {
+                        let mut st = self.st.borrow_mut();
+                        st.spare_in_progress = false;
+                        match made {
+                            Ok(f) => {
+                                st.spare = Some((base, f));
+                                None
+                            }
+                            Err(e) => Some(e),
                         }
+                    };
+                    self.spare_done.notify();
+                    if let Some(e) = failed {
+                        log::warn!("journal: pre-zeroing the next file failed: {e}");
+                        self.work.wait(ticket).await;
                     }
                 }
             }
@@ -400,12 +409,24 @@ impl Journal {
         Ok(())
     }
 
+    /// Waits until no spare file is being made, so nothing creates files after close.
+    async fn wait_spare_settled(&self) {
+        loop {
+            let t = self.spare_done.ticket();
+            if !self.st.borrow().spare_in_progress {
+                return;
+            }
+            self.spare_done.wait(t).await;
+        }
+    }
+
     /// Stops the commit task without writing anything more, leaving the files as a crash
     /// would. For crash-recovery tests inside one process.
     pub async fn halt(&self) {
         self.halted.set(true);
         self.st.borrow_mut().closing = true;
         self.work.notify();
+        self.wait_spare_settled().await;
         while self.running.get() {
             let t = self.stopped.ticket();
             if !self.running.get() {
@@ -429,6 +450,7 @@ impl Journal {
             }
             self.stopped.wait(t).await;
         }
+        self.wait_spare_settled().await;
         let files: Vec<JournalFile> = self.st.borrow_mut().files.drain(..).collect();
         let spare = self.st.borrow_mut().spare.take();
         for f in files {

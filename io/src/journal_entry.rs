@@ -145,7 +145,7 @@ mod tests {
         let mut rng = crate::testutil::Rng::new(77);
         for _ in 0..100_000 {
             let len = rng.below(64) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut b: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
             if b.len() >= 8 && rng.below(2) == 0 {
                 let l = (b.len() - 8) as u32;
                 b[4..8].copy_from_slice(&l.to_le_bytes());

@@ -43,3 +43,71 @@ pub fn shard_listener(fd: RawFd) -> glommio::net::TcpListener {
     // so the glommio listener becomes its sole owner and closes it once.
     unsafe { glommio::net::TcpListener::from_raw_fd(fd) }
 }
+
+/// A shard's accepting end of a [`SharedListener`].
+pub struct Listener(glommio::net::TcpListener);
+
+impl Listener {
+    pub fn for_shard(shared: &SharedListener) -> io::Result<Listener> {
+        Ok(Listener(shard_listener(shared.dup_fd()?)))
+    }
+
+    /// Accepts the next connection, with `TCP_NODELAY` set: replies are coalesced by the
+    /// server itself, so Nagle's delay would only add latency.
+    pub async fn accept(&self) -> io::Result<Conn> {
+        let stream = self
+            .0
+            .accept()
+            .await
+            .map_err(|e| io::Error::other(format!("accept: {e}")))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| io::Error::other(format!("set TCP_NODELAY: {e}")))?;
+        Ok(Conn(stream))
+    }
+}
+
+/// An accepted connection: futures-io `AsyncRead + AsyncWrite`.
+pub struct Conn(glommio::net::TcpStream);
+
+impl Conn {
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.0
+            .peer_addr()
+            .map_err(|e| io::Error::other(e.to_string()))
+    }
+}
+
+impl futures_lite::AsyncRead for Conn {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl futures_lite::AsyncWrite for Conn {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_close(cx)
+    }
+}

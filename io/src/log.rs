@@ -82,7 +82,7 @@ pub enum ReadStep {
     /// Read `[pos, pos + len)` of a segment file, append `mem_tail`, and decode records
     /// below `end_seq` with [`decode_records`].
     File {
-        file: Rc<DmaFile>,
+        file: FileSource,
         pos: u64,
         len: usize,
         mem_tail: Vec<u8>,
@@ -91,6 +91,33 @@ pub enum ReadStep {
     /// Nothing more at or after the requested sequence.
     End,
 }
+
+/// A segment file to read: still open (active or being sealed) or closed (sealed and
+/// durable, opened per read so that a long log does not hold two descriptors per segment).
+pub enum FileSource {
+    Open(Rc<DmaFile>),
+    Closed(PathBuf),
+}
+
+impl FileSource {
+    pub async fn read(&self, pos: u64, len: usize) -> io::Result<Vec<u8>> {
+        match self {
+            FileSource::Open(f) => appender::read_range(f, pos, len).await,
+            FileSource::Closed(path) => {
+                let f = glommio::io::DmaFile::open(path)
+                    .await
+                    .map_err(|e| io::Error::other(format!("open {}: {e}", path.display())))?;
+                let r = appender::read_range(&f, pos, len).await;
+                let _ = f.close().await;
+                r
+            }
+        }
+    }
+}
+
+/// A segment's two files to fdatasync, with the positions the sync makes durable:
+/// `(base_seq, data, index, data_upto, index_upto)`.
+pub type SyncJob = (u64, Rc<DmaFile>, Rc<DmaFile>, u64, u64);
 
 /// One unit of flush work.
 pub enum FlushJob {
@@ -191,13 +218,6 @@ impl Log {
             .push(Segment::new_empty(next, self.cfg.tail_cache_bytes));
     }
 
-    /// True when the flusher has work for this log.
-    pub fn needs_flush(&self) -> bool {
-        self.segments
-            .iter()
-            .any(|s| s.has_unwritten() || (s.sealed && !s.sealed_durable) || s.data_file.is_none())
-    }
-
     pub fn needs_sync(&self) -> bool {
         self.segments.iter().any(|s| s.has_unsynced())
     }
@@ -282,12 +302,15 @@ impl Log {
             seg.data.complete_sync(d);
             seg.index_app.complete_sync(i);
             seg.sealed_durable = true;
+            // Complete and durable: close both files; reads reopen on demand.
+            seg.data_file = None;
+            seg.index_file = None;
         }
     }
 
     /// Files of the active segment that hold written but unsynced bytes, with the positions
     /// a sync will make durable.
-    pub fn plan_sync(&self) -> Vec<(u64, Rc<DmaFile>, Rc<DmaFile>, u64, u64)> {
+    pub fn plan_sync(&self) -> Vec<SyncJob> {
         self.segments
             .iter()
             .filter(|s| s.has_unsynced())
@@ -340,11 +363,15 @@ impl Log {
                 .map_err(|(seq, detail)| ReadError::Corrupt { seq, detail })?;
             return Ok(ReadStep::Records(records));
         }
-        let file = seg.data_file.clone().ok_or_else(|| {
-            ReadError::Io(io::Error::other(
-                "segment bytes neither in memory nor on disk",
-            ))
-        })?;
+        let file = match (&seg.data_file, seg.sealed_durable) {
+            (Some(f), _) => FileSource::Open(Rc::clone(f)),
+            (None, true) => FileSource::Closed(segment::data_path(&self.dir, seg.base_seq)),
+            (None, false) => {
+                return Err(ReadError::Io(io::Error::other(
+                    "segment bytes neither in memory nor on disk",
+                )))
+            }
+        };
         let want = (max_bytes as u64)
             .saturating_add(self.cfg.index_interval_bytes)
             .clamp(64 * 1024, 1024 * 1024)
@@ -372,7 +399,7 @@ impl Log {
 
     /// Removes sealed, durable segments past the retention limits; returns their files for
     /// the caller to delete. The active segment always stays, so `next_seq` never moves.
-    pub fn apply_retention(&mut self, now_ns: i64) -> Vec<(Rc<DmaFile>, Rc<DmaFile>)> {
+    pub fn apply_retention(&mut self, now_ns: i64) -> Vec<PathBuf> {
         let mut removed = Vec::new();
         let age_limit_ns = self.cfg.retention_ms as i64 * 1_000_000;
         loop {
@@ -389,9 +416,8 @@ impl Log {
                 break;
             }
             let seg = self.segments.remove(0);
-            if let (Some(d), Some(i)) = (seg.data_file, seg.index_file) {
-                removed.push((d, i));
-            }
+            removed.push(segment::data_path(&self.dir, seg.base_seq));
+            removed.push(segment::index_path(&self.dir, seg.base_seq));
         }
         removed
     }
@@ -551,7 +577,7 @@ async fn open_segment(
     }
     let sealed = next_base.is_some();
     let tail = tail_block(&data, end_pos).await?;
-    let index_tail_start = index_keep - index_keep % 4096;
+    let index_tail_start = index_keep - index_keep % index.alignment() as usize;
     let mut seg = Segment {
         base_seq: base,
         next_seq,
@@ -563,8 +589,8 @@ async fn open_segment(
             0,
         ),
         index: entries,
-        data_file: Some(data),
-        index_file: Some(index),
+        data_file: if sealed { None } else { Some(data) },
+        index_file: if sealed { None } else { Some(index) },
         bytes_since_index: 0,
         max_timestamp_ns: scan.max_timestamp_ns,
         sealed,

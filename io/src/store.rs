@@ -151,6 +151,28 @@ pub struct Store {
     scratch: RefCell<Vec<u8>>,
     closing: Cell<bool>,
     checkpoint_running: Cell<bool>,
+    /// Reads that may be about to open a closed segment file by path. Retention defers
+    /// unlinking while any is in flight: glommio's open panics if the file vanishes between
+    /// its open and its statfs.
+    reads_in_flight: Rc<Cell<usize>>,
+    /// Segment files removed from their logs, waiting for no read to be in flight.
+    pending_removals: RefCell<Vec<PathBuf>>,
+}
+
+/// Counts a read as in flight for as long as it lives.
+struct ReadGuard(Rc<Cell<usize>>);
+
+impl ReadGuard {
+    fn new(count: &Rc<Cell<usize>>) -> ReadGuard {
+        count.set(count.get() + 1);
+        ReadGuard(Rc::clone(count))
+    }
+}
+
+impl Drop for ReadGuard {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 impl Store {
@@ -177,6 +199,8 @@ impl Store {
             scratch: RefCell::new(Vec::with_capacity(64 * 1024)),
             closing: Cell::new(false),
             checkpoint_running: Cell::new(false),
+            reads_in_flight: Rc::new(Cell::new(0)),
+            pending_removals: RefCell::new(Vec::new()),
         });
         glommio::spawn_local(Rc::clone(&store).checkpoint_loop()).detach();
         Ok(store)
@@ -304,6 +328,7 @@ impl Store {
         max_records: usize,
         max_bytes: usize,
     ) -> Result<Vec<Record>, ReadError> {
+        let _in_flight = ReadGuard::new(&self.reads_in_flight);
         let mut from = if from == 0 { log.first_seq() } else { from };
         let mut out: Vec<Record> = Vec::new();
         let mut bytes = 0usize;
@@ -330,9 +355,7 @@ impl Store {
                     mem_tail,
                     end_seq,
                 }) => {
-                    let mut buf = crate::appender::read_range(&file, pos, len)
-                        .await
-                        .map_err(ReadError::Io)?;
+                    let mut buf = file.read(pos, len).await.map_err(ReadError::Io)?;
                     if buf.len() == len {
                         buf.extend_from_slice(&mem_tail);
                     }
@@ -405,14 +428,14 @@ impl Store {
         let now_ns = now_ns();
         for log in logs {
             let victims = log.log.borrow_mut().apply_retention(now_ns);
-            for (data, index) in victims {
-                data.remove()
-                    .await
-                    .map_err(|e| io::Error::other(e.to_string()))?;
-                index
-                    .remove()
-                    .await
-                    .map_err(|e| io::Error::other(e.to_string()))?;
+            self.pending_removals.borrow_mut().extend(victims);
+        }
+        // Reads that start from now on cannot name these files (their segments are gone
+        // from the logs), so once no read is in flight they can be unlinked safely.
+        if self.reads_in_flight.get() == 0 {
+            let victims: Vec<PathBuf> = self.pending_removals.borrow_mut().drain(..).collect();
+            for path in victims {
+                remove_file(&path).await?;
             }
         }
         Ok(())
@@ -477,6 +500,18 @@ impl Store {
         self.checkpoint().await?;
         self.journal.close_and_remove().await
     }
+}
+
+/// Unlinks a file through the ring (no blocking syscall on the shard).
+async fn remove_file(path: &Path) -> io::Result<()> {
+    let f = glommio::io::DmaFile::open(path)
+        .await
+        .map_err(|e| io::Error::other(format!("open {}: {e}", path.display())))?;
+    f.remove()
+        .await
+        .map_err(|e| io::Error::other(format!("remove {}: {e}", path.display())))?;
+    let _ = f.close().await;
+    Ok(())
 }
 
 /// Log names are relative paths under `<data_dir>/logs`: `/`-separated components of

@@ -8,7 +8,7 @@ impl Rng {
         Rng(seed.max(1))
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -20,7 +20,7 @@ impl Rng {
     /// A value in `[0, n)`; `n` must be positive.
     pub fn below(&mut self, n: u64) -> u64 {
         assert!(n > 0);
-        self.next() % n
+        self.next_u64() % n
     }
 }
 

@@ -18,7 +18,7 @@ fn run_local<F: std::future::Future<Output = ()> + 'static>(
     f: impl FnOnce() -> F + Send + 'static,
 ) {
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .spawn(move || f())
+        .spawn(f)
         .expect("executor")
         .join()
         .expect("join");

@@ -1,1 +1,4 @@
-fn main() { eprintln!("boltq-cli: not built yet (queue-plane issue)"); std::process::exit(1); }
+fn main() {
+    eprintln!("boltq-cli: not built yet (queue-plane issue)");
+    std::process::exit(1);
+}

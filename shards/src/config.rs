@@ -1,0 +1,191 @@
+//! Runtime configuration, with a bound on every knob.
+
+use crate::error::RuntimeError;
+use crate::memlock::{IO_MEMORY_CONFIG_MAX_BYTES, IO_MEMORY_MIN_BYTES};
+use crate::ownership::SLOTS;
+use crate::ticker::TICK_MS_MIN;
+
+/// Most shards: with more shards than [`SLOTS`], `slot mod N` would leave
+/// shards owning no queue, and the full mesh grows as N².
+pub const SHARDS_MAX: usize = SLOTS as usize;
+
+/// Smallest channel capacity, in batches: below ~1024 the two ends of a
+/// channel keep parking and waking each other (13 M/s at 1024 vs 0.7 M/s at
+/// 128, platform.md §2).
+pub const CHANNEL_CAPACITY_MIN: usize = 1024;
+
+/// Largest channel capacity, in batches, to bound memory per channel pair.
+pub const CHANNEL_CAPACITY_MAX: usize = 1 << 20;
+
+/// Largest per-destination outbox and the largest request table.
+pub const QUEUE_LIMIT_MAX: usize = 1 << 24;
+
+/// Longest startup wait for the channels to connect.
+pub const MESH_CONNECT_TIMEOUT_MS_MAX: u64 = 600_000;
+
+/// Longest spin before parking: spinning is a latency trade for dedicated
+/// cores, and anything longer than this is a misconfiguration.
+pub const SPIN_BEFORE_PARK_US_MAX: u64 = 10_000;
+
+/// Longest tick.
+pub const TICK_MS_MAX: u64 = 60_000;
+
+/// How the shards are started. Plain data, so the server can build it from
+/// its own config and tests can tweak single fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    /// Number of shards (executor threads), `1..=SHARDS_MAX`. More shards
+    /// than usable CPUs is allowed, with a warning, for tests.
+    pub shard_count: usize,
+    /// Busy-poll this long before parking an idle executor. `None` (the
+    /// default) costs 0% CPU idle; spinning only pays off with one dedicated
+    /// core per shard and is ignored when shards outnumber CPUs.
+    pub spin_before_park_us: Option<u64>,
+    /// io_uring registered buffer arena per executor. `None` derives it from
+    /// the memlock limit (see [`crate::memlock`]).
+    pub io_memory_bytes: Option<usize>,
+    /// Bound on connecting all cross-shard channels at startup; a pending
+    /// connect spins, so startup must finish or fail.
+    pub mesh_connect_timeout_ms: u64,
+    /// Capacity of each cross-shard channel, in batches. glommio allocates
+    /// each ring up front: the mesh reserves
+    /// `shard_count × (shard_count − 1) × channel_capacity × 24` bytes
+    /// (a `Vec` per slot), e.g. 5.8 MiB for 16 shards at 1024.
+    pub channel_capacity: usize,
+    /// Cap on messages queued per destination outbox (replies excepted);
+    /// beyond it `send` gives the message back.
+    pub outbox_messages_max: usize,
+    /// Cap on requests awaiting a reply, per shard.
+    pub requests_max: usize,
+    /// The shard ticker's granularity, at least [`TICK_MS_MIN`].
+    pub tick_ms: u64,
+    /// Cap on distinct metric series per shard.
+    pub metrics_series_max: usize,
+}
+
+impl RuntimeConfig {
+    /// Defaults for `shard_count` shards.
+    pub fn new(shard_count: usize) -> Self {
+        Self {
+            shard_count,
+            spin_before_park_us: None,
+            io_memory_bytes: None,
+            mesh_connect_timeout_ms: 5_000,
+            channel_capacity: CHANNEL_CAPACITY_MIN,
+            outbox_messages_max: 65_536,
+            requests_max: 65_536,
+            tick_ms: TICK_MS_MIN,
+            metrics_series_max: crate::metrics::SERIES_MAX_DEFAULT,
+        }
+    }
+
+    /// Checks every bound, naming the first field that is out of range.
+    pub fn validate(&self) -> Result<(), RuntimeError> {
+        check("shard_count", self.shard_count as u64, 1, SHARDS_MAX as u64)?;
+        if let Some(spin_us) = self.spin_before_park_us {
+            check("spin_before_park_us", spin_us, 0, SPIN_BEFORE_PARK_US_MAX)?;
+        }
+        if let Some(bytes) = self.io_memory_bytes {
+            check(
+                "io_memory_bytes",
+                bytes as u64,
+                IO_MEMORY_MIN_BYTES as u64,
+                IO_MEMORY_CONFIG_MAX_BYTES as u64,
+            )?;
+        }
+        check(
+            "mesh_connect_timeout_ms",
+            self.mesh_connect_timeout_ms,
+            1,
+            MESH_CONNECT_TIMEOUT_MS_MAX,
+        )?;
+        check(
+            "channel_capacity",
+            self.channel_capacity as u64,
+            CHANNEL_CAPACITY_MIN as u64,
+            CHANNEL_CAPACITY_MAX as u64,
+        )?;
+        let queue_max = QUEUE_LIMIT_MAX as u64;
+        check(
+            "outbox_messages_max",
+            self.outbox_messages_max as u64,
+            1,
+            queue_max,
+        )?;
+        check("requests_max", self.requests_max as u64, 1, queue_max)?;
+        check("tick_ms", self.tick_ms, TICK_MS_MIN, TICK_MS_MAX)?;
+        check(
+            "metrics_series_max",
+            self.metrics_series_max as u64,
+            1,
+            queue_max,
+        )?;
+        Ok(())
+    }
+}
+
+fn check(field: &str, value: u64, min: u64, max: u64) -> Result<(), RuntimeError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(RuntimeError::InvalidConfig(format!(
+            "{field} = {value} is outside {min}..={max}"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        for n in [1, 2, SHARDS_MAX] {
+            RuntimeConfig::new(n).validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn out_of_range_fields_are_named() {
+        let cases: Vec<(&str, RuntimeConfig)> = vec![
+            ("shard_count", RuntimeConfig::new(0)),
+            ("shard_count", RuntimeConfig::new(SHARDS_MAX + 1)),
+            (
+                "channel_capacity",
+                RuntimeConfig {
+                    channel_capacity: 1023,
+                    ..RuntimeConfig::new(2)
+                },
+            ),
+            (
+                "tick_ms",
+                RuntimeConfig {
+                    tick_ms: 9,
+                    ..RuntimeConfig::new(2)
+                },
+            ),
+            (
+                "io_memory_bytes",
+                RuntimeConfig {
+                    io_memory_bytes: Some(1024),
+                    ..RuntimeConfig::new(2)
+                },
+            ),
+            (
+                "mesh_connect_timeout_ms",
+                RuntimeConfig {
+                    mesh_connect_timeout_ms: 0,
+                    ..RuntimeConfig::new(2)
+                },
+            ),
+        ];
+        for (field, config) in cases {
+            match config.validate() {
+                Err(RuntimeError::InvalidConfig(reason)) => {
+                    assert!(reason.starts_with(field), "{field}: {reason}")
+                }
+                other => panic!("{field}: expected InvalidConfig, got {other:?}"),
+            }
+        }
+    }
+}

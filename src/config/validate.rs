@@ -1,0 +1,563 @@
+//! Whole-tree validation, run once at start after all sources are layered.
+//!
+//! Checks stop at the first failure and report it as one line naming the key.
+//! Values are reported under their config key even when they came from an
+//! environment variable or flag (those had their syntax checked where they
+//! were read, under their own names). Validation is pure: it reads no files
+//! (TLS files are opened, and their errors reported, by the listeners) and
+//! only consults the environment to resolve `secret_env` references.
+
+use std::time::Duration;
+
+use super::duration::format_duration;
+use super::{split_host_port, Config, ConfigError, EnvLookup, FsyncMode, ReplicationRole, MIB};
+
+const GIB: u64 = 1024 * MIB;
+
+type Check = Result<(), ConfigError>;
+
+fn range(key: &str, value: u64, lo: u64, hi: u64) -> Check {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            value,
+            format!("must be between {lo} and {hi}"),
+        ))
+    }
+}
+
+/// Like [`range`], with human sizes in the message.
+fn range_bytes(key: &str, value: u64, lo: u64, hi: u64) -> Check {
+    if (lo..=hi).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            value,
+            format!(
+                "must be between {lo} ({}) and {hi} ({})",
+                human_bytes(lo),
+                human_bytes(hi)
+            ),
+        ))
+    }
+}
+
+fn human_bytes(n: u64) -> String {
+    for (unit, size) in [("GiB", GIB), ("MiB", MIB), ("KiB", 1024)] {
+        if n >= size && n / size * size == n {
+            return format!("{} {unit}", n / size);
+        }
+    }
+    format!("{n} B")
+}
+
+fn at_least(key: &str, value: u64, lo: u64) -> Check {
+    if value >= lo {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(
+            key,
+            value,
+            format!("must be at least {lo}"),
+        ))
+    }
+}
+
+fn positive_duration(key: &str, value: Duration) -> Check {
+    if value.is_zero() {
+        Err(ConfigError::invalid(
+            key,
+            format!("\"{}\"", format_duration(value)),
+            "must be greater than zero",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn non_empty(key: &str, value: &str, why: &str) -> Check {
+    if value.trim().is_empty() {
+        Err(ConfigError::conflict(key, why))
+    } else {
+        Ok(())
+    }
+}
+
+fn require(cond: bool, key: &str, why: &str) -> Check {
+    if cond {
+        Ok(())
+    } else {
+        Err(ConfigError::conflict(key, why))
+    }
+}
+
+fn host_port(key: &str, value: &str) -> Check {
+    match split_host_port(value) {
+        Some((_, port)) if port >= 1 => Ok(()),
+        _ => Err(ConfigError::invalid(
+            key,
+            format!("{value:?}"),
+            "must be host:port with a port between 1 and 65535",
+        )),
+    }
+}
+
+pub(super) fn validate(c: &Config, env: EnvLookup) -> Check {
+    server(c)?;
+    storage(c)?;
+    queue(c)?;
+    cache(c)?;
+    cluster(c)?;
+    messaging(c, env)
+}
+
+fn server(c: &Config) -> Check {
+    let s = &c.server;
+    non_empty(
+        "server.host",
+        &s.host,
+        "must not be empty (use 0.0.0.0 for all interfaces)",
+    )?;
+    range("server.tcp_port", u64::from(s.tcp_port), 1, 65535)?;
+    match s.http_port {
+        Some(p) => range("server.http_port", u64::from(p), 1, 65535)?,
+        None if s.tcp_port <= 1 => {
+            return Err(ConfigError::conflict(
+                "server.http_port",
+                format!(
+                    "not set, and the default tcp_port - 1 = {} is not a usable port; set it explicitly",
+                    s.tcp_port.saturating_sub(1)
+                ),
+            ))
+        }
+        None => {}
+    }
+    if c.http_port() == s.tcp_port {
+        return Err(ConfigError::invalid(
+            "server.http_port",
+            c.http_port(),
+            "must differ from server.tcp_port",
+        ));
+    }
+    if s.tls.enabled {
+        require(
+            !s.tls.cert_file.as_os_str().is_empty(),
+            "server.tls.cert_file",
+            "required when server.tls.enabled = true",
+        )?;
+        require(
+            !s.tls.key_file.as_os_str().is_empty(),
+            "server.tls.key_file",
+            "required when server.tls.enabled = true",
+        )?;
+    }
+    range("server.shards", u64::from(s.shards), 0, 1024)?;
+    range(
+        "server.spin_before_park_us",
+        s.spin_before_park_us,
+        0,
+        10_000,
+    )?;
+    if s.log_level.parse::<log::LevelFilter>().is_err() {
+        return Err(ConfigError::invalid(
+            "server.log_level",
+            format!("{:?}", s.log_level),
+            "must be off, error, warn, info, debug or trace",
+        ));
+    }
+    Ok(())
+}
+
+fn storage(c: &Config) -> Check {
+    let s = &c.storage;
+    require(
+        !s.data_dir.as_os_str().is_empty(),
+        "storage.data_dir",
+        "must not be empty",
+    )?;
+    range("storage.fsync_interval_ms", s.fsync_interval_ms, 1, 10_000)?;
+    range_bytes("storage.segment_bytes", s.segment_bytes, MIB, GIB)?;
+    range_bytes(
+        "storage.journal_file_bytes",
+        s.journal_file_bytes,
+        4 * MIB,
+        GIB,
+    )?;
+    // 4096 is a power of two, so the low 12 bits must be clear.
+    if s.journal_file_bytes & 4095 != 0 {
+        return Err(ConfigError::invalid(
+            "storage.journal_file_bytes",
+            s.journal_file_bytes,
+            "must be a multiple of 4096 (direct I/O alignment)",
+        ));
+    }
+    if s.io_memory_bytes != 0 {
+        at_least("storage.io_memory_bytes", s.io_memory_bytes, MIB)?;
+    }
+    Ok(())
+}
+
+fn queue(c: &Config) -> Check {
+    let q = &c.queue;
+    range("queue.max_retry", u64::from(q.max_retry), 1, 1_000_000)?;
+    positive_duration("queue.ack_timeout", q.ack_timeout)?;
+    range("queue.capacity", q.capacity, 1, 1 << 30)?;
+    range(
+        "queue.retry_backoff_max_ms",
+        q.retry_backoff_max_ms,
+        0,
+        3_600_000,
+    )?;
+    if q.retry_backoff_base_ms > 0 && q.retry_backoff_max_ms < q.retry_backoff_base_ms {
+        return Err(ConfigError::invalid(
+            "queue.retry_backoff_max_ms",
+            q.retry_backoff_max_ms,
+            format!(
+                "must be at least queue.retry_backoff_base_ms ({})",
+                q.retry_backoff_base_ms
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn cache(c: &Config) -> Check {
+    at_least("cache.cleanup_sec", c.cache.cleanup_sec, 1)
+}
+
+fn cluster(c: &Config) -> Check {
+    let cl = &c.cluster;
+    at_least("cluster.snapshot_threshold", cl.snapshot_threshold, 1)?;
+    for (i, seed) in cl.seeds.iter().enumerate() {
+        host_port(&format!("cluster.seeds[{i}]"), seed)?;
+    }
+    if !cl.enabled {
+        return Ok(());
+    }
+    host_port("cluster.raft_addr", &cl.raft_addr)?;
+    if !cl.meta_raft_addr.is_empty() {
+        host_port("cluster.meta_raft_addr", &cl.meta_raft_addr)?;
+    }
+    if c.meta_raft_addr().is_none() {
+        return Err(ConfigError::invalid(
+            "cluster.raft_addr",
+            format!("{:?}", cl.raft_addr),
+            "port 65535 leaves no room for the default meta_raft_addr (port + 1); set cluster.meta_raft_addr",
+        ));
+    }
+    if let Some((_, raft_port)) = split_host_port(&cl.raft_addr) {
+        if raft_port == c.server.tcp_port || raft_port == c.http_port() {
+            return Err(ConfigError::invalid(
+                "cluster.raft_addr",
+                format!("{:?}", cl.raft_addr),
+                "port must differ from server.tcp_port and the HTTP port",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn messaging(c: &Config, env: EnvLookup) -> Check {
+    let m = &c.messaging;
+    range(
+        "messaging.fsync_interval_ms",
+        m.fsync_interval_ms,
+        1,
+        10_000,
+    )?;
+
+    let st = &m.stream;
+    if st.sync_on_append && m.fsync != FsyncMode::Always {
+        return Err(ConfigError::conflict(
+            "messaging.stream.sync_on_append",
+            format!(
+                "true contradicts messaging.fsync = \"{}\"; drop sync_on_append (messaging.fsync = \"always\" is the same thing)",
+                m.fsync.as_str()
+            ),
+        ));
+    }
+    if let Some(dir) = &st.dir {
+        require(
+            !dir.as_os_str().is_empty(),
+            "messaging.stream.dir",
+            "must not be empty (leave it out for <data_dir>/streams)",
+        )?;
+    }
+    range(
+        "messaging.stream.default_partitions",
+        u64::from(st.default_partitions),
+        1,
+        4096,
+    )?;
+    range_bytes("messaging.stream.segment_bytes", st.segment_bytes, MIB, GIB)?;
+    range(
+        "messaging.stream.index_interval",
+        st.index_interval,
+        64,
+        st.segment_bytes,
+    )?;
+    positive_duration(
+        "messaging.stream.maintenance_interval",
+        st.maintenance_interval,
+    )?;
+
+    identity(c, env)?;
+
+    let g = &m.gateway;
+    if g.enabled {
+        require(
+            st.enabled,
+            "messaging.gateway.enabled",
+            "requires messaging.stream.enabled = true",
+        )?;
+        require(
+            m.identity.enabled,
+            "messaging.gateway.enabled",
+            "requires messaging.identity.enabled = true (a public socket cannot be authorised by the shared API key alone)",
+        )?;
+    }
+    if !g.path.starts_with('/') {
+        return Err(ConfigError::invalid(
+            "messaging.gateway.path",
+            format!("{:?}", g.path),
+            "must start with /",
+        ));
+    }
+    if g.port != 0 && (g.port == c.server.tcp_port || g.port == c.http_port()) {
+        return Err(ConfigError::invalid(
+            "messaging.gateway.port",
+            g.port,
+            "must differ from server.tcp_port and the HTTP port (0 mounts the gateway on the HTTP listener)",
+        ));
+    }
+    positive_duration("messaging.gateway.resume_window", g.resume_window)?;
+    if g.pong_timeout < Duration::from_secs(1) {
+        return Err(ConfigError::invalid(
+            "messaging.gateway.pong_timeout",
+            format!("\"{}\"", format_duration(g.pong_timeout)),
+            "must be at least 1s",
+        ));
+    }
+    range(
+        "messaging.gateway.max_subscriptions",
+        u64::from(g.max_subscriptions),
+        1,
+        100_000,
+    )?;
+    range(
+        "messaging.gateway.send_buffer",
+        u64::from(g.send_buffer),
+        1,
+        65_536,
+    )?;
+    range_bytes("messaging.gateway.read_limit", g.read_limit, 1024, 64 * MIB)?;
+    range(
+        "messaging.gateway.history_limit",
+        u64::from(g.history_limit),
+        1,
+        10_000,
+    )?;
+    if g.tls.enabled {
+        require(
+            !g.tls.cert_file.as_os_str().is_empty(),
+            "messaging.gateway.tls.cert_file",
+            "required when messaging.gateway.tls.enabled = true",
+        )?;
+        require(
+            !g.tls.key_file.as_os_str().is_empty(),
+            "messaging.gateway.tls.key_file",
+            "required when messaging.gateway.tls.enabled = true",
+        )?;
+    }
+
+    positive_duration("messaging.presence.ttl", m.presence.ttl)?;
+    positive_duration(
+        "messaging.presence.sweep_interval",
+        m.presence.sweep_interval,
+    )?;
+
+    let ch = &m.chat;
+    range(
+        "messaging.chat.conversation_partitions",
+        u64::from(ch.conversation_partitions),
+        1,
+        4096,
+    )?;
+    range(
+        "messaging.chat.inbox_partitions",
+        u64::from(ch.inbox_partitions),
+        1,
+        4096,
+    )?;
+    positive_duration("messaging.chat.membership_timeout", ch.membership_timeout)?;
+
+    let p = &m.push;
+    if p.enabled {
+        require(
+            st.enabled,
+            "messaging.push.enabled",
+            "requires messaging.stream.enabled = true",
+        )?;
+        non_empty(
+            "messaging.push.webhook_url",
+            &p.webhook_url,
+            "required when messaging.push.enabled = true",
+        )?;
+    }
+    positive_duration("messaging.push.timeout", p.timeout)?;
+    at_least("messaging.push.max_attempts", u64::from(p.max_attempts), 1)?;
+    positive_duration("messaging.push.scan_interval", p.scan_interval)?;
+
+    positive_duration("messaging.dedup.ttl", m.dedup.ttl)?;
+
+    let sg = &m.signals;
+    at_least(
+        "messaging.signals.rate_per_second",
+        u64::from(sg.rate_per_second),
+        1,
+    )?;
+    at_least("messaging.signals.burst", u64::from(sg.burst), 1)?;
+    range_bytes(
+        "messaging.signals.max_payload",
+        u64::from(sg.max_payload),
+        1,
+        MIB,
+    )?;
+    at_least(
+        "messaging.signals.subscriber_buffer",
+        u64::from(sg.subscriber_buffer),
+        1,
+    )?;
+
+    replication(c, env)
+}
+
+fn identity(c: &Config, env: EnvLookup) -> Check {
+    let id = &c.messaging.identity;
+    if id.enabled && id.keys.is_empty() {
+        return Err(ConfigError::conflict(
+            "messaging.identity.keys",
+            "at least one key is required when messaging.identity.enabled = true",
+        ));
+    }
+    // Checked even with identity off (v1 did too): a broken key should fail
+    // the day it is written, not the day identity is switched on.
+    for (i, key) in id.keys.iter().enumerate() {
+        let at = format!("messaging.identity.keys[{i}]");
+        non_empty(&format!("{at}.id"), &key.id, "every key needs an id")?;
+        let secret = key.resolve_secret(env);
+        if secret.len() < 32 {
+            let source = if key.secret_env.is_empty() {
+                format!("{at}.secret")
+            } else {
+                format!("{at}.secret_env ({})", key.secret_env)
+            };
+            return Err(ConfigError::conflict(
+                &source,
+                format!(
+                    "secret is {} bytes; at least 32 random bytes are required",
+                    secret.len()
+                ),
+            ));
+        }
+    }
+    if id.membership_cache_ttl == Some(Duration::ZERO) {
+        return Err(ConfigError::invalid(
+            "messaging.identity.membership_cache_ttl",
+            "\"0s\"",
+            "must be positive, or negative (e.g. \"-1s\") to disable the cache",
+        ));
+    }
+    for (i, rule) in id.policy.iter().enumerate() {
+        let at = format!("messaging.identity.policy[{i}]");
+        non_empty(
+            &format!("{at}.pattern"),
+            &rule.pattern,
+            "every rule needs a pattern",
+        )?;
+        if rule.effect != "allow" && rule.effect != "deny" {
+            return Err(ConfigError::invalid(
+                &format!("{at}.effect"),
+                format!("{:?}", rule.effect),
+                "must be \"allow\" or \"deny\"",
+            ));
+        }
+        for action in &rule.actions {
+            if !matches!(action.as_str(), "read" | "write" | "manage") {
+                return Err(ConfigError::invalid(
+                    &format!("{at}.actions"),
+                    format!("{action:?}"),
+                    "each action must be \"read\", \"write\" or \"manage\"",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn replication(c: &Config, env: EnvLookup) -> Check {
+    let r = &c.messaging.replication;
+    let Some(role) = r.role() else {
+        return Err(ConfigError::invalid(
+            "messaging.replication.role",
+            format!("{:?}", r.role),
+            "must be \"\" (controller-driven), \"leader\" or \"follower\" (lowercase)",
+        ));
+    };
+    at_least(
+        "messaging.replication.min_in_sync",
+        u64::from(r.min_in_sync),
+        1,
+    )?;
+    positive_duration("messaging.replication.ack_timeout", r.ack_timeout)?;
+    if !r.secret_env.is_empty() && env(&r.secret_env).is_none_or(|v| v.is_empty()) {
+        return Err(ConfigError::conflict(
+            "messaging.replication.secret_env",
+            format!("names {} but that variable is not set", r.secret_env),
+        ));
+    }
+    if !r.enabled {
+        return Ok(());
+    }
+    require(
+        c.messaging.stream.enabled,
+        "messaging.replication.enabled",
+        "requires messaging.stream.enabled = true",
+    )?;
+    match role {
+        ReplicationRole::Controller | ReplicationRole::Leader => {
+            host_port("messaging.replication.listen", &r.listen)?;
+            if role == ReplicationRole::Controller && !c.cluster.enabled {
+                return Err(ConfigError::conflict(
+                    "messaging.replication.role",
+                    "\"\" (controller-driven) requires cluster.enabled = true; use \"leader\" or \"follower\" without clustering",
+                ));
+            }
+        }
+        ReplicationRole::Follower => {
+            host_port("messaging.replication.leader_addr", &r.leader_addr)?;
+            if r.parsed_topics().is_none() {
+                return Err(ConfigError::conflict(
+                    "messaging.replication.topics",
+                    "every entry must be \"topic:partitionCount\" with a count of at least 1",
+                ));
+            }
+            if r.min_in_sync > 1 {
+                return Err(ConfigError::invalid(
+                    "messaging.replication.min_in_sync",
+                    r.min_in_sync,
+                    "a follower may not require more than 1",
+                ));
+            }
+            require(
+                !c.messaging.gateway.enabled,
+                "messaging.gateway.enabled",
+                "a replication follower cannot run the gateway (its writes would diverge from the leader's log)",
+            )?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,7 @@
+//! BoltQ server library: configuration, the server's startup and shard life, and the
+//! admin HTTP server. Storage lives in `boltq-io`, the runtime in `boltq-shards`.
+
+pub mod admin;
+pub mod config;
+pub mod logger;
+pub mod server;

@@ -1,0 +1,19 @@
+//! The `boltq` server binary.
+
+use boltq::config::Config;
+
+fn main() {
+    boltq::logger::init(log::LevelFilter::Info);
+    let config = match Config::load(std::env::args_os().collect(), &|k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            e.print();
+            std::process::exit(e.exit_code());
+        }
+    };
+    log::set_max_level(config.log_level_filter());
+    if let Err(e) = boltq::server::run(config) {
+        log::error!("{e}");
+        std::process::exit(1);
+    }
+}

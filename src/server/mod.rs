@@ -1,0 +1,152 @@
+//! Process startup and shutdown: lock the data directory, bind the listeners, replay the
+//! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
+
+pub mod shard_main;
+pub mod state;
+
+use crate::config::{Config, FsyncPolicy, StorageMode};
+use boltq_io::listener::SharedListener;
+use boltq_io::{Durability, LogConfig, StoreConfig};
+use state::ServerState;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+/// How long shutdown waits for in-flight work before syncing and exiting anyway.
+pub const SHUTDOWN_DRAIN_MS: u64 = 10_000;
+
+/// Why the server could not start or stopped abnormally. Printed as one line; exit code 1.
+#[derive(Debug)]
+pub struct ServerError(pub String);
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Everything a shard needs to start, shared by all shards.
+pub struct Plan {
+    pub config: Config,
+    pub store: Option<StoreConfig>,
+    pub tcp: SharedListener,
+    pub http: SharedListener,
+    pub state: Arc<ServerState>,
+}
+
+pub fn run(config: Config) -> Result<(), ServerError> {
+    let cpus = boltq_shards::usable_cpus().map_err(|e| ServerError(e.to_string()))?;
+    let shard_count = config.effective_shards(cpus.len());
+    for w in config.warnings(cpus.len()) {
+        log::warn!("{w}");
+    }
+    let store = match config.storage.mode {
+        StorageMode::Disk => Some(store_config(&config)),
+        StorageMode::Memory => None,
+    };
+    let _lock = match &store {
+        Some(s) => Some(
+            boltq_io::dirlock::DirLock::acquire(&s.data_dir)
+                .map_err(|e| ServerError(format!("cannot use data directory: {e}")))?,
+        ),
+        None => None,
+    };
+    let tcp = bind(&config.server.host, config.server.tcp_port, "tcp")?;
+    let http = bind(&config.server.host, config.http_port(), "http")?;
+    if let Some(s) = &store {
+        recover(s)?;
+    }
+    let plan = Arc::new(Plan {
+        config,
+        store,
+        tcp,
+        http,
+        state: Arc::new(ServerState::new(shard_count)),
+    });
+    let shutdown = boltq_shards::ShutdownHandle::new();
+    let _signals = shutdown
+        .listen_for_signals()
+        .map_err(|e| ServerError(format!("cannot install signal handlers: {e}")))?;
+    let mut rt = boltq_shards::RuntimeConfig::new(shard_count);
+    rt.spin_before_park_us = match plan.config.server.spin_before_park_us {
+        0 => None,
+        us => Some(us),
+    };
+    rt.io_memory_bytes = match plan.config.storage.io_memory_bytes {
+        0 => None,
+        b => Some(b as usize),
+    };
+    let results = boltq_shards::run_shards::<shard_main::ShardMsg, _, _, _>(rt, shutdown, {
+        let plan = Arc::clone(&plan);
+        move |shard| shard_main::run(shard, Arc::clone(&plan))
+    })
+    .map_err(|e| ServerError(e.to_string()))?;
+    for (shard, r) in results.into_iter().enumerate() {
+        r.map_err(|e| ServerError(format!("shard {shard}: {e}")))?;
+    }
+    log::info!("stopped cleanly");
+    Ok(())
+}
+
+fn store_config(config: &Config) -> StoreConfig {
+    let s = &config.storage;
+    let mut c = StoreConfig::new(&s.data_dir);
+    c.durability = match config.fsync_policy() {
+        FsyncPolicy::Always => Durability::Always,
+        FsyncPolicy::Interval { interval_ms } => Durability::Interval { interval_ms },
+        FsyncPolicy::Never => Durability::Never,
+    };
+    c.journal_file_bytes = s.journal_file_bytes;
+    c.checkpoint_bytes = s.journal_file_bytes;
+    c.log = LogConfig {
+        segment_bytes: s.segment_bytes,
+        retention_bytes: s.retention_bytes,
+        retention_ms: s.retention_ms,
+        ..LogConfig::default()
+    };
+    c
+}
+
+fn bind(host: &str, port: u16, what: &str) -> Result<SharedListener, ServerError> {
+    let addr: SocketAddr = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| ServerError(format!("cannot resolve {what} address {host}:{port}: {e}")))?
+        .next()
+        .ok_or_else(|| ServerError(format!("no address for {host}:{port}")))?;
+    let l = SharedListener::bind(addr).map_err(|e| ServerError(format!("{what} listener: {e}")))?;
+    let local = l.local_addr().map_err(|e| ServerError(e.to_string()))?;
+    log::info!("listening {what} on {local}");
+    Ok(l)
+}
+
+/// Replays every journal into the logs' segments before any shard serves, on a temporary
+/// executor (the shard count may differ from the one that wrote the journals).
+fn recover(store: &StoreConfig) -> Result<(), ServerError> {
+    let data_dir = store.data_dir.clone();
+    let log_cfg = store.log.clone();
+    let started = std::time::Instant::now();
+    let report = boltq_shards::block_on("boltq-recovery", move || {
+        Box::pin(async move {
+            boltq_io::probe::warm_iopoll(&data_dir).await?;
+            boltq_io::recovery::recover(&data_dir, &log_cfg).await
+        })
+    })
+    .map_err(|e| ServerError(e.to_string()))?
+    .map_err(|e| {
+        ServerError(format!(
+            "recovery of {} failed: {e}",
+            store.data_dir.display()
+        ))
+    })?;
+    log::info!(
+        "recovered data dir {} in {} ms: {} journal files, {} records replayed, {} logs",
+        store.data_dir.display(),
+        started.elapsed().as_millis(),
+        report.journal_files,
+        report.records_replayed,
+        report.logs_touched
+    );
+    for t in &report.torn_tails {
+        log::warn!("journal tail cut at damage (unacknowledged data): {t}");
+    }
+    Ok(())
+}

@@ -1,0 +1,106 @@
+//! One shard's life: open its storage, accept on the shared listeners, wait for shutdown,
+//! drain, sync.
+
+use super::{Plan, SHUTDOWN_DRAIN_MS};
+use crate::admin;
+use boltq_io::listener::{Conn, Listener};
+use boltq_shards::Shard;
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Messages between shards. The planes add their variants as they arrive.
+pub enum ShardMsg {}
+
+pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
+    let store = match &plan.store {
+        Some(cfg) => {
+            boltq_io::probe::warm_iopoll(&cfg.data_dir)
+                .await
+                .map_err(|e| format!("iopoll probe: {e}"))?;
+            Some(
+                boltq_io::Store::open(cfg.clone(), shard.id())
+                    .await
+                    .map_err(|e| format!("open storage: {e}"))?,
+            )
+        }
+        None => None,
+    };
+    let tcp = Listener::for_shard(&plan.tcp).map_err(|e| e.to_string())?;
+    let http = Listener::for_shard(&plan.http).map_err(|e| e.to_string())?;
+    let live = Rc::new(Cell::new(0usize));
+    let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
+        move |conn| async move { queue_tcp_placeholder(conn).await }
+    }));
+    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
+        let state = Arc::clone(&plan.state);
+        move |conn| admin::http::serve(conn, Arc::clone(&state))
+    }));
+    if plan.state.shard_started() {
+        log::info!("ready: {} shards", plan.state.shard_count);
+    }
+    shard.shutdown_requested().await;
+    plan.state.set_not_ready();
+    drop(tcp_task); // cancels the accept loops: no new connections
+    drop(http_task);
+    drain(&live).await;
+    if let Some(store) = store {
+        store
+            .close()
+            .await
+            .map_err(|e| format!("closing storage: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Accepts connections until cancelled, serving each in its own task. `live` counts the
+/// connections still being served, for the shutdown drain.
+async fn accept_loop<F, Fut>(listener: Listener, live: Rc<Cell<usize>>, serve: F)
+where
+    F: Fn(Conn) -> Fut,
+    Fut: std::future::Future<Output = ()> + 'static,
+{
+    loop {
+        match listener.accept().await {
+            Ok(conn) => {
+                let live = Rc::clone(&live);
+                live.set(live.get() + 1);
+                let fut = serve(conn);
+                boltq_shards::spawn(async move {
+                    fut.await;
+                    live.set(live.get() - 1);
+                })
+                .detach();
+            }
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning on the error.
+                log::warn!("{e}");
+                boltq_shards::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Waits up to `SHUTDOWN_DRAIN_MS` for in-flight connections to finish.
+async fn drain(live: &Cell<usize>) {
+    let deadline = std::time::Instant::now() + Duration::from_millis(SHUTDOWN_DRAIN_MS);
+    while live.get() > 0 && std::time::Instant::now() < deadline {
+        boltq_shards::sleep(Duration::from_millis(20)).await;
+    }
+    if live.get() > 0 {
+        log::warn!(
+            "shutdown: {} connections still open after the drain period",
+            live.get()
+        );
+    }
+}
+
+/// The queue plane's protocol is not served yet (queue-plane issue): close at once so a
+/// client fails fast instead of hanging.
+async fn queue_tcp_placeholder(conn: Conn) {
+    if let Ok(peer) = conn.peer_addr() {
+        log::debug!("tcp connection from {peer} closed: queue protocol not available yet");
+    }
+    drop(conn);
+}
