@@ -12,6 +12,10 @@ fn main() {
         }
     };
     log::set_max_level(config.log_level_filter());
+    if let Err(line) = boltq::server::refuse_unbuilt_features(&config) {
+        eprintln!("{line}");
+        std::process::exit(2);
+    }
     if let Err(e) = boltq::server::run(config) {
         log::error!("{e}");
         std::process::exit(1);

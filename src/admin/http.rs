@@ -5,6 +5,8 @@ use super::routes::{self, Response};
 use crate::server::state::ServerState;
 use boltq_io::listener::Conn;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +19,14 @@ pub const READ_TIMEOUT_MS: u64 = 10_000;
 /// An idle keep-alive connection is closed after this time.
 pub const IDLE_TIMEOUT_MS: u64 = 60_000;
 
-/// Serves requests on `conn` until the client closes, a deadline passes, or an error.
-pub async fn serve(mut conn: Conn, state: Arc<ServerState>) {
+/// Serves requests on `conn` until the client closes, a deadline passes, an error, or
+/// `stop` resolves while the connection waits for a new request (shutdown must not wait for
+/// idle keep-alive clients).
+pub async fn serve(mut conn: Conn, state: Arc<ServerState>, stop: impl Future<Output = ()>) {
     let mut buf: Vec<u8> = Vec::with_capacity(1024);
+    let mut stop = std::pin::pin!(stop);
     loop {
-        let head = match read_head(&mut conn, &mut buf).await {
+        let head = match read_head(&mut conn, &mut buf, stop.as_mut()).await {
             Ok(Some(head)) => head,
             Ok(None) => return,
             Err(response) => {
@@ -48,8 +53,13 @@ struct Head {
 }
 
 /// Reads one request head from `conn` (keeping pipelined bytes in `buf`). `Ok(None)` when
-/// the client closed or went idle; `Err` carries the error response to send before closing.
-async fn read_head(conn: &mut Conn, buf: &mut Vec<u8>) -> Result<Option<Head>, Response> {
+/// the client closed, went idle, or `stop` fired between requests; `Err` carries the error
+/// response to send before closing.
+async fn read_head(
+    conn: &mut Conn,
+    buf: &mut Vec<u8>,
+    mut stop: Pin<&mut impl Future<Output = ()>>,
+) -> Result<Option<Head>, Response> {
     let mut chunk = [0u8; 4096];
     loop {
         if !buf.is_empty() {
@@ -57,14 +67,24 @@ async fn read_head(conn: &mut Conn, buf: &mut Vec<u8>) -> Result<Option<Head>, R
                 return Ok(Some(head));
             }
         }
-        let timeout_ms = if buf.is_empty() {
+        let idle = buf.is_empty();
+        let timeout_ms = if idle {
             IDLE_TIMEOUT_MS
         } else {
             READ_TIMEOUT_MS
         };
         let read = boltq_shards::timeout(Duration::from_millis(timeout_ms), conn.read(&mut chunk));
-        match read.await {
-            None if buf.is_empty() => return Ok(None),
+        let outcome = if idle {
+            futures_lite::future::or(read, async {
+                stop.as_mut().await;
+                None
+            })
+            .await
+        } else {
+            read.await
+        };
+        match outcome {
+            None if idle => return Ok(None),
             None => return Err(error(408, "request not received in time")),
             Some(Ok(0)) | Some(Err(_)) => return Ok(None),
             Some(Ok(n)) => buf.extend_from_slice(&chunk[..n]),

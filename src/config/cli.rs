@@ -27,6 +27,10 @@ pub struct CliArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Bind address of both listeners (server.host), e.g. 127.0.0.1.
+    #[arg(long, value_name = "ADDR")]
+    pub host: Option<String>,
+
     /// Data directory (storage.data_dir).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -77,6 +81,9 @@ impl CliArgs {
 
     /// Overrides `config` with every flag that was given.
     pub(super) fn apply(&self, c: &mut Config) {
+        if let Some(host) = &self.host {
+            c.server.host = host.clone();
+        }
         if let Some(dir) = &self.data_dir {
             c.storage.data_dir = dir.clone();
         }

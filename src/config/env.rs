@@ -1,5 +1,5 @@
 //! `BOLTQ_*` environment overrides (spec queue-plane §7, messaging-edge §12.3,
-//! plus ours: `BOLTQ_SHARDS`, `BOLTQ_FSYNC`, `BOLTQ_LOG_LEVEL`).
+//! plus ours: `BOLTQ_HOST`, `BOLTQ_SHARDS`, `BOLTQ_FSYNC`, `BOLTQ_LOG_LEVEL`).
 //!
 //! Rules, and how they differ from v1:
 //! - An unset or empty variable leaves the value unchanged (as in v1).
@@ -123,6 +123,7 @@ pub(super) fn apply(c: &mut Config, lookup: EnvLookup) -> Result<(), ConfigError
     let env = Env { lookup };
 
     // [server]
+    env.string("BOLTQ_HOST", &mut c.server.host);
     if let Some(p) = env.port("BOLTQ_HTTP_PORT")? {
         c.server.http_port = Some(p);
     }

@@ -33,6 +33,37 @@ pub struct Plan {
     pub state: Arc<ServerState>,
 }
 
+/// Refuses settings that ask for a feature this build does not have yet, so that nobody
+/// gets plaintext when they asked for TLS, or a lone node when they asked for a cluster.
+/// Returns the one-line error to print (exit code 2, like any configuration error).
+pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
+    let unbuilt = [
+        (
+            config.server.tls.enabled,
+            "server.tls.enabled = true",
+            "TLS",
+        ),
+        (
+            config.cluster.enabled,
+            "cluster.enabled = true",
+            "clustering",
+        ),
+        (
+            config.messaging.stream.enabled,
+            "messaging.stream.enabled = true",
+            "the messaging plane",
+        ),
+    ];
+    for (on, key, what) in unbuilt {
+        if on {
+            return Err(format!(
+                "config error: {key}: {what} is not available in this build yet (see STATUS.md)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub fn run(config: Config) -> Result<(), ServerError> {
     let cpus = boltq_shards::usable_cpus().map_err(|e| ServerError(e.to_string()))?;
     let shard_count = config.effective_shards(cpus.len());

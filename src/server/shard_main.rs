@@ -35,7 +35,8 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     }));
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let state = Arc::clone(&plan.state);
-        move |conn| admin::http::serve(conn, Arc::clone(&state))
+        let shard = shard.clone();
+        move |conn| admin::http::serve(conn, Arc::clone(&state), shard.shutdown_requested())
     }));
     if plan.state.shard_started() {
         log::info!("ready: {} shards", plan.state.shard_count);

@@ -1,0 +1,186 @@
+//! Starting the real `boltq` binary for end-to-end tests.
+#![allow(dead_code)]
+
+use boltq_io::testutil::TempDir;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_boltq");
+/// How long a server may take to become ready (a cold CI machine is slow).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A port that was free a moment ago (the kernel may hand it out again; tests accept that
+/// small race rather than teach the server to report an ephemeral port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct Server {
+    child: Option<Child>,
+    pub tcp_port: u16,
+    pub http_port: u16,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    _tmp: Option<TempDir>,
+}
+
+impl Server {
+    /// Starts a server on fresh loopback ports and a fresh data dir, with 2 shards, and waits
+    /// until `/readyz` answers 200.
+    pub fn start(extra: &[&str]) -> Server {
+        let tmp = TempDir::new("server");
+        let (tcp, http) = (free_port(), free_port());
+        let data = tmp.path().join("data");
+        let mut args = vec![
+            "--data-dir".to_string(),
+            data.to_str().unwrap().to_string(),
+            "--tcp-port".to_string(),
+            tcp.to_string(),
+            "--http-port".to_string(),
+            http.to_string(),
+            "--shards".to_string(),
+            "2".to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let mut s = Server::start_raw(&refs, tcp, http, &data);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// Starts with exactly `args`; the caller says which ports and data dir they imply.
+    pub fn start_raw(args: &[&str], tcp_port: u16, http_port: u16, data_dir: &Path) -> Server {
+        let log_path = data_dir.with_extension("log");
+        std::fs::create_dir_all(log_path.parent().unwrap()).unwrap();
+        let log = std::fs::File::create(&log_path).unwrap();
+        let child = Command::new(BIN)
+            .args(args)
+            .env("BOLTQ_HOST", "127.0.0.1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn boltq");
+        let server = Server {
+            child: Some(child),
+            tcp_port,
+            http_port,
+            data_dir: data_dir.to_path_buf(),
+            log_path,
+            _tmp: None,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if let Ok((200, _)) = http_get(self.http_port, "/readyz") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "server not ready in {READY_TIMEOUT:?}; log:\n{}",
+            self.log()
+        );
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends `signal` and waits (up to 20 s) for the exit; returns the exit code and log.
+    pub fn stop(mut self, signal: i32) -> (Option<i32>, String) {
+        let mut child = self.child.take().unwrap();
+        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return (status.code(), self.log());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (None, self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs the binary to completion (bounded to 30 s); returns exit code and stderr+stdout.
+pub fn run_to_exit(args: &[&str]) -> (Option<i32>, String) {
+    run_to_exit_env(args, &[])
+}
+
+pub fn run_to_exit_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// A minimal HTTP/1.1 GET; returns status and body.
+pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let status = resp
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {resp:?}")))?;
+    let body = resp.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    Ok((status, body))
+}
