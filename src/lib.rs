@@ -4,4 +4,5 @@
 pub mod admin;
 pub mod config;
 pub mod logger;
+pub mod queue;
 pub mod server;
