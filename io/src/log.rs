@@ -397,6 +397,23 @@ impl Log {
         })
     }
 
+    /// Removes sealed, durable segments that hold only sequences below `seq` (a compaction
+    /// point: the owner keeps a snapshot that covers them). Returns the files to delete. The
+    /// first retained sequence becomes the base of the first remaining segment, which may be
+    /// below `seq`: segments are removed whole, never cut.
+    pub fn truncate_before(&mut self, seq: u64) -> Vec<PathBuf> {
+        let mut removed = Vec::new();
+        while self.segments.len() >= 2
+            && self.segments[0].sealed_durable
+            && self.segments[0].next_seq <= seq
+        {
+            let seg = self.segments.remove(0);
+            removed.push(segment::data_path(&self.dir, seg.base_seq));
+            removed.push(segment::index_path(&self.dir, seg.base_seq));
+        }
+        removed
+    }
+
     /// Removes sealed, durable segments past the retention limits; returns their files for
     /// the caller to delete. The active segment always stays, so `next_seq` never moves.
     pub fn apply_retention(&mut self, now_ns: i64) -> Vec<PathBuf> {

@@ -423,15 +423,29 @@ impl Store {
 
     async fn apply_retention(&self, logs: &[LogRef]) -> io::Result<()> {
         if self.cfg.log.retention_bytes == 0 && self.cfg.log.retention_ms == 0 {
-            return Ok(());
+            return self.remove_pending_files().await;
         }
         let now_ns = now_ns();
         for log in logs {
             let victims = log.log.borrow_mut().apply_retention(now_ns);
             self.pending_removals.borrow_mut().extend(victims);
         }
-        // Reads that start from now on cannot name these files (their segments are gone
-        // from the logs), so once no read is in flight they can be unlinked safely.
+        self.remove_pending_files().await
+    }
+
+    /// Drops whole segments of `log` below `seq` once they are durable (see
+    /// `Log::truncate_before`); the unlinks wait, like retention's, for reads in flight.
+    /// Segments still only in memory or in the journal stay until a checkpoint made them
+    /// durable; calling again after the next checkpoint removes them.
+    pub async fn truncate_before(&self, log: &LogRef, seq: u64) -> io::Result<()> {
+        let victims = log.log.borrow_mut().truncate_before(seq);
+        self.pending_removals.borrow_mut().extend(victims);
+        self.remove_pending_files().await
+    }
+
+    /// Unlinks removed segment files once no read is in flight: reads that start from now
+    /// on cannot name them (their segments are gone from the logs).
+    async fn remove_pending_files(&self) -> io::Result<()> {
         if self.reads_in_flight.get() == 0 {
             let victims: Vec<PathBuf> = self.pending_removals.borrow_mut().drain(..).collect();
             for path in victims {
