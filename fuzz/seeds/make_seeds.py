@@ -60,3 +60,47 @@ for mode in (0, 1):
         out.write(bytes([mode]) + journal + bytes(64))
     with open(f"journal_entry_decode/torn-{mode}", "wb") as out:
         out.write(bytes([mode]) + journal[:-7])
+
+
+# tcp_request: v1 request frames as the Go and Node SDKs send them (spec §10), plus the
+# BoltQ additions. Mode 0 = a pipelined stream of whole frames; mode 1 = command byte then
+# payload, the target writes the header.
+def request(code: int, body: bytes) -> bytes:
+    return struct.pack("<BI", code, len(body)) + body
+
+
+requests = {
+    "go_publish": (0x01, b'{"delay":0,"headers":null,"payload":{"n":1},"priority":0,"topic":"jobs","ttl":0}'),
+    "node_publish": (0x01, b'{"topic":"jobs","payload":"{\\"n\\":1}","headers":{"k":"v"},"delay":5000,"ttl":0,"priority":3}'),
+    "go_publish_topic": (0x02, b'{"headers":null,"payload":[1,"a",null],"priority":0,"topic":"news"}'),
+    "consume": (0x03, b'{"topic":"jobs"}'),
+    "consume_batch": (0x03, b'{"topic":"jobs","wait_ms":500,"max":10}'),
+    "subscribe": (0x03, b'{"durable":true,"id":"s1","topic":"news"}'),
+    "ack": (0x04, b'{"id":"9f86d081884c7d659a2feaa0c55ad015"}'),
+    "nack": (0x05, b'{"id":"9f86d081884c7d659a2feaa0c55ad015"}'),
+    "ping": (0x06, b"{}"),
+    "stats": (0x07, b""),
+    "auth": (0x08, b'{"api_key":"secret"}'),
+    "prefetch": (0x09, b'{"count":10}'),
+    "join": (0x10, b'{"node_id":"n2","addr":"10.0.0.2:9100"}'),
+    "leave": (0x11, b'{"node_id":"n2"}'),
+    "confirm": (0x13, b"{}"),
+    "declare": (0x14, b'{"durable":true,"name":"orders","type":"topic"}'),
+    "delete": (0x15, b'{"name":"orders"}'),
+    "bind": (0x16, b'{"binding_key":"","exchange":"hx","headers":{"a":"b"},"match_all":true,"queue":"q"}'),
+    "unbind": (0x17, b'{"exchange":"ex","queue":"q","binding_key":"a.*"}'),
+    "publish_exchange": (0x18, b'{"exchange":"ex","routing_key":"rk","payload":"{\\"n\\":1}","headers":{},"priority":0}'),
+    "dlq_list": (0x19, b""),
+    "dlq_read": (0x1A, b'{"queue":"orders","offset":0,"limit":10}'),
+    "dlq_requeue": (0x1B, b'{"queue":"orders","limit":5}'),
+    "dlq_purge": (0x1C, b'{"queue":"orders"}'),
+    "escapes": (0x01, b'{"TOPIC":"q","payload":{"s":"\\u00e9\\ud83d\\ude00\\n"},"Headers":{"k":null}}'),
+}
+os.makedirs("tcp_request", exist_ok=True)
+for name, (code, body) in requests.items():
+    with open(f"tcp_request/{name}-0", "wb") as out:
+        out.write(bytes([0]) + request(code, body))
+    with open(f"tcp_request/{name}-1", "wb") as out:
+        out.write(bytes([1, code]) + body)
+with open("tcp_request/pipelined-0", "wb") as out:
+    out.write(bytes([0]) + b"".join(request(c, b) for c, b in requests.values()))

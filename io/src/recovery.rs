@@ -40,7 +40,7 @@ pub async fn recover(data_dir: &Path, cfg: &LogConfig) -> io::Result<RecoveryRep
         for (_, path) in files {
             report.journal_files += 1;
             // Startup only: a plain sequential read is the fastest way to scan a file once.
-            let bytes = std::fs::read(&path)?;
+            let bytes = read_written_prefix(&path)?;
             let stopped = replay_file(&bytes, data_dir, cfg, &mut logs, &mut report).await?;
             replayed_files.push(path.clone());
             for log in logs.values() {
@@ -142,6 +142,39 @@ fn apply_frame(log: &RefCell<Log>, frame: &[u8], report: &mut RecoveryReport) ->
     l.append_frame(view.seq, view.timestamp_ns, frame);
     report.records_replayed += 1;
     Ok(())
+}
+
+/// Reads a journal file up to the end of its written entries: pre-zeroed files are mostly
+/// zeros, and reading them whole would make every restart read `journal_file_bytes` per
+/// shard. Stops at the first zero header; on a damaged entry keeps what was read so the
+/// replay reports the damage.
+fn read_written_prefix(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    const CHUNK_BYTES: usize = 1024 * 1024;
+    let mut file = std::fs::File::open(path)?;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut at = 0usize;
+    loop {
+        match journal_entry::decode_entry(&buf[at..]) {
+            Ok((_, used)) => {
+                at += used;
+                continue;
+            }
+            Err(EntryError::Zero) => {
+                buf.truncate(at + journal_entry::ENTRY_HEADER_BYTES);
+                return Ok(buf);
+            }
+            Err(EntryError::Incomplete) => {}
+            Err(_) => return Ok(buf),
+        }
+        let old = buf.len();
+        buf.resize(old + CHUNK_BYTES, 0);
+        let n = file.read(&mut buf[old..])?;
+        buf.truncate(old + n);
+        if n == 0 {
+            return Ok(buf);
+        }
+    }
 }
 
 fn sorted_dirs(root: &Path) -> io::Result<Vec<PathBuf>> {

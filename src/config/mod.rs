@@ -284,8 +284,11 @@ pub struct QueueConfig {
     /// duration string. Default `"30s"`; must be > 0.
     #[serde(with = "duration::as_string")]
     pub ack_timeout: Duration,
-    /// Messages per priority level per queue (10 levels); the broker rounds it
-    /// up to a power of two. Default 1048576; 1..=2^30.
+    /// Most messages one queue holds (ready, delayed and waiting to retry),
+    /// across all 10 priority levels; a publish beyond it is refused with
+    /// `queue "<q>" is full (capacity N)`. Default 1048576; 1..=2^30.
+    /// v1 applied this per priority level (10× in total) and spilled the
+    /// excess to disk; one limit per queue is what users expect of it.
     pub capacity: u64,
     /// Delay before the first redelivery after a NACK or ack timeout, in ms;
     /// doubles each retry up to `retry_backoff_max_ms`. Default 1000.

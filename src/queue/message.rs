@@ -1,6 +1,7 @@
 //! The queue plane's message record (v1 spec §3.1) and its id.
 
 use bytes::Bytes;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
 
@@ -61,6 +62,22 @@ impl fmt::Debug for MessageId {
     }
 }
 
+/// Ids serialise as their 32 hex digits: readable in JSON snapshots and WAL dumps, and the
+/// same text clients see.
+impl Serialize for MessageId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.to_hex())
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        MessageId::parse(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid message id {text:?}")))
+    }
+}
+
 /// Issues ids on one shard: `[slot, prefix(7 bytes), counter(8 bytes)]`. The prefix is
 /// random per shard start, so two processes (or two shards) never collide.
 pub struct IdGenerator {
@@ -86,13 +103,14 @@ impl IdGenerator {
 
 /// A message as the broker keeps it (v1 spec §3.1). Times are Unix nanoseconds; durations
 /// nanoseconds (v1 wire units).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
     pub id: MessageId,
     /// Queue name (work queue), topic name (pub/sub), or target queue (exchange copy).
     pub topic: String,
     /// The raw JSON text of the payload, validated when the request was parsed, echoed
     /// back verbatim as a JSON value (a string stays a string).
+    #[serde(with = "payload_serde")]
     pub payload: Bytes,
     /// Sorted by key, as v1 (Go maps marshal in key order).
     pub headers: BTreeMap<String, String>,
@@ -122,6 +140,58 @@ impl Message {
     }
 }
 
+/// Serde for the payload bytes. In human-readable formats (JSON snapshots) a UTF-8 payload —
+/// always the case for validated JSON text — is written as a string rather than as an array
+/// of numbers (4× smaller); anything else is written as bytes. Reading accepts a string,
+/// bytes or a sequence of numbers, so either form round-trips.
+mod payload_serde {
+    use bytes::Bytes;
+    use serde::de::{self, SeqAccess, Visitor};
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+
+    pub fn serialize<S: Serializer>(payload: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(payload) {
+            Ok(text) if serializer.is_human_readable() => serializer.serialize_str(text),
+            _ => serializer.serialize_bytes(payload),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Bytes, D::Error> {
+        deserializer.deserialize_any(PayloadVisitor)
+    }
+
+    struct PayloadVisitor;
+
+    impl<'de> Visitor<'de> for PayloadVisitor {
+        type Value = Bytes;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a payload as a string, bytes or a sequence of bytes")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v.as_bytes()))
+        }
+
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Bytes, E> {
+            Ok(Bytes::copy_from_slice(v))
+        }
+
+        fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Bytes, E> {
+            Ok(Bytes::from(v))
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Bytes, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1 << 16));
+            while let Some(b) = seq.next_element::<u8>()? {
+                out.push(b);
+            }
+            Ok(Bytes::from(out))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,10 +205,44 @@ mod tests {
         assert_eq!(a.slot(), 200);
         let hex = a.to_hex();
         assert_eq!(hex.len(), 32);
-        assert!(hex.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        assert!(hex
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
         assert_eq!(MessageId::parse(&hex), Some(a));
         assert_eq!(MessageId::parse(&hex.to_uppercase()), Some(a));
         assert_eq!(MessageId::parse("xyz"), None);
         assert_eq!(MessageId::parse(&"g".repeat(32)), None);
+    }
+
+    #[test]
+    fn message_round_trips_through_json_with_hex_id_and_text_payload() {
+        let mut g = IdGenerator::new([1; 7]);
+        let mut m = Message {
+            id: g.next(3),
+            topic: "jobs".into(),
+            payload: Bytes::from_static(br#"{"n":1}"#),
+            headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            timestamp_ns: 5,
+            retry: 1,
+            max_retry: 5,
+            priority: 12,
+            delay_ns: 0,
+            ttl_ns: 7,
+            deliver_at_ns: 0,
+            expires_at_ns: 12,
+            exchange: String::new(),
+            routing_key: String::new(),
+        };
+        let json = serde_json::to_string(&m).unwrap();
+        assert!(
+            json.contains(&format!("\"id\":\"{}\"", m.id.to_hex())),
+            "{json}"
+        );
+        assert!(json.contains(r#""payload":"{\"n\":1}""#), "{json}");
+        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), m);
+        // Bytes that are not UTF-8 go out as numbers and come back intact.
+        m.payload = Bytes::from_static(&[0xff, 0x00, 0x41]);
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), m);
     }
 }

@@ -3,5 +3,7 @@
 //!
 //! - `protocol/` — pure codecs: frames, request parsing, reply encoding (no I/O).
 
+pub mod broker;
 pub mod message;
 pub mod protocol;
+pub mod server;

@@ -31,6 +31,11 @@ pub struct Plan {
     pub tcp: SharedListener,
     pub http: SharedListener,
     pub state: Arc<ServerState>,
+    pub broker: crate::queue::broker::BrokerConfig,
+    /// `None` when `security.api_key` is empty (auth off).
+    pub api_key: Option<String>,
+    /// Per-process randomness for id and connection prefixes.
+    pub random: u64,
 }
 
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
@@ -54,6 +59,10 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
             "the messaging plane",
         ),
     ];
+    let spill = config.queue.overflow != crate::config::OverflowPolicy::Reject;
+    let unbuilt = unbuilt
+        .into_iter()
+        .chain([(spill, "queue.overflow = \"spill\"", "spilling full queues to disk")]);
     for (on, key, what) in unbuilt {
         if on {
             return Err(format!(
@@ -86,7 +95,13 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     if let Some(s) = &store {
         recover(s)?;
     }
+    let broker = broker_config(&config);
+    broker.validate().map_err(|e| ServerError(format!("queue configuration: {e}")))?;
+    let api_key = Some(config.security.api_key.clone()).filter(|k| !k.is_empty());
     let plan = Arc::new(Plan {
+        broker,
+        api_key,
+        random: process_random(),
         config,
         store,
         tcp,
@@ -116,6 +131,35 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     log::info!("stopped cleanly");
     Ok(())
+}
+
+fn broker_config(config: &Config) -> crate::queue::broker::BrokerConfig {
+    let q = &config.queue;
+    let capacity = q.capacity as usize;
+    crate::queue::broker::BrokerConfig {
+        max_retry: q.max_retry,
+        ack_timeout_ns: q.ack_timeout.as_nanos().min(i64::MAX as u128) as i64,
+        capacity_per_queue: capacity,
+        retry_backoff_base_ns: q.retry_backoff_base_ms as i64 * 1_000_000,
+        retry_backoff_max_ns: q.retry_backoff_max_ms as i64 * 1_000_000,
+        dead_letter_capacity: capacity,
+    }
+}
+
+/// 64 bits that differ between processes: time, pid and the address-space layout mixed.
+/// Used only to keep message ids and connection ids of different runs apart, not for
+/// anything secret.
+fn process_random() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let stack_addr = &t as *const u64 as u64;
+    let mut x = t ^ (u64::from(std::process::id()) << 32) ^ stack_addr.rotate_left(17);
+    // splitmix64 finaliser: spreads the inputs over all bits.
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 fn store_config(config: &Config) -> StoreConfig {

@@ -3,6 +3,8 @@
 
 use super::{Plan, SHUTDOWN_DRAIN_MS};
 use crate::admin;
+use crate::queue::server::mesh::{QueueMsg, QueueReply};
+use crate::queue::server::plane::Plane;
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
 use std::cell::Cell;
@@ -10,8 +12,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Messages between shards. The planes add their variants as they arrive.
-pub enum ShardMsg {}
+/// Messages between shards, one variant family per plane.
+#[derive(Debug)]
+pub enum ShardMsg {
+    Queue(QueueMsg),
+    QueueReply(QueueReply),
+}
 
 pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
     let store = match &plan.store {
@@ -27,11 +33,27 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         }
         None => None,
     };
+    let plane = Plane::start(
+        shard.clone(),
+        store.clone(),
+        plan.broker.clone(),
+        plan.api_key.clone(),
+        plan.random,
+    )
+    .await?;
+    {
+        let plane = Rc::clone(&plane);
+        shard.set_handler(move |_from, incoming| plane.on_mesh(incoming));
+    }
     let tcp = Listener::for_shard(&plan.tcp).map_err(|e| e.to_string())?;
     let http = Listener::for_shard(&plan.http).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
-        move |conn| async move { queue_tcp_placeholder(conn).await }
+        let plane = Rc::clone(&plane);
+        let shard = shard.clone();
+        move |conn| {
+            crate::queue::server::connection::serve(conn, Rc::clone(&plane), shard.shutdown_requested())
+        }
     }));
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let state = Arc::clone(&plan.state);
@@ -95,13 +117,4 @@ async fn drain(live: &Cell<usize>) {
             live.get()
         );
     }
-}
-
-/// The queue plane's protocol is not served yet (queue-plane issue): close at once so a
-/// client fails fast instead of hanging.
-async fn queue_tcp_placeholder(conn: Conn) {
-    if let Ok(peer) = conn.peer_addr() {
-        log::debug!("tcp connection from {peer} closed: queue protocol not available yet");
-    }
-    drop(conn);
 }

@@ -1,0 +1,123 @@
+//! The broker's inputs (commands), replies (outcomes) and side effects.
+//!
+//! A `Command` is every state change, and it is the WAL record: applying the same sequence to
+//! a fresh broker always yields the same state, because every input — including the time —
+//! is inside the command.
+
+use super::ConsumerRef;
+use crate::queue::message::{Message, MessageId};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// Work-queue publish to queue `msg.topic`. The caller has set `deliver_at_ns` /
+    /// `expires_at_ns` from delay/ttl, and `timestamp_ns` is the publish time: it is the
+    /// "now" of this command (a message with `deliver_at_ns > timestamp_ns` is delayed).
+    Publish {
+        msg: Message,
+    },
+    /// Pub/sub publish to topic `msg.topic`: an `Effect::Push` per live subscriber, a backlog
+    /// copy per offline durable subscriber. No subscribers is fine.
+    PublishTopic {
+        msg: Message,
+    },
+    /// Pops up to `max` ready messages (at least 1, at most `CONSUME_MESSAGES_MAX`), which
+    /// become pending with ack deadline `now_ns + ack_timeout_ns`; skips and discards
+    /// messages whose TTL has passed. Creates the queue (at `QUEUES_MAX` queues, an unknown
+    /// name is `Empty` and creates nothing). Runs no timers: the shard ticks first.
+    Consume {
+        queue: String,
+        consumer: ConsumerRef,
+        max: u32,
+        now_ns: i64,
+    },
+    Ack {
+        id: MessageId,
+        now_ns: i64,
+    },
+    /// Negative ack: retry (after backoff) or dead-letter.
+    Nack {
+        id: MessageId,
+        now_ns: i64,
+    },
+    /// Fires every timer due at `now_ns` (at most `TIMERS_PER_TICK_MAX` per tick): promotes
+    /// delayed messages, expires TTLs, retries or dead-letters pending messages past their
+    /// ack deadline.
+    Tick {
+        now_ns: i64,
+    },
+    /// Registers `(topic, sub_id)` live on `consumer`, replacing any previous live
+    /// registration of the pair. `durable` keeps a backlog while it is offline.
+    Subscribe {
+        topic: String,
+        sub_id: String,
+        durable: bool,
+        consumer: ConsumerRef,
+        now_ns: i64,
+    },
+    /// The connection closed: its live subscriptions end (durable ones go offline and start
+    /// backlogging). Its pending messages stay pending until acked or timed out (v1).
+    Disconnect {
+        consumer: ConsumerRef,
+    },
+    /// Every connection is gone: apply once after recovery (and log it), since commands
+    /// replayed from the WAL re-register subscriptions of connections that no longer exist.
+    /// `Broker::restore` does the same to the restored state.
+    DisconnectAll,
+    /// Moves up to `limit` of the oldest dead letters of work queue `queue` back to the tail
+    /// of their level in `queue`, with `retry` reset to 0, as far as capacity allows.
+    DeadLetterRequeue {
+        queue: String,
+        limit: u32,
+        now_ns: i64,
+    },
+    /// Discards every dead letter of work queue `queue`.
+    DeadLetterPurge {
+        queue: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Published,
+    /// At least one message, in delivery order.
+    Delivered(Vec<Message>),
+    Empty,
+    Acked,
+    Nacked,
+    /// The connection sends the `subscribed` reply first, then pushes `catch_up` in order.
+    Subscribed {
+        catch_up: Vec<Message>,
+    },
+    /// How many dead letters left the dead-letter queue (ones whose TTL had passed are then
+    /// discarded, like any expired message).
+    Requeued(u32),
+    Purged(u64),
+    /// `changed`: at least one timer fired.
+    Ticked {
+        changed: bool,
+    },
+    Disconnected,
+    /// Exact client-facing text, e.g. `message <id> not found in pending`.
+    Error(String),
+}
+
+// Effects live for one command and are few; boxing the message would add an allocation per
+// push for no saving.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Deliver `msg` to a live subscriber (at most once; the connection may drop it when its
+    /// buffer is full, as v1 does).
+    Push {
+        to: ConsumerRef,
+        sub_id: String,
+        msg: Message,
+    },
+    /// A message consumed by `consumer` left pending without an ack (ack timeout or TTL):
+    /// the connection releases one prefetch unit (fix of v1 §12 item 6).
+    Released {
+        consumer: ConsumerRef,
+        id: MessageId,
+    },
+}

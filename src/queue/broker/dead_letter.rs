@@ -1,0 +1,85 @@
+//! Dead-letter queues: one FIFO per source work queue, holding messages whose retries ran out.
+//! Keyed by the *source* queue name (the v1 stat key is `<queue>_dead_letter`); a queue that
+//! happens to be named `x_dead_letter` therefore never mixes with the dead letters of `x`.
+//!
+//! Dead letters do not expire (they are kept for an operator to read), and are never
+//! consumed: they can be listed, read, requeued to their source queue, or purged.
+
+use crate::queue::message::Message;
+use std::collections::{BTreeMap, VecDeque};
+
+/// Suffix of the stat key, literally as v1 names dead-letter queues.
+pub const DEAD_LETTER_SUFFIX: &str = "_dead_letter";
+
+pub(super) struct DeadLetters {
+    by_queue: BTreeMap<String, VecDeque<Message>>,
+    capacity_per_queue: usize,
+}
+
+impl DeadLetters {
+    pub fn new(capacity_per_queue: usize) -> DeadLetters {
+        assert!(capacity_per_queue > 0);
+        DeadLetters {
+            by_queue: BTreeMap::new(),
+            capacity_per_queue,
+        }
+    }
+
+    pub fn len(&self, queue: &str) -> usize {
+        self.by_queue.get(queue).map_or(0, VecDeque::len)
+    }
+
+    pub fn has_room(&self, queue: &str) -> bool {
+        self.len(queue) < self.capacity_per_queue
+    }
+
+    pub fn push(&mut self, msg: Message) {
+        assert!(
+            self.has_room(&msg.topic),
+            "dead-letter queue of {:?} is full",
+            msg.topic
+        );
+        self.by_queue
+            .entry(msg.topic.clone())
+            .or_default()
+            .push_back(msg);
+    }
+
+    /// Restores one dead letter; a snapshot taken under a larger capacity may exceed ours.
+    pub fn push_restored(&mut self, msg: Message) {
+        self.by_queue
+            .entry(msg.topic.clone())
+            .or_default()
+            .push_back(msg);
+    }
+
+    /// Oldest first, without removing.
+    pub fn list(&self, queue: &str, offset: usize, limit: usize) -> Vec<Message> {
+        let Some(dlq) = self.by_queue.get(queue) else {
+            return Vec::new();
+        };
+        dlq.iter().skip(offset).take(limit).cloned().collect()
+    }
+
+    /// Removes and returns the `n` oldest dead letters of `queue`.
+    pub fn take_front(&mut self, queue: &str, n: usize) -> Vec<Message> {
+        let Some(dlq) = self.by_queue.get_mut(queue) else {
+            return Vec::new();
+        };
+        let taken: Vec<Message> = dlq.drain(..n.min(dlq.len())).collect();
+        // Empty queues are forgotten, so the map is bounded by the queues that hold any.
+        if dlq.is_empty() {
+            self.by_queue.remove(queue);
+        }
+        taken
+    }
+
+    /// `(source queue, count)` for every non-empty dead-letter queue, by name.
+    pub fn counts(&self) -> impl Iterator<Item = (&String, usize)> {
+        self.by_queue.iter().map(|(q, dlq)| (q, dlq.len()))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &VecDeque<Message>)> {
+        self.by_queue.iter()
+    }
+}

@@ -1,0 +1,71 @@
+//! Cross-structure invariants of a broker, checked after every command by the tests and
+//! once per restore: every held message is counted once in its queue, has exactly one timer
+//! entry when it waits for a time, and has an id no other held message has.
+
+use super::timers::TimerTarget;
+use super::Broker;
+use std::collections::{BTreeMap, HashSet};
+
+impl Broker {
+    /// Checks every cross-structure invariant; O(n). Tests call it after each command.
+    pub fn check_invariants(&self) {
+        let mut held: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut ids = HashSet::new();
+        let mut timers = 0;
+        for (name, queue) in &self.queues {
+            for (key, ready) in queue.iter_ready() {
+                assert_eq!(&ready.msg.topic, name);
+                assert_eq!(key.level(), ready.msg.level());
+                assert_eq!(ready.expiry.is_some(), ready.msg.expires_at_ns != 0);
+                if let Some(t) = ready.expiry {
+                    assert_eq!(t.due_ns, ready.msg.expires_at_ns);
+                    let target = TimerTarget::Ready {
+                        queue: name.clone(),
+                        key: *key,
+                    };
+                    assert_eq!(self.timers.get(&t), Some(&target));
+                    timers += 1;
+                }
+                *held.entry(name).or_default() += 1;
+                assert!(ids.insert(ready.msg.id), "duplicate id {}", ready.msg.id);
+            }
+        }
+        for (t, msg) in self.waiting.iter() {
+            assert_eq!(self.timers.get(t), Some(&TimerTarget::Waiting));
+            timers += 1;
+            *held.entry(&msg.topic).or_default() += 1;
+            assert!(ids.insert(msg.id), "duplicate id {}", msg.id);
+        }
+        for entry in self.pending.iter() {
+            let id = entry.msg.id;
+            assert_eq!(
+                self.timers.get(&entry.timer),
+                Some(&TimerTarget::Pending { id })
+            );
+            timers += 1;
+            *held.entry(&entry.msg.topic).or_default() += 1;
+            assert!(ids.insert(id), "duplicate id {id}");
+        }
+        for (queue, dlq) in self.dead_letters.iter() {
+            assert!(!dlq.is_empty() && self.queues.contains_key(queue));
+            for msg in dlq {
+                assert_eq!(&msg.topic, queue);
+                assert!(ids.insert(msg.id), "duplicate id {}", msg.id);
+            }
+        }
+        assert_eq!(
+            timers,
+            self.timers.len(),
+            "timer index holds entries nothing points at"
+        );
+        assert_eq!(ids, self.ids, "id set out of step");
+        for (name, queue) in &self.queues {
+            assert_eq!(
+                queue.held(),
+                held.get(name.as_str()).copied().unwrap_or(0),
+                "held of {name}"
+            );
+        }
+        self.pubsub.check_invariants();
+    }
+}

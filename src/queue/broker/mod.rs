@@ -1,0 +1,631 @@
+//! The broker of one queue slot: a deterministic, sans-IO state machine (design.md §6).
+//!
+//! Plain structs: no sockets, files, clocks or runtime. Time comes in inside the commands
+//! (Unix ns); `apply(command)` returns the reply and the effects for the shard to carry out.
+//! Applying the same command sequence to a fresh broker always yields the same state: all
+//! maps that are iterated are ordered (`BTreeMap`), and the one hash set (`ids`) is only
+//! ever asked for membership.
+//!
+//! Where the semantics differ from v1 (spec §3, §12) and why:
+//!
+//! - **One capacity per queue** (`capacity_per_queue`), across all ten priority levels. It
+//!   counts every message of the queue the broker holds except dead letters: ready, delayed,
+//!   retry-waiting *and pending*. Counting pending means a NACK or ack timeout never needs a
+//!   new place — the message already holds one — so a requeue can never overflow and can
+//!   never lose the message (v1 lost it: `queue <q> is full during retry`), and the memory a
+//!   queue can hold is bounded by its capacity. A publish to a full queue is rejected with
+//!   `queue "<q>" is full (capacity N)`; nothing spills.
+//! - **Retry backoff**: the n-th retry waits `min(base · 2^(n−1), max)` before it is ready
+//!   again; `retry_backoff_base_ns = 0` requeues at once (v1).
+//! - **Dead-letter queue full**: a message that ran out of retries while its dead-letter
+//!   queue is at `dead_letter_capacity` is not dropped (v1 dropped it silently): it is
+//!   retried again after the maximum backoff (at once when backoff is off), its `retry`
+//!   keeps counting, and `BrokerCounters::dead_letter_overflow` counts it. It keeps its place
+//!   in the source queue's capacity, so memory stays bounded; it reaches the dead-letter
+//!   queue on a later failure once an operator requeues or purges dead letters.
+//! - **TTL** is enforced by the timer index in every state: a ready, delayed or
+//!   retry-waiting message is discarded at the tick after its TTL (v1 left expired ready
+//!   messages in place until a consumer reached them), a pending one leaves pending (v1).
+//!   CONSUME still skips and discards expired messages a tick has not reached yet.
+//! - **Pub/sub** fixes are in `pubsub.rs`; prefetch release is `Effect::Released`.
+//!
+//! Every collection has a named limit: `capacity_per_queue` (messages per queue and per
+//! durable backlog), `dead_letter_capacity`, `QUEUES_MAX`, `TOPICS_MAX`,
+//! `SUBSCRIBERS_PER_TOPIC_MAX`, `CONSUME_MESSAGES_MAX`, `TIMERS_PER_TICK_MAX`,
+//! `DEAD_LETTER_REQUEUE_MAX`, `DEAD_LETTER_LIST_MAX`. Pending messages are bounded by
+//! their queues' capacities.
+
+mod command;
+mod dead_letter;
+pub mod exchange;
+mod invariants;
+mod pending;
+mod pubsub;
+mod queue;
+mod snapshot;
+mod stats;
+mod timers;
+mod waiting;
+
+#[cfg(test)]
+mod tests;
+
+pub use command::{Command, Effect, Outcome};
+pub use dead_letter::DEAD_LETTER_SUFFIX;
+pub use pubsub::{SUBSCRIBERS_PER_TOPIC_MAX, TOPICS_MAX};
+pub use queue::{ReadyKey, PRIORITY_LEVELS};
+pub use snapshot::{
+    BrokerSnapshot, DeadLetterSnapshot, DurableSnapshot, PendingSnapshot, QueueSnapshot,
+    ReadySnapshot, WaitingSnapshot, BROKER_SNAPSHOT_VERSION,
+};
+pub use stats::{BrokerCounters, BrokerStats};
+pub use timers::TimerKey;
+
+use crate::queue::message::{Message, MessageId};
+use dead_letter::DeadLetters;
+use pending::{Pending, PendingEntry};
+use pubsub::PubSub;
+use queue::{Ready, WorkQueue};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
+use timers::{TimerTarget, Timers};
+use waiting::Waiting;
+
+/// Work queues one broker (slot) holds. Queues are created by publish and consume and kept
+/// (v1 shows a polled queue in stats with 0), so this bounds the names a client can create.
+pub const QUEUES_MAX: usize = 65_536;
+/// Messages one CONSUME can return.
+pub const CONSUME_MESSAGES_MAX: u32 = 1_024;
+/// Timers one tick fires; a tick that stops here reports `changed` and leaves
+/// `next_deadline_ns() <= now`, so the shard ticks again without starving its other work.
+pub const TIMERS_PER_TICK_MAX: usize = 65_536;
+/// Dead letters one requeue command moves.
+pub const DEAD_LETTER_REQUEUE_MAX: u32 = 65_536;
+/// Dead letters one `dead_letters` read returns.
+pub const DEAD_LETTER_LIST_MAX: usize = 1_000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerConfig {
+    /// What the caller stamps on new messages as `max_retry`. The broker honours each
+    /// message's own `max_retry` (v1: fixed at publish), so a config change never rewrites
+    /// messages already held.
+    pub max_retry: u32,
+    /// Time a consumer has to ACK before the message is retried. > 0.
+    pub ack_timeout_ns: i64,
+    /// Messages one work queue (or one durable backlog) holds; see the module docs. ≥ 1.
+    pub capacity_per_queue: usize,
+    /// First retry delay; 0 = retry at once (v1). ≥ 0.
+    pub retry_backoff_base_ns: i64,
+    /// Largest retry delay; ≥ base when base > 0.
+    pub retry_backoff_max_ns: i64,
+    /// Dead letters kept per source queue. ≥ 1.
+    pub dead_letter_capacity: usize,
+}
+
+impl Default for BrokerConfig {
+    /// v1's defaults (5 retries, 30 s, 2^20 messages) with the config file's default backoff.
+    fn default() -> Self {
+        BrokerConfig {
+            max_retry: 5,
+            ack_timeout_ns: 30_000_000_000,
+            capacity_per_queue: 1 << 20,
+            retry_backoff_base_ns: 1_000_000_000,
+            retry_backoff_max_ns: 30_000_000_000,
+            dead_letter_capacity: 1 << 20,
+        }
+    }
+}
+
+impl BrokerConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.ack_timeout_ns <= 0 {
+            return Err(format!(
+                "ack_timeout_ns must be > 0, not {}",
+                self.ack_timeout_ns
+            ));
+        }
+        if self.capacity_per_queue == 0 || self.dead_letter_capacity == 0 {
+            return Err("capacity_per_queue and dead_letter_capacity must be ≥ 1".into());
+        }
+        if self.retry_backoff_base_ns < 0 {
+            return Err(format!(
+                "retry_backoff_base_ns must be ≥ 0, not {}",
+                self.retry_backoff_base_ns
+            ));
+        }
+        if self.retry_backoff_base_ns > 0 && self.retry_backoff_max_ns < self.retry_backoff_base_ns
+        {
+            return Err("retry_backoff_max_ns must be ≥ retry_backoff_base_ns".into());
+        }
+        Ok(())
+    }
+
+    /// Delay before the `retry`-th retry: `min(base · 2^(retry−1), max)`, 0 when backoff is off.
+    pub fn retry_backoff_ns(&self, retry: u32) -> i64 {
+        if self.retry_backoff_base_ns == 0 || retry == 0 {
+            return 0;
+        }
+        // 2^62 already exceeds any i64 delay; saturate instead of overflowing.
+        let doublings = (retry - 1).min(62);
+        let delay_ns = self.retry_backoff_base_ns.checked_mul(1i64 << doublings);
+        delay_ns.unwrap_or(i64::MAX).min(self.retry_backoff_max_ns)
+    }
+
+    /// Delay before a message whose dead-letter queue was full is retried again.
+    fn dead_letter_overflow_delay_ns(&self) -> i64 {
+        if self.retry_backoff_base_ns == 0 {
+            0
+        } else {
+            self.retry_backoff_max_ns
+        }
+    }
+}
+
+/// Who consumed / subscribed: opaque to the broker, handed back in effects.
+#[derive(
+    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, serde::Serialize, serde::Deserialize,
+)]
+pub struct ConsumerRef {
+    pub shard: u16,
+    pub conn: u64,
+}
+
+pub struct Broker {
+    cfg: BrokerConfig,
+    queues: BTreeMap<String, WorkQueue>,
+    waiting: Waiting,
+    pending: Pending,
+    dead_letters: DeadLetters,
+    pubsub: PubSub,
+    timers: Timers,
+    /// Ids of every work-queue message held (any state, dead letters included): ids are
+    /// unique within a broker, which ACK/NACK by id rely on.
+    ids: HashSet<MessageId>,
+    counters: BrokerCounters,
+}
+
+/// `queue "<q>" is full (capacity N)`.
+pub fn queue_full_error(queue: &str, capacity: usize) -> String {
+    format!("queue \"{queue}\" is full (capacity {capacity})")
+}
+
+/// `message <id> not found in pending` (v1 text).
+pub fn not_pending_error(id: &MessageId) -> String {
+    format!("message {id} not found in pending")
+}
+
+impl Broker {
+    pub fn new(cfg: BrokerConfig) -> Broker {
+        if let Err(e) = cfg.validate() {
+            panic!("invalid broker config: {e}");
+        }
+        Broker {
+            dead_letters: DeadLetters::new(cfg.dead_letter_capacity),
+            cfg,
+            queues: BTreeMap::new(),
+            waiting: Waiting::default(),
+            pending: Pending::default(),
+            pubsub: PubSub::default(),
+            timers: Timers::default(),
+            ids: HashSet::new(),
+            counters: BrokerCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.cfg
+    }
+
+    pub fn apply(&mut self, cmd: &Command) -> (Outcome, Vec<Effect>) {
+        let mut effects = Vec::new();
+        let outcome = match cmd {
+            Command::Publish { msg } => self.publish(msg),
+            Command::PublishTopic { msg } => self.publish_topic(msg, &mut effects),
+            Command::Consume {
+                queue,
+                consumer,
+                max,
+                now_ns,
+            } => self.consume(queue, *consumer, *max, *now_ns),
+            Command::Ack { id, now_ns: _ } => self.ack(id),
+            Command::Nack { id, now_ns } => self.nack(id, *now_ns),
+            Command::Tick { now_ns } => self.tick(*now_ns, &mut effects),
+            Command::Subscribe {
+                topic,
+                sub_id,
+                durable,
+                consumer,
+                now_ns: _,
+            } => self.subscribe(topic, sub_id, *durable, *consumer),
+            Command::Disconnect { consumer } => {
+                self.pubsub.disconnect(*consumer);
+                Outcome::Disconnected
+            }
+            Command::DisconnectAll => {
+                self.pubsub.disconnect_all();
+                Outcome::Disconnected
+            }
+            Command::DeadLetterRequeue {
+                queue,
+                limit,
+                now_ns,
+            } => self.dead_letter_requeue(queue, *limit, *now_ns),
+            Command::DeadLetterPurge { queue } => self.dead_letter_purge(queue),
+        };
+        (outcome, effects)
+    }
+
+    /// When the next tick would change something (`None`: nothing is waiting for a time).
+    pub fn next_deadline_ns(&self) -> Option<i64> {
+        self.timers.next_due_ns()
+    }
+
+    fn publish(&mut self, msg: &Message) -> Outcome {
+        if msg.topic.is_empty() {
+            return Outcome::Error("topic is required".into());
+        }
+        if self.ids.contains(&msg.id) {
+            return Outcome::Error(format!("message {} already exists", msg.id));
+        }
+        let capacity = self.cfg.capacity_per_queue;
+        let queue = match queue_or_create(&mut self.queues, &msg.topic) {
+            Ok(queue) => queue,
+            Err(e) => return Outcome::Error(e),
+        };
+        if queue.held() >= capacity {
+            self.counters.rejected_full += 1;
+            return Outcome::Error(queue_full_error(&msg.topic, capacity));
+        }
+        queue.hold();
+        self.ids.insert(msg.id);
+        self.counters.published += 1;
+        let publish_ns = msg.timestamp_ns;
+        if msg.deliver_at_ns > publish_ns && !msg.is_expired(publish_ns) {
+            self.wait(msg.clone(), msg.deliver_at_ns);
+        } else {
+            self.enqueue_ready(msg.clone(), publish_ns);
+        }
+        Outcome::Published
+    }
+
+    fn publish_topic(&mut self, msg: &Message, effects: &mut Vec<Effect>) -> Outcome {
+        if msg.topic.is_empty() {
+            return Outcome::Error("topic is required".into());
+        }
+        let pushes_before = effects.len();
+        let dropped = self
+            .pubsub
+            .publish(msg, self.cfg.capacity_per_queue, effects);
+        self.counters.published_topic += 1;
+        self.counters.pushed += (effects.len() - pushes_before) as u64;
+        self.counters.backlog_dropped += dropped;
+        Outcome::Published
+    }
+
+    fn consume(&mut self, queue: &str, consumer: ConsumerRef, max: u32, now_ns: i64) -> Outcome {
+        if queue.is_empty() {
+            return Outcome::Error("topic is required".into());
+        }
+        // At the queue limit, polling a new name has nothing to deliver and creates nothing.
+        if queue_or_create(&mut self.queues, queue).is_err() {
+            return Outcome::Empty;
+        }
+        let want = max.clamp(1, CONSUME_MESSAGES_MAX) as usize;
+        let mut delivered = Vec::new();
+        while delivered.len() < want {
+            let Some(msg) = self.pop_ready(queue) else {
+                break;
+            };
+            if msg.is_expired(now_ns) {
+                self.discard_expired(&msg);
+                continue;
+            }
+            self.make_pending(msg.clone(), consumer, now_ns);
+            delivered.push(msg);
+        }
+        self.counters.consumed += delivered.len() as u64;
+        if delivered.is_empty() {
+            Outcome::Empty
+        } else {
+            Outcome::Delivered(delivered)
+        }
+    }
+
+    fn pop_ready(&mut self, queue: &str) -> Option<Message> {
+        let (_, ready) = self.queues.get_mut(queue)?.pop_first()?;
+        if let Some(expiry) = ready.expiry {
+            self.timers.cancel(expiry);
+        }
+        Some(ready.msg)
+    }
+
+    fn make_pending(&mut self, msg: Message, consumer: ConsumerRef, now_ns: i64) {
+        let ack_deadline_ns = now_ns.saturating_add(self.cfg.ack_timeout_ns);
+        let due_ns = PendingEntry::due_ns(&msg, ack_deadline_ns);
+        let timer = self
+            .timers
+            .schedule(due_ns, TimerTarget::Pending { id: msg.id });
+        self.pending.insert(PendingEntry {
+            msg,
+            consumer,
+            ack_deadline_ns,
+            timer,
+        });
+    }
+
+    fn ack(&mut self, id: &MessageId) -> Outcome {
+        let Some(entry) = self.pending.remove(id) else {
+            return Outcome::Error(not_pending_error(id));
+        };
+        self.timers.cancel(entry.timer);
+        self.forget(&entry.msg);
+        self.counters.acked += 1;
+        Outcome::Acked
+    }
+
+    fn nack(&mut self, id: &MessageId, now_ns: i64) -> Outcome {
+        let Some(entry) = self.pending.remove(id) else {
+            return Outcome::Error(not_pending_error(id));
+        };
+        self.timers.cancel(entry.timer);
+        self.counters.nacked += 1;
+        self.retry_or_dead_letter(entry.msg, now_ns);
+        Outcome::Nacked
+    }
+
+    fn tick(&mut self, now_ns: i64, effects: &mut Vec<Effect>) -> Outcome {
+        let mut fired = 0;
+        while fired < TIMERS_PER_TICK_MAX {
+            let Some((key, target)) = self.timers.pop_due(now_ns) else {
+                break;
+            };
+            fired += 1;
+            self.fire(key, target, now_ns, effects);
+        }
+        Outcome::Ticked { changed: fired > 0 }
+    }
+
+    fn fire(&mut self, key: TimerKey, target: TimerTarget, now_ns: i64, effects: &mut Vec<Effect>) {
+        match target {
+            TimerTarget::Waiting => {
+                // Discarded instead if its TTL has passed.
+                let msg = self.waiting.remove(&key);
+                self.enqueue_ready(msg, now_ns);
+            }
+            TimerTarget::Ready {
+                queue,
+                key: ready_key,
+            } => {
+                let queue = self
+                    .queues
+                    .get_mut(&queue)
+                    .expect("a timed ready message's queue");
+                let ready = queue
+                    .remove(&ready_key)
+                    .expect("a timed ready message is ready");
+                assert_eq!(ready.expiry, Some(key));
+                assert!(
+                    ready.msg.is_expired(now_ns),
+                    "ready expiry fired before the TTL"
+                );
+                self.discard_expired(&ready.msg);
+            }
+            TimerTarget::Pending { id } => {
+                let entry = self
+                    .pending
+                    .remove(&id)
+                    .expect("a timed pending message is pending");
+                assert_eq!(entry.timer, key);
+                effects.push(Effect::Released {
+                    consumer: entry.consumer,
+                    id,
+                });
+                if entry.msg.is_expired(now_ns) {
+                    self.discard_expired(&entry.msg);
+                } else {
+                    self.counters.ack_timeouts += 1;
+                    self.retry_or_dead_letter(entry.msg, now_ns);
+                }
+            }
+        }
+    }
+
+    /// The NACK / ack-timeout path (v1 §3.6) with backoff. The message keeps the place it
+    /// holds in its queue's capacity unless it is dead-lettered.
+    fn retry_or_dead_letter(&mut self, mut msg: Message, now_ns: i64) {
+        msg.retry = msg.retry.saturating_add(1);
+        let delay_ns = if msg.retry <= msg.max_retry {
+            self.counters.retried += 1;
+            self.cfg.retry_backoff_ns(msg.retry)
+        } else if self.dead_letters.has_room(&msg.topic) {
+            self.queue_mut(&msg.topic).release();
+            self.counters.dead_lettered += 1;
+            self.dead_letters.push(msg);
+            return;
+        } else {
+            self.counters.dead_letter_overflow += 1;
+            self.cfg.dead_letter_overflow_delay_ns()
+        };
+        if delay_ns == 0 {
+            self.enqueue_ready(msg, now_ns);
+        } else {
+            self.wait(msg, now_ns.saturating_add(delay_ns));
+        }
+    }
+
+    /// Puts a held message at the tail of its level, or discards it if its TTL has passed.
+    fn enqueue_ready(&mut self, msg: Message, now_ns: i64) {
+        if msg.is_expired(now_ns) {
+            self.discard_expired(&msg);
+            return;
+        }
+        let queue = self
+            .queues
+            .get_mut(&msg.topic)
+            .expect("a held message's queue exists");
+        let key = queue.next_key(msg.level());
+        let expiry = (msg.expires_at_ns != 0).then(|| {
+            let target = TimerTarget::Ready {
+                queue: msg.topic.clone(),
+                key,
+            };
+            self.timers.schedule(msg.expires_at_ns, target)
+        });
+        queue.insert(key, Ready { msg, expiry });
+    }
+
+    /// Parks a held message until `wake_ns` (delay or backoff).
+    fn wait(&mut self, msg: Message, wake_ns: i64) {
+        let timer = self
+            .timers
+            .schedule(Waiting::due_ns(&msg, wake_ns), TimerTarget::Waiting);
+        self.waiting.insert(timer, msg);
+    }
+
+    fn discard_expired(&mut self, msg: &Message) {
+        self.counters.expired += 1;
+        self.forget(msg);
+    }
+
+    /// The message leaves the broker: its queue's place and its id are freed.
+    fn forget(&mut self, msg: &Message) {
+        self.queue_mut(&msg.topic).release();
+        let known = self.ids.remove(&msg.id);
+        assert!(known, "message {} was not held", msg.id);
+    }
+
+    fn queue_mut(&mut self, queue: &str) -> &mut WorkQueue {
+        self.queues
+            .get_mut(queue)
+            .expect("a held message's queue exists")
+    }
+
+    fn subscribe(
+        &mut self,
+        topic: &str,
+        sub_id: &str,
+        durable: bool,
+        consumer: ConsumerRef,
+    ) -> Outcome {
+        if topic.is_empty() {
+            return Outcome::Error("topic is required".into());
+        }
+        if sub_id.is_empty() {
+            return Outcome::Error("id is required".into());
+        }
+        match self.pubsub.subscribe(topic, sub_id, durable, consumer) {
+            Ok(catch_up) => Outcome::Subscribed { catch_up },
+            Err(e) => Outcome::Error(e),
+        }
+    }
+
+    fn dead_letter_requeue(&mut self, queue: &str, limit: u32, now_ns: i64) -> Outcome {
+        let available = self.dead_letters.len(queue);
+        if available == 0 || limit == 0 {
+            return Outcome::Requeued(0);
+        }
+        let capacity = self.cfg.capacity_per_queue;
+        let held = self
+            .queues
+            .get(queue)
+            .expect("a dead-letter queue's source queue exists")
+            .held();
+        let room = capacity.saturating_sub(held);
+        if room == 0 {
+            return Outcome::Error(queue_full_error(queue, capacity));
+        }
+        let n = (limit.min(DEAD_LETTER_REQUEUE_MAX) as usize)
+            .min(available)
+            .min(room);
+        for mut msg in self.dead_letters.take_front(queue, n) {
+            msg.retry = 0;
+            self.queue_mut(queue).hold();
+            self.enqueue_ready(msg, now_ns);
+        }
+        self.counters.dead_letters_requeued += n as u64;
+        Outcome::Requeued(n as u32)
+    }
+
+    fn dead_letter_purge(&mut self, queue: &str) -> Outcome {
+        let purged = self.dead_letters.take_front(queue, usize::MAX);
+        for msg in &purged {
+            let known = self.ids.remove(&msg.id);
+            assert!(known, "dead letter {} was not held", msg.id);
+        }
+        self.counters.dead_letters_purged += purged.len() as u64;
+        Outcome::Purged(purged.len() as u64)
+    }
+
+    pub fn stats(&self) -> BrokerStats {
+        let mut stats = BrokerStats {
+            pending_count: self.pending.len() as u64,
+            delayed_count: self.waiting.len() as u64,
+            ..BrokerStats::default()
+        };
+        for (name, queue) in &self.queues {
+            stats.queues.insert(name.clone(), queue.ready_len() as u64);
+        }
+        for (topic, sub_id, sub) in self.pubsub.durable() {
+            *stats.queues.entry(format!("{topic}:{sub_id}")).or_insert(0) +=
+                sub.backlog.len() as u64;
+        }
+        for (topic, n) in self.pubsub.topic_counts() {
+            stats.topics.insert(topic.clone(), n as u64);
+        }
+        for (queue, n) in self.dead_letters.counts() {
+            stats
+                .dead_letters
+                .insert(format!("{queue}{DEAD_LETTER_SUFFIX}"), n as u64);
+        }
+        stats
+    }
+
+    pub fn counters(&self) -> BrokerCounters {
+        self.counters
+    }
+
+    /// `(source queue, dead letters)` for every queue that has any, by name. The v1 stat key
+    /// of each is `<queue>_dead_letter`.
+    pub fn dead_letter_queues(&self) -> Vec<(String, u64)> {
+        self.dead_letters
+            .counts()
+            .map(|(q, n)| (q.clone(), n as u64))
+            .collect()
+    }
+
+    /// Dead letters of work queue `queue`, oldest first, without removing them; `limit` is
+    /// capped at `DEAD_LETTER_LIST_MAX`.
+    pub fn dead_letters(&self, queue: &str, offset: usize, limit: usize) -> Vec<Message> {
+        self.dead_letters
+            .list(queue, offset, limit.min(DEAD_LETTER_LIST_MAX))
+    }
+
+    /// Messages `queue` holds against its capacity (ready + delayed + retry-waiting +
+    /// pending); `None` if the queue does not exist.
+    pub fn queue_held(&self, queue: &str) -> Option<usize> {
+        self.queues.get(queue).map(WorkQueue::held)
+    }
+}
+
+/// A summary: the full state is `snapshot()`.
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("stats", &self.stats())
+            .field("next_deadline_ns", &self.next_deadline_ns())
+            .finish()
+    }
+}
+
+fn queue_or_create<'a>(
+    queues: &'a mut BTreeMap<String, WorkQueue>,
+    name: &str,
+) -> Result<&'a mut WorkQueue, String> {
+    if !queues.contains_key(name) {
+        if queues.len() >= QUEUES_MAX {
+            return Err(format!("too many queues (limit {QUEUES_MAX})"));
+        }
+        queues.insert(name.to_string(), WorkQueue::default());
+    }
+    Ok(queues.get_mut(name).expect("just ensured"))
+}

@@ -1,0 +1,131 @@
+//! One work queue: its ready messages and the count of everything it holds.
+//!
+//! Ready messages are ordered by `(rank, seq)`: `rank = 9 - level`, so the highest priority
+//! level comes first, and `seq` is the queue's enqueue counter, so each level is FIFO and a
+//! requeued message goes to the tail of its level.
+//!
+//! Why a `BTreeMap` and not ten `VecDeque`s: a ready message whose TTL passes is removed at
+//! the next tick (so expired messages neither hold capacity nor memory), which needs removal
+//! from the middle by key. A B-tree does that in O(log n) with no tombstones, grows node by
+//! node as messages arrive (nothing is allocated for an empty queue or an unused level), and
+//! shrinks as they leave — memory stays proportional to the messages actually held.
+
+use super::timers::TimerKey;
+use crate::queue::message::Message;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Number of priority levels (v1: 0..=9, higher first).
+pub const PRIORITY_LEVELS: usize = 10;
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub struct ReadyKey {
+    /// `9 - level`: the smallest rank is served first.
+    pub rank: u8,
+    pub seq: u64,
+}
+
+impl ReadyKey {
+    pub fn level(&self) -> usize {
+        PRIORITY_LEVELS - 1 - self.rank as usize
+    }
+}
+
+#[derive(Clone, Debug)]
+pub(super) struct Ready {
+    pub msg: Message,
+    /// The TTL entry in the timer index, when the message has a TTL.
+    pub expiry: Option<TimerKey>,
+}
+
+#[derive(Default)]
+pub(super) struct WorkQueue {
+    ready: BTreeMap<ReadyKey, Ready>,
+    next_seq: u64,
+    /// Messages of this queue the broker holds in any state but dead-lettered: ready,
+    /// delayed, retry-waiting and pending. This is what the capacity limits (see the module
+    /// docs of `broker`).
+    held: usize,
+}
+
+impl WorkQueue {
+    /// The key the next message of `level` will take; call `insert` with it.
+    pub fn next_key(&mut self, level: usize) -> ReadyKey {
+        assert!(level < PRIORITY_LEVELS, "level {level} out of range");
+        let key = ReadyKey {
+            rank: (PRIORITY_LEVELS - 1 - level) as u8,
+            seq: self.next_seq,
+        };
+        self.next_seq += 1;
+        key
+    }
+
+    pub fn insert(&mut self, key: ReadyKey, ready: Ready) {
+        assert_eq!(
+            key.level(),
+            ready.msg.level(),
+            "message queued at the wrong level"
+        );
+        assert!(
+            key.seq < self.next_seq,
+            "ready key {key:?} was not issued by this queue"
+        );
+        assert!(
+            self.ready.len() < self.held,
+            "a ready message must already be held"
+        );
+        let previous = self.ready.insert(key, ready);
+        assert!(previous.is_none(), "ready key {key:?} used twice");
+    }
+
+    /// The next message to deliver: highest level first, FIFO within the level.
+    pub fn pop_first(&mut self) -> Option<(ReadyKey, Ready)> {
+        self.ready.pop_first()
+    }
+
+    pub fn remove(&mut self, key: &ReadyKey) -> Option<Ready> {
+        self.ready.remove(key)
+    }
+
+    pub fn contains_key(&self, key: &ReadyKey) -> bool {
+        self.ready.contains_key(key)
+    }
+
+    pub fn ready_len(&self) -> usize {
+        self.ready.len()
+    }
+
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    pub fn hold(&mut self) {
+        self.held += 1;
+    }
+
+    pub fn release(&mut self) {
+        assert!(
+            self.held > self.ready.len(),
+            "released a message the queue does not hold"
+        );
+        self.held -= 1;
+    }
+
+    pub fn iter_ready(&self) -> impl Iterator<Item = (&ReadyKey, &Ready)> {
+        self.ready.iter()
+    }
+
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// An empty queue that continues numbering at `next_seq` (snapshot restore); `held` is
+    /// rebuilt by the caller as it restores each message.
+    pub fn restored(next_seq: u64) -> WorkQueue {
+        WorkQueue {
+            ready: BTreeMap::new(),
+            next_seq,
+            held: 0,
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! A broker's whole durable state as one serde value, for WAL compaction and Raft snapshots.
+//!
+//! It keeps the exact timer keys and enqueue counters, so a restored broker is
+//! indistinguishable from the original: same delivery order, same timer firing order, same
+//! future keys (the determinism test checks `restore(snapshot()) + commands` against the
+//! original). Live subscriptions are not kept — their connections are gone — so restoring is
+//! equivalent to the original followed by `Command::DisconnectAll`. Counters are process
+//! metrics and start again from zero.
+
+use super::pending::PendingEntry;
+use super::queue::{Ready, ReadyKey, WorkQueue};
+use super::timers::{TimerKey, TimerTarget, Timers};
+use super::{queue_or_create, Broker, BrokerConfig, ConsumerRef};
+use crate::queue::message::Message;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+pub const BROKER_SNAPSHOT_VERSION: u32 = 1;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BrokerSnapshot {
+    pub version: u32,
+    pub next_timer_seq: u64,
+    /// Every work queue, including empty ones (v1 keeps polled queues in stats).
+    pub queues: Vec<QueueSnapshot>,
+    pub waiting: Vec<WaitingSnapshot>,
+    pub pending: Vec<PendingSnapshot>,
+    pub dead_letters: Vec<DeadLetterSnapshot>,
+    pub durable_subscriptions: Vec<DurableSnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueSnapshot {
+    pub name: String,
+    pub next_seq: u64,
+    /// In delivery order.
+    pub ready: Vec<ReadySnapshot>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReadySnapshot {
+    pub key: ReadyKey,
+    pub expiry: Option<TimerKey>,
+    pub msg: Message,
+}
+
+/// A delayed or retry-waiting message; it becomes ready when `timer` fires (or is discarded
+/// then if its TTL has passed).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WaitingSnapshot {
+    pub timer: TimerKey,
+    pub msg: Message,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PendingSnapshot {
+    pub consumer: ConsumerRef,
+    pub ack_deadline_ns: i64,
+    pub timer: TimerKey,
+    pub msg: Message,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetterSnapshot {
+    /// The source work queue.
+    pub queue: String,
+    /// Oldest first.
+    pub messages: Vec<Message>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DurableSnapshot {
+    pub topic: String,
+    pub sub_id: String,
+    /// Oldest first.
+    pub backlog: Vec<Message>,
+}
+
+impl Broker {
+    pub fn snapshot(&self) -> BrokerSnapshot {
+        BrokerSnapshot {
+            version: BROKER_SNAPSHOT_VERSION,
+            next_timer_seq: self.timers.next_seq(),
+            queues: self
+                .queues
+                .iter()
+                .map(|(name, q)| queue_snapshot(name, q))
+                .collect(),
+            waiting: self
+                .waiting
+                .iter()
+                .map(|(timer, msg)| WaitingSnapshot {
+                    timer: *timer,
+                    msg: msg.clone(),
+                })
+                .collect(),
+            pending: self.pending.iter().map(pending_snapshot).collect(),
+            dead_letters: self
+                .dead_letters
+                .iter()
+                .map(|(queue, dlq)| DeadLetterSnapshot {
+                    queue: queue.clone(),
+                    messages: dlq.iter().cloned().collect(),
+                })
+                .collect(),
+            durable_subscriptions: self
+                .pubsub
+                .durable()
+                .map(|(topic, sub_id, sub)| DurableSnapshot {
+                    topic: topic.clone(),
+                    sub_id: sub_id.clone(),
+                    backlog: sub.backlog.iter().cloned().collect(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Restores a snapshot this code wrote; panics if it is inconsistent (use `try_restore`
+    /// for snapshots that may not be).
+    pub fn restore(snapshot: BrokerSnapshot, cfg: BrokerConfig) -> Broker {
+        Broker::try_restore(snapshot, cfg)
+            .unwrap_or_else(|e| panic!("invalid broker snapshot: {e}"))
+    }
+
+    /// Restores a snapshot, checking every invariant the broker relies on (unique ids and
+    /// timer keys, levels, deadlines). A snapshot taken under a larger capacity may hold more
+    /// than `cfg` allows; publishes are then refused until the queue drains.
+    pub fn try_restore(snapshot: BrokerSnapshot, cfg: BrokerConfig) -> Result<Broker, String> {
+        if snapshot.version != BROKER_SNAPSHOT_VERSION {
+            return Err(format!(
+                "snapshot version {} (want {BROKER_SNAPSHOT_VERSION})",
+                snapshot.version
+            ));
+        }
+        cfg.validate()?;
+        let mut broker = Broker::new(cfg);
+        broker.timers = Timers::restored(snapshot.next_timer_seq);
+        for q in snapshot.queues {
+            broker.restore_queue(q)?;
+        }
+        for w in snapshot.waiting {
+            broker.restore_held(&w.msg)?;
+            broker
+                .timers
+                .insert_restored(w.timer, TimerTarget::Waiting)?;
+            broker.waiting.insert(w.timer, w.msg);
+        }
+        for p in snapshot.pending {
+            broker.restore_pending(p)?;
+        }
+        for d in snapshot.dead_letters {
+            broker.restore_dead_letters(d)?;
+        }
+        for s in snapshot.durable_subscriptions {
+            broker.restore_durable(s)?;
+        }
+        broker.check_invariants();
+        Ok(broker)
+    }
+
+    fn restore_queue(&mut self, q: QueueSnapshot) -> Result<(), String> {
+        if q.name.is_empty() || self.queues.contains_key(&q.name) {
+            return Err(format!(
+                "queue {:?} is empty-named or appears twice",
+                q.name
+            ));
+        }
+        let mut queue = WorkQueue::restored(q.next_seq);
+        for r in q.ready {
+            check_ready(&q.name, q.next_seq, &r)?;
+            if queue.contains_key(&r.key) {
+                return Err(format!(
+                    "ready key {:?} of {:?} appears twice",
+                    r.key, q.name
+                ));
+            }
+            if !self.ids.insert(r.msg.id) {
+                return Err(format!("message {} appears twice", r.msg.id));
+            }
+            if let Some(expiry) = r.expiry {
+                let target = TimerTarget::Ready {
+                    queue: q.name.clone(),
+                    key: r.key,
+                };
+                self.timers.insert_restored(expiry, target)?;
+            }
+            queue.hold();
+            queue.insert(
+                r.key,
+                Ready {
+                    msg: r.msg,
+                    expiry: r.expiry,
+                },
+            );
+        }
+        self.queues.insert(q.name, queue);
+        Ok(())
+    }
+
+    /// Counts a restored waiting or pending message in its queue and the id set.
+    fn restore_held(&mut self, msg: &Message) -> Result<(), String> {
+        if msg.topic.is_empty() {
+            return Err(format!("message {} has no queue", msg.id));
+        }
+        if !self.ids.insert(msg.id) {
+            return Err(format!("message {} appears twice", msg.id));
+        }
+        queue_or_create(&mut self.queues, &msg.topic)?.hold();
+        Ok(())
+    }
+
+    fn restore_pending(&mut self, p: PendingSnapshot) -> Result<(), String> {
+        if p.timer.due_ns != PendingEntry::due_ns(&p.msg, p.ack_deadline_ns) {
+            return Err(format!(
+                "pending {} has timer {:?} off its deadline",
+                p.msg.id, p.timer
+            ));
+        }
+        self.restore_held(&p.msg)?;
+        self.timers
+            .insert_restored(p.timer, TimerTarget::Pending { id: p.msg.id })?;
+        let PendingSnapshot {
+            consumer,
+            ack_deadline_ns,
+            timer,
+            msg,
+        } = p;
+        self.pending.insert(PendingEntry {
+            msg,
+            consumer,
+            ack_deadline_ns,
+            timer,
+        });
+        Ok(())
+    }
+
+    fn restore_dead_letters(&mut self, d: DeadLetterSnapshot) -> Result<(), String> {
+        if d.messages.is_empty() || self.dead_letters.len(&d.queue) > 0 {
+            return Err(format!(
+                "dead letters of {:?} are empty or appear twice",
+                d.queue
+            ));
+        }
+        queue_or_create(&mut self.queues, &d.queue)?;
+        for msg in d.messages {
+            if msg.topic != d.queue {
+                return Err(format!(
+                    "dead letter {} of {:?} names queue {:?}",
+                    msg.id, d.queue, msg.topic
+                ));
+            }
+            if !self.ids.insert(msg.id) {
+                return Err(format!("message {} appears twice", msg.id));
+            }
+            self.dead_letters.push_restored(msg);
+        }
+        Ok(())
+    }
+
+    fn restore_durable(&mut self, s: DurableSnapshot) -> Result<(), String> {
+        if s.topic.is_empty() || s.sub_id.is_empty() {
+            return Err("durable subscription with an empty topic or id".into());
+        }
+        self.pubsub
+            .restore_durable(&s.topic, &s.sub_id, VecDeque::from(s.backlog))
+    }
+}
+
+fn queue_snapshot(name: &str, queue: &WorkQueue) -> QueueSnapshot {
+    QueueSnapshot {
+        name: name.to_string(),
+        next_seq: queue.next_seq(),
+        ready: queue
+            .iter_ready()
+            .map(|(key, r)| ReadySnapshot {
+                key: *key,
+                expiry: r.expiry,
+                msg: r.msg.clone(),
+            })
+            .collect(),
+    }
+}
+
+fn pending_snapshot(entry: &PendingEntry) -> PendingSnapshot {
+    PendingSnapshot {
+        consumer: entry.consumer,
+        ack_deadline_ns: entry.ack_deadline_ns,
+        timer: entry.timer,
+        msg: entry.msg.clone(),
+    }
+}
+
+fn check_ready(queue: &str, next_seq: u64, r: &ReadySnapshot) -> Result<(), String> {
+    let id = r.msg.id;
+    if r.msg.topic != queue {
+        return Err(format!(
+            "ready {id} of {queue:?} names queue {:?}",
+            r.msg.topic
+        ));
+    }
+    if r.key.rank as usize >= super::PRIORITY_LEVELS || r.key.level() != r.msg.level() {
+        return Err(format!("ready {id} is keyed at the wrong level"));
+    }
+    if r.key.seq >= next_seq {
+        return Err(format!(
+            "ready {id} has seq {} not below {next_seq}",
+            r.key.seq
+        ));
+    }
+    let expiry_ok = match r.expiry {
+        None => r.msg.expires_at_ns == 0,
+        Some(t) => r.msg.expires_at_ns != 0 && t.due_ns == r.msg.expires_at_ns,
+    };
+    if !expiry_ok {
+        return Err(format!(
+            "ready {id} has an expiry timer that does not match its TTL"
+        ));
+    }
+    Ok(())
+}

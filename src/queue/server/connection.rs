@@ -1,0 +1,107 @@
+//! One TCP connection of the queue plane.
+//!
+//! Loop: read whatever arrived, decode every complete frame in it, dispatch each (local
+//! commands answer at once; slot commands go to their owner), wait for all their replies in
+//! request order (one durable wait covers them all: they share commit rounds), write every
+//! reply with one write, then any pushes held meanwhile. Between requests the task also
+//! wakes for pushes, so an idle subscriber gets its deliveries.
+
+use super::dispatch::{self, ConnState, Pending};
+use super::outbound::Outbound;
+use super::plane::Plane;
+use crate::queue::protocol::frame::{self, FrameError};
+use boltq_io::listener::Conn;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use std::future::Future;
+use std::rc::Rc;
+
+/// Bytes asked of the socket per read. A frame may be larger (up to 4 MiB + 5); the buffer
+/// grows to hold it, and never beyond that.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Most frames handled as one batch: bounds the replies held in memory for one client.
+const BATCH_FRAMES_MAX: usize = 1024;
+
+enum Wake {
+    Read(std::io::Result<usize>),
+    Pushes,
+    Stop,
+}
+
+/// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves.
+pub async fn serve(mut conn: Conn, plane: Rc<Plane>, stop: impl Future<Output = ()>) {
+    let out = Rc::new(Outbound::default());
+    let me = plane.register_conn(Rc::clone(&out));
+    let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
+    let mut stop = std::pin::pin!(stop);
+    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
+    let mut outbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    'serve: loop {
+        let ticket = out.push_event.ticket();
+        if out.has_pushes() {
+            outbuf.clear();
+            out.take_pushes(&mut outbuf);
+            if conn.write_all(&outbuf).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        let wake = futures_lite::future::or(
+            async { Wake::Read(conn.read(&mut chunk).await) },
+            futures_lite::future::or(
+                async {
+                    out.push_event.wait(ticket).await;
+                    Wake::Pushes
+                },
+                async {
+                    stop.as_mut().await;
+                    Wake::Stop
+                },
+            ),
+        )
+        .await;
+        match wake {
+            Wake::Stop | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => break,
+            Wake::Pushes => continue,
+            Wake::Read(Ok(n)) => inbuf.extend_from_slice(&chunk[..n]),
+        }
+        // Decode and dispatch every complete frame; replies are awaited in order below.
+        let mut pending: Vec<Pending> = Vec::new();
+        let mut used_total = 0usize;
+        let mut close_after = false;
+        while pending.len() < BATCH_FRAMES_MAX {
+            match frame::decode(&inbuf[used_total..]) {
+                Ok(None) => break,
+                Ok(Some((f, used))) => {
+                    used_total += used;
+                    let p = dispatch::dispatch(&plane, &mut state, f);
+                    let closes = p.closes_connection();
+                    pending.push(p);
+                    if closes {
+                        close_after = true;
+                        break;
+                    }
+                }
+                Err(FrameError::TooLarge { payload_len }) => {
+                    // v1: an oversize frame closes the connection without a reply.
+                    log::debug!("closing a connection that sent a {payload_len}-byte frame");
+                    close_after = true;
+                    break;
+                }
+            }
+        }
+        inbuf.drain(..used_total);
+        outbuf.clear();
+        for p in pending {
+            p.resolve(&plane, &mut state, &mut outbuf).await;
+        }
+        if !outbuf.is_empty() && conn.write_all(&outbuf).await.is_err() {
+            break 'serve;
+        }
+        if close_after {
+            break;
+        }
+    }
+    let _ = conn.flush().await;
+    plane.unregister_conn(me);
+}

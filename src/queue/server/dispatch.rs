@@ -1,0 +1,484 @@
+//! From a decoded frame to a pending reply: each v1 command's step on the connection's side.
+//!
+//! `dispatch` runs synchronously for every frame of a batch, in order: local commands are
+//! answered at once, slot commands are applied (or sent to their owner) at once. `resolve`
+//! then awaits each reply in request order and encodes it.
+
+use super::exchanges::ExchangeOp;
+use super::outbound::Outbound;
+use super::plane::{now_ns, Plane, StatsGather, Submitted};
+use crate::queue::broker::{Command, ConsumerRef, Outcome};
+use crate::queue::message::{Message, MessageId};
+use crate::queue::protocol::frame::Frame;
+use crate::queue::protocol::reply;
+use crate::queue::protocol::request::{self, Request};
+use std::rc::Rc;
+
+/// Per-connection protocol state (v1 §2.2); lost on disconnect.
+pub struct ConnState {
+    pub me: ConsumerRef,
+    out: Rc<Outbound>,
+    authenticated: bool,
+    /// 0 = no limit.
+    prefetch: u64,
+    /// CONSUMEs dispatched whose outcome is not known yet (they count against prefetch).
+    consumes_in_flight: u64,
+    confirm: bool,
+    seq_no: u64,
+}
+
+impl ConnState {
+    pub fn new(me: ConsumerRef, out: Rc<Outbound>, requires_auth: bool) -> ConnState {
+        ConnState {
+            me,
+            out,
+            authenticated: !requires_auth,
+            prefetch: 0,
+            consumes_in_flight: 0,
+            confirm: false,
+            seq_no: 0,
+        }
+    }
+
+    fn next_confirm_seq(&mut self) -> Option<u64> {
+        if !self.confirm {
+            return None;
+        }
+        self.seq_no += 1;
+        Some(self.seq_no)
+    }
+}
+
+/// What the reply to one request waits for.
+pub enum Pending {
+    Ready(Vec<u8>),
+    /// Reply, then close the connection (a command before AUTH).
+    Close(Vec<u8>),
+    Publish {
+        submitted: Submitted,
+        id: MessageId,
+        topic: String,
+        confirm_seq: Option<u64>,
+    },
+    /// PUBLISH_EXCHANGE: one publish per routed queue.
+    PublishCopies {
+        parts: Vec<(String, Submitted)>,
+        id: MessageId,
+        topic: String,
+        confirm_seq: Option<u64>,
+    },
+    Consume {
+        submitted: Submitted,
+        batch: bool,
+    },
+    Ack {
+        submitted: Submitted,
+        nack: bool,
+    },
+    Subscribe {
+        submitted: Submitted,
+        sub_id: String,
+    },
+    DlqRequeue {
+        submitted: Submitted,
+        queue: String,
+    },
+    DlqPurge {
+        submitted: Submitted,
+        queue: String,
+    },
+    Stats(StatsGather),
+    Exchange(super::plane::ExchangeSubmitted),
+    DlqList(super::plane::DlqListGather),
+    DlqRead(super::plane::DlqReadSubmitted),
+}
+
+impl Pending {
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, Pending::Close(_))
+    }
+
+    /// Awaits the outcome and appends the reply frame (and, for a subscribe, its catch-up
+    /// pushes) to `out`.
+    pub async fn resolve(self, plane: &Plane, st: &mut ConnState, out: &mut Vec<u8>) {
+        match self {
+            Pending::Ready(bytes) | Pending::Close(bytes) => out.extend_from_slice(&bytes),
+            Pending::Publish {
+                submitted,
+                id,
+                topic,
+                confirm_seq,
+            } => match submitted.outcome(plane).await {
+                Outcome::Published => reply::publish_ok(&id, &topic, confirm_seq, out),
+                other => error_reply(other, out),
+            },
+            Pending::PublishCopies {
+                parts,
+                id,
+                topic,
+                confirm_seq,
+            } => {
+                let mut failed = None;
+                for (queue, s) in parts {
+                    let outcome = s.outcome(plane).await;
+                    if failed.is_none() {
+                        if let Outcome::Error(e) = outcome {
+                            failed = Some(format!("publish to queue {queue}: {e}"));
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => reply::error(&e, out),
+                    None => reply::publish_ok(&id, &topic, confirm_seq, out),
+                }
+            }
+            Pending::Consume { submitted, batch } => {
+                let outcome = submitted.outcome(plane).await;
+                st.consumes_in_flight -= 1;
+                consume_reply(outcome, batch, st, out);
+            }
+            Pending::Ack { submitted, nack } => match submitted.outcome(plane).await {
+                Outcome::Acked => {
+                    st.out.release_prefetch();
+                    reply::acked(out);
+                }
+                Outcome::Nacked => {
+                    st.out.release_prefetch();
+                    reply::nacked(out);
+                }
+                other => {
+                    let _ = nack;
+                    error_reply(other, out)
+                }
+            },
+            Pending::Subscribe { submitted, sub_id } => match submitted.outcome(plane).await {
+                Outcome::Subscribed { catch_up } => {
+                    reply::subscribed(out);
+                    for m in &catch_up {
+                        if reply::push(m, &sub_id, out).is_err() {
+                            log::warn!("catch-up message {} too large for a frame", m.id);
+                        }
+                    }
+                }
+                other => error_reply(other, out),
+            },
+            Pending::DlqRequeue { submitted, queue } => match submitted.outcome(plane).await {
+                Outcome::Requeued(n) => reply::dlq_requeued(&queue, n as u64, out),
+                other => error_reply(other, out),
+            },
+            Pending::DlqPurge { submitted, queue } => match submitted.outcome(plane).await {
+                Outcome::Purged(n) => reply::dlq_purged(&queue, n, out),
+                other => error_reply(other, out),
+            },
+            Pending::Stats(gather) => reply::stats(&gather.merged().await, out),
+            Pending::Exchange(ex) => match ex.result(plane).await {
+                Ok(()) => reply::ok(out),
+                Err(e) => reply::error(&e, out),
+            },
+            Pending::DlqList(g) => {
+                let counts = g.merged().await;
+                reply::dlq_list(&counts, out);
+            }
+            Pending::DlqRead(r) => {
+                let (queue, offset, messages) = r.messages().await;
+                reply::dlq_read(&queue, offset, &messages, out);
+            }
+        }
+    }
+}
+
+fn error_reply(outcome: Outcome, out: &mut Vec<u8>) {
+    match outcome {
+        Outcome::Error(e) => reply::error(&e, out),
+        other => reply::error(&format!("internal error: unexpected outcome {other:?}"), out),
+    }
+}
+
+fn consume_reply(outcome: Outcome, batch: bool, st: &mut ConnState, out: &mut Vec<u8>) {
+    match outcome {
+        Outcome::Delivered(messages) => {
+            st.out.add_unacked(messages.len() as u64);
+            let written = if batch {
+                reply::messages(&messages, out).map(|_| ())
+            } else {
+                reply::message(&messages[0], out)
+            };
+            if written.is_err() {
+                reply::error("message too large for one reply frame", out);
+            }
+        }
+        Outcome::Empty => reply::empty(out),
+        other => error_reply(other, out),
+    }
+}
+
+/// The slot that owns a queue or topic. Names are hashed up to their first `:`, so a
+/// durable subscriber's backlog `<topic>:<id>` lives in the same slot as `<topic>` and can
+/// be consumed like any queue (v1 exposes it as one).
+pub fn slot_of_name(name: &str) -> u16 {
+    boltq_shards::slot_of(name.split(':').next().unwrap_or(name))
+}
+
+/// Turns one frame into a pending reply.
+pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pending {
+    let mut out = Vec::new();
+    let request = match request::parse(frame) {
+        Ok(r) => r,
+        Err(e) => {
+            if !st.authenticated {
+                return auth_required();
+            }
+            reply::request_error(&e, &mut out);
+            return Pending::Ready(out);
+        }
+    };
+    if !st.authenticated && !matches!(request, Request::Auth { .. }) {
+        return auth_required();
+    }
+    match request {
+        Request::Publish(p) => publish(plane, st, p, false),
+        Request::PublishTopic(p) => publish(plane, st, p, true),
+        Request::Consume(c) => consume(plane, st, c),
+        Request::Subscribe(s) => {
+            let slot = slot_of_name(&s.topic);
+            let cmd = Command::Subscribe {
+                topic: s.topic,
+                sub_id: s.id.clone(),
+                durable: s.durable,
+                consumer: st.me,
+                now_ns: now_ns(),
+            };
+            Pending::Subscribe {
+                submitted: plane.submit(slot, cmd),
+                sub_id: s.id,
+            }
+        }
+        Request::Ack(target) | Request::Nack(target) if target.message_id().is_none() => {
+            reply::error(&format!("message {} not found in pending", target.id), &mut out);
+            Pending::Ready(out)
+        }
+        Request::Ack(target) => ack(plane, &target, false),
+        Request::Nack(target) => ack(plane, &target, true),
+        Request::Ping => {
+            reply::pong(&mut out);
+            Pending::Ready(out)
+        }
+        Request::Stats => Pending::Stats(plane.gather_stats()),
+        Request::Auth { api_key } => {
+            auth(plane, st, api_key, &mut out);
+            Pending::Ready(out)
+        }
+        Request::Prefetch { count } => {
+            st.prefetch = count.max(0) as u64;
+            reply::ok(&mut out);
+            Pending::Ready(out)
+        }
+        Request::ClusterJoin { .. } | Request::ClusterLeave { .. } => {
+            reply::error("clustering is not enabled", &mut out);
+            Pending::Ready(out)
+        }
+        Request::ClusterStatus => {
+            reply::cluster_disabled(&mut out);
+            Pending::Ready(out)
+        }
+        Request::ConfirmSelect => {
+            st.confirm = true;
+            reply::ok(&mut out);
+            Pending::Ready(out)
+        }
+        Request::ExchangeDeclare(d) => Pending::Exchange(plane.submit_exchange(ExchangeOp::Declare {
+            name: d.name,
+            kind: d.kind.as_str().to_string(),
+            durable: d.durable,
+        })),
+        Request::ExchangeDelete { name } => {
+            Pending::Exchange(plane.submit_exchange(ExchangeOp::Delete { name }))
+        }
+        Request::BindQueue(b) => Pending::Exchange(plane.submit_exchange(ExchangeOp::Bind(b))),
+        Request::UnbindQueue(b) => Pending::Exchange(plane.submit_exchange(ExchangeOp::Unbind(b))),
+        Request::PublishExchange(p) => publish_exchange(plane, st, p),
+        Request::DlqList { queue } => Pending::DlqList(plane.gather_dlq_list(queue)),
+        Request::DlqRead {
+            queue,
+            offset,
+            limit,
+        } => Pending::DlqRead(plane.submit_dlq_read(queue, offset, limit)),
+        Request::DlqRequeue { queue, limit } => {
+            let slot = slot_of_name(&queue);
+            let limit = limit.unwrap_or(u32::MAX as u64).min(u32::MAX as u64) as u32;
+            let cmd = Command::DeadLetterRequeue {
+                queue: queue.clone(),
+                limit,
+                now_ns: now_ns(),
+            };
+            Pending::DlqRequeue {
+                submitted: plane.submit(slot, cmd),
+                queue,
+            }
+        }
+        Request::DlqPurge { queue } => {
+            let slot = slot_of_name(&queue);
+            let cmd = Command::DeadLetterPurge {
+                queue: queue.clone(),
+            };
+            Pending::DlqPurge {
+                submitted: plane.submit(slot, cmd),
+                queue,
+            }
+        }
+    }
+}
+
+fn auth_required() -> Pending {
+    let mut out = Vec::new();
+    reply::error("authentication required, send AUTH first", &mut out);
+    Pending::Close(out)
+}
+
+fn auth(
+    plane: &Plane,
+    st: &mut ConnState,
+    api_key: Result<String, request::RequestError>,
+    out: &mut Vec<u8>,
+) {
+    if !plane.requires_auth() {
+        reply::ok(out);
+        return;
+    }
+    match api_key {
+        Err(e) => reply::request_error(&e, out),
+        Ok(key) if plane.key_matches(&key) => {
+            st.authenticated = true;
+            reply::ok(out);
+        }
+        Ok(_) => reply::error("unauthorized", out),
+    }
+}
+
+fn new_message(plane: &Plane, topic: String, p_payload: bytes::Bytes, now: i64) -> Message {
+    let slot = slot_of_name(&topic);
+    Message {
+        id: plane.next_id(slot),
+        topic,
+        payload: p_payload,
+        headers: Default::default(),
+        timestamp_ns: now,
+        retry: 0,
+        max_retry: plane.config().max_retry,
+        priority: 0,
+        delay_ns: 0,
+        ttl_ns: 0,
+        deliver_at_ns: 0,
+        expires_at_ns: 0,
+        exchange: String::new(),
+        routing_key: String::new(),
+    }
+}
+
+fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic: bool) -> Pending {
+    let now = now_ns();
+    let mut msg = new_message(plane, p.topic, p.payload, now);
+    msg.headers = p.headers;
+    msg.priority = p.priority;
+    if !to_topic {
+        msg.delay_ns = p.delay_ns;
+        msg.ttl_ns = p.ttl_ns;
+        if p.delay_ns > 0 {
+            msg.deliver_at_ns = now.saturating_add(p.delay_ns);
+        }
+        if p.ttl_ns > 0 {
+            msg.expires_at_ns = now.saturating_add(p.ttl_ns);
+        }
+    }
+    let (id, topic) = (msg.id, msg.topic.clone());
+    let slot = slot_of_name(&topic);
+    let cmd = if to_topic {
+        Command::PublishTopic { msg }
+    } else {
+        Command::Publish { msg }
+    };
+    Pending::Publish {
+        submitted: plane.submit(slot, cmd),
+        id,
+        topic,
+        confirm_seq: st.next_confirm_seq(),
+    }
+}
+
+fn publish_exchange(plane: &Rc<Plane>, st: &mut ConnState, p: request::PublishExchange) -> Pending {
+    let now = now_ns();
+    let queues = match plane.route(&p.exchange, &p.routing_key, &p.headers) {
+        Ok(q) => q,
+        Err(e) => {
+            let mut out = Vec::new();
+            reply::error(&e, &mut out);
+            return Pending::Ready(out);
+        }
+    };
+    let default_exchange = p.exchange.is_empty();
+    // The reply names the template message: for the default exchange that is the one stored
+    // message (same id, topic = routing key); for a named exchange each copy has its own id
+    // and the reply's topic is "" (v1).
+    let template = new_message(plane, p.routing_key.clone(), p.payload.clone(), now);
+    let mut parts = Vec::with_capacity(queues.len());
+    for queue in queues {
+        let mut msg = new_message(plane, queue.clone(), p.payload.clone(), now);
+        if default_exchange {
+            msg.id = template.id;
+        }
+        msg.headers = p.headers.clone();
+        msg.priority = p.priority;
+        msg.exchange = p.exchange.clone();
+        msg.routing_key = p.routing_key.clone();
+        let slot = slot_of_name(&queue);
+        parts.push((queue, plane.submit(slot, Command::Publish { msg })));
+    }
+    Pending::PublishCopies {
+        parts,
+        id: template.id,
+        topic: if default_exchange {
+            p.routing_key
+        } else {
+            String::new()
+        },
+        confirm_seq: st.next_confirm_seq(),
+    }
+}
+
+fn consume(plane: &Rc<Plane>, st: &mut ConnState, c: request::Consume) -> Pending {
+    let mut out = Vec::new();
+    if st.prefetch > 0 && st.out.unacked() + st.consumes_in_flight >= st.prefetch {
+        reply::error("prefetch limit reached", &mut out);
+        return Pending::Ready(out);
+    }
+    let mut max = c.max.unwrap_or(1).max(1) as u64;
+    if st.prefetch > 0 {
+        max = max.min(st.prefetch - st.out.unacked() - st.consumes_in_flight);
+    }
+    st.consumes_in_flight += 1;
+    let slot = slot_of_name(&c.topic);
+    let cmd = Command::Consume {
+        queue: c.topic,
+        consumer: st.me,
+        max: max as u32,
+        now_ns: now_ns(),
+    };
+    Pending::Consume {
+        submitted: plane.submit(slot, cmd),
+        batch: c.max.is_some(),
+    }
+}
+
+fn ack(plane: &Rc<Plane>, target: &request::AckTarget, nack: bool) -> Pending {
+    let id = target.message_id().expect("checked by the caller");
+    let now = now_ns();
+    let cmd = if nack {
+        Command::Nack { id, now_ns: now }
+    } else {
+        Command::Ack { id, now_ns: now }
+    };
+    Pending::Ack {
+        submitted: plane.submit(id.slot(), cmd),
+        nack,
+    }
+}

@@ -1,0 +1,39 @@
+//! What the queue plane sends between shards.
+
+use super::exchanges::ExchangeOp;
+use crate::queue::broker::exchange::ExchangesSnapshot;
+use crate::queue::broker::{Command, ConsumerRef, Effect, Outcome};
+use crate::queue::message::Message;
+use crate::queue::protocol::reply::Stats;
+use std::collections::BTreeMap;
+
+/// Requests and one-way messages of the queue plane.
+#[derive(Debug)]
+pub enum QueueMsg {
+    /// Request: apply `cmd` on the owner of `slot`; answered with `QueueReply::Applied` once
+    /// the outcome is durable.
+    Apply { slot: u16, cmd: Command },
+    /// One-way: a push or prefetch release for a connection of the receiving shard.
+    Effect(Effect),
+    /// One-way: a connection closed; end its live subscriptions on the receiving shard.
+    Disconnect { consumer: ConsumerRef },
+    /// Request: this shard's stats.
+    Stats,
+    /// Request to the metadata shard: change the exchange table.
+    Exchange(ExchangeOp),
+    /// One-way from the metadata shard: the whole new exchange table.
+    Exchanges(ExchangesSnapshot),
+    /// Request: dead-letter counts of this shard's queues (all, or of one queue).
+    DlqList { queue: Option<String> },
+    /// Request to the owner of `queue`'s slot: dead letters without removing them.
+    DlqRead { queue: String, offset: u64, limit: u32 },
+}
+
+#[derive(Debug)]
+pub enum QueueReply {
+    Applied(Outcome),
+    Stats(Stats),
+    Exchange(Result<(), String>),
+    DlqCounts(BTreeMap<String, u64>),
+    DlqMessages(Vec<Message>),
+}

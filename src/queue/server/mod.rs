@@ -1,0 +1,10 @@
+//! The queue plane's server side: connections, dispatch of v1 commands, the per-shard
+//! plane that owns slot brokers, their command logs, timers and exchange metadata.
+
+pub mod connection;
+pub mod dispatch;
+pub mod exchanges;
+pub mod mesh;
+pub mod outbound;
+pub mod plane;
+pub mod wal;

@@ -1,0 +1,675 @@
+//! One shard's part of the queue plane: the brokers of the slots it owns, their command
+//! logs, the shard's timer loop, and the connections it serves.
+//!
+//! A command for a slot is applied on the slot's owner, synchronously, in arrival order; if
+//! it changed state it is appended to the slot's command log (`queue/slot-NNN/wal`) and the
+//! reply waits for that append to be durable. Commands from other shards arrive over the
+//! mesh and their replies go back the same way once durable.
+
+use super::exchanges::{self, ExchangeOp, META_SHARD};
+use super::mesh::{QueueMsg, QueueReply};
+use crate::queue::broker::exchange::Exchanges;
+use crate::queue::message::Message;
+use super::outbound::Outbound;
+use super::wal;
+use crate::queue::broker::{Broker, BrokerConfig, Command, ConsumerRef, Effect, Outcome};
+use crate::queue::message::IdGenerator;
+use crate::queue::protocol::reply;
+use crate::server::shard_main::ShardMsg;
+use boltq_io::event::Event;
+use boltq_io::{LogRef, Store};
+use boltq_shards::{Incoming, Shard, ShardId};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How long a shard waits for another shard to answer a queue command before the client
+/// gets an error. Generous: the answer waits for the owner's fdatasync.
+pub const REMOTE_TIMEOUT_MS: u64 = 30_000;
+/// Timer resolution: deadlines are rounded up to this, so one wake-up serves many timers.
+pub const TICK_NS: i64 = 10_000_000;
+
+struct SlotState {
+    broker: Broker,
+    wal: Option<LogRef>,
+}
+
+type RemoteReply =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ShardMsg, boltq_shards::MeshError>>>>;
+
+/// A command on its way: applied here (outcome known, durability pending) or sent to its
+/// owner shard (answer pending).
+pub enum Submitted {
+    Local(Outcome, Option<u64>),
+    Remote(ShardId, RemoteReply),
+}
+
+impl Submitted {
+    /// The outcome once it is durable.
+    pub async fn outcome(self, plane: &Plane) -> Outcome {
+        match self {
+            Submitted::Local(outcome, lsn) => plane.when_durable(outcome, lsn).await,
+            Submitted::Remote(owner, reply) => match reply.await {
+                Ok(ShardMsg::QueueReply(QueueReply::Applied(outcome))) => outcome,
+                Ok(_) => Outcome::Error("internal error: unexpected reply between shards".into()),
+                Err(e) => Outcome::Error(format!("shard {owner} did not answer: {e}")),
+            },
+        }
+    }
+}
+
+fn reply_stats(b: crate::queue::broker::BrokerStats) -> reply::Stats {
+    reply::Stats {
+        queues: b.queues,
+        topics: b.topics,
+        dead_letters: b.dead_letters,
+        pending_count: b.pending_count,
+        delayed_count: b.delayed_count,
+    }
+}
+
+/// An exchange change on its way to (or applied on) the metadata shard.
+pub enum ExchangeSubmitted {
+    Local(Result<(), String>, Option<u64>),
+    Remote(RemoteReply),
+}
+
+impl ExchangeSubmitted {
+    pub async fn result(self, plane: &Plane) -> Result<(), String> {
+        match self {
+            ExchangeSubmitted::Local(result, lsn) => plane.exchange_durable(result, lsn).await,
+            ExchangeSubmitted::Remote(reply) => match reply.await {
+                Ok(ShardMsg::QueueReply(QueueReply::Exchange(r))) => r,
+                Ok(_) => Err("internal error: unexpected reply between shards".into()),
+                Err(e) => Err(format!("metadata shard did not answer: {e}")),
+            },
+        }
+    }
+}
+
+/// Dead-letter counts of this shard plus the answers of the others.
+pub struct DlqListGather {
+    local: std::collections::BTreeMap<String, u64>,
+    remote: Vec<RemoteReply>,
+}
+
+impl DlqListGather {
+    pub async fn merged(self) -> std::collections::BTreeMap<String, u64> {
+        let mut total = self.local;
+        for r in self.remote {
+            if let Ok(ShardMsg::QueueReply(QueueReply::DlqCounts(c))) = r.await {
+                total.extend(c);
+            }
+        }
+        total
+    }
+}
+
+/// A read of dead letters on the owner of their queue.
+pub struct DlqReadSubmitted {
+    queue: String,
+    offset: u64,
+    local: Option<Vec<Message>>,
+    remote: Option<RemoteReply>,
+}
+
+impl DlqReadSubmitted {
+    pub async fn messages(self) -> (String, u64, Vec<Message>) {
+        let messages = match (self.local, self.remote) {
+            (Some(m), _) => m,
+            (None, Some(r)) => match r.await {
+                Ok(ShardMsg::QueueReply(QueueReply::DlqMessages(m))) => m,
+                _ => Vec::new(),
+            },
+            (None, None) => Vec::new(),
+        };
+        (self.queue, self.offset, messages)
+    }
+}
+
+/// Stats of this shard plus the answers of the others.
+pub struct StatsGather {
+    local: reply::Stats,
+    remote: Vec<RemoteReply>,
+}
+
+impl StatsGather {
+    pub async fn merged(self) -> reply::Stats {
+        let mut total = self.local;
+        for r in self.remote {
+            if let Ok(ShardMsg::QueueReply(QueueReply::Stats(s))) = r.await {
+                total.merge(s);
+            }
+        }
+        total
+    }
+}
+
+pub struct Plane {
+    pub shard: Shard<ShardMsg>,
+    store: Option<Rc<Store>>,
+    slots: RefCell<BTreeMap<u16, Rc<RefCell<SlotState>>>>,
+    ids: RefCell<IdGenerator>,
+    conns: RefCell<HashMap<u64, Rc<Outbound>>>,
+    conn_ids: Cell<u64>,
+    /// High bits of connection ids: random per process, so a consumer recorded in the log by
+    /// an earlier process never names a connection of this one.
+    boot_id: u64,
+    timers_changed: Event,
+    cfg: BrokerConfig,
+    api_key: Option<String>,
+    /// This shard's replica of the exchange table (the writer's own table on shard 0).
+    exchanges: RefCell<Rc<Exchanges>>,
+    /// The metadata log; only on the metadata shard in disk mode.
+    meta_log: Option<LogRef>,
+}
+
+fn slot_log_name(slot: u16) -> String {
+    format!("queue/slot-{slot:03}/wal")
+}
+
+pub fn now_ns() -> i64 {
+    boltq_io::store::now_ns()
+}
+
+impl Plane {
+    /// Opens (and replays) every slot this shard owns, then starts the timer loop.
+    pub async fn start(
+        shard: Shard<ShardMsg>,
+        store: Option<Rc<Store>>,
+        cfg: BrokerConfig,
+        api_key: Option<String>,
+        random: u64,
+    ) -> Result<Rc<Plane>, String> {
+        let mut prefix = [0u8; 7];
+        prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
+        let (exchanges, meta_log) = match (&store, shard.id() == META_SHARD) {
+            (Some(store), true) => {
+                let log = store
+                    .open_log(exchanges::META_LOG)
+                    .await
+                    .map_err(|e| format!("open exchange metadata: {e}"))?;
+                let table = exchanges::recover(store, &log)
+                    .await
+                    .map_err(|e| format!("recover exchange metadata: {e}"))?;
+                (table, Some(log))
+            }
+            _ => (Exchanges::new(), None),
+        };
+        let plane = Rc::new(Plane {
+            shard: shard.clone(),
+            store,
+            slots: RefCell::new(BTreeMap::new()),
+            ids: RefCell::new(IdGenerator::new(prefix)),
+            conns: RefCell::new(HashMap::new()),
+            conn_ids: Cell::new(0),
+            boot_id: (random >> 32) << 32,
+            timers_changed: Event::default(),
+            cfg,
+            api_key,
+            exchanges: RefCell::new(Rc::new(exchanges)),
+            meta_log,
+        });
+        if shard.id() == META_SHARD {
+            plane.broadcast_exchanges();
+        }
+        for slot in 0..boltq_shards::SLOTS {
+            if boltq_shards::owner_of_slot(slot, shard.count()) == shard.id() {
+                plane.open_slot(slot).await?;
+            }
+        }
+        boltq_shards::spawn(Rc::clone(&plane).timer_loop()).detach();
+        Ok(plane)
+    }
+
+    async fn open_slot(&self, slot: u16) -> Result<(), String> {
+        let mut broker = Broker::new(self.cfg.clone());
+        let wal = match &self.store {
+            None => None,
+            Some(store) => {
+                let log = store
+                    .open_log(&slot_log_name(slot))
+                    .await
+                    .map_err(|e| format!("open queue slot {slot}: {e}"))?;
+                wal::replay(store, &log, &mut broker)
+                    .await
+                    .map_err(|e| format!("replay queue slot {slot}: {e}"))?;
+                Some(log)
+            }
+        };
+        self.slots
+            .borrow_mut()
+            .insert(slot, Rc::new(RefCell::new(SlotState { broker, wal })));
+        Ok(())
+    }
+
+    pub fn owner_of(&self, slot: u16) -> ShardId {
+        boltq_shards::owner_of_slot(slot, self.shard.count())
+    }
+
+    pub fn next_id(&self, slot: u16) -> crate::queue::message::MessageId {
+        self.ids.borrow_mut().next(slot)
+    }
+
+    pub fn requires_auth(&self) -> bool {
+        self.api_key.is_some()
+    }
+
+    /// Compares a presented key with the configured one in constant time (no early exit on
+    /// the first differing byte, so timing reveals nothing about the key).
+    pub fn key_matches(&self, presented: &str) -> bool {
+        let Some(key) = &self.api_key else { return true };
+        let (a, b) = (key.as_bytes(), presented.as_bytes());
+        let mut diff = u8::from(a.len() != b.len());
+        for i in 0..a.len() {
+            diff |= a[i] ^ b.get(i).copied().unwrap_or(0);
+        }
+        diff == 0
+    }
+
+    pub fn config(&self) -> &BrokerConfig {
+        &self.cfg
+    }
+
+    // --- connections --------------------------------------------------------------------
+
+    pub fn register_conn(&self, out: Rc<Outbound>) -> ConsumerRef {
+        let n = self.conn_ids.get() + 1;
+        self.conn_ids.set(n);
+        let conn = self.boot_id | n;
+        self.conns.borrow_mut().insert(conn, out);
+        ConsumerRef {
+            shard: self.shard.id() as u16,
+            conn,
+        }
+    }
+
+    /// Forgets a closed connection and tells every shard, so its live subscriptions end.
+    pub fn unregister_conn(&self, consumer: ConsumerRef) {
+        if let Some(out) = self.conns.borrow_mut().remove(&consumer.conn) {
+            out.close();
+        }
+        for dest in 0..self.shard.count() {
+            let msg = ShardMsg::Queue(QueueMsg::Disconnect { consumer });
+            if dest == self.shard.id() {
+                self.disconnect_local(consumer);
+            } else if self.shard.send(dest, msg).is_err() {
+                log::warn!("shard {dest} outbox full: disconnect of a subscriber not sent");
+            }
+        }
+    }
+
+    fn disconnect_local(&self, consumer: ConsumerRef) {
+        let slots: Vec<u16> = self.slots.borrow().keys().copied().collect();
+        for slot in slots {
+            let _ = self.apply_local(slot, Command::Disconnect { consumer });
+        }
+    }
+
+    // --- applying commands --------------------------------------------------------------
+
+    /// Applies `cmd` on this shard, which must own `slot`. Returns the outcome and the
+    /// journal position the reply must wait for (None: nothing was written).
+    pub fn apply_local(&self, slot: u16, cmd: Command) -> (Outcome, Option<u64>) {
+        assert_eq!(self.owner_of(slot), self.shard.id(), "slot {slot} applied off its owner");
+        let cell = Rc::clone(self.slots.borrow().get(&slot).expect("owned slots are open"));
+        let (outcome, effects, lsn) = {
+            let mut st = cell.borrow_mut();
+            let (outcome, effects) = st.broker.apply(&cmd);
+            let lsn = match (&self.store, &st.wal) {
+                (Some(store), Some(log)) if wal::must_log(&cmd, &outcome) => {
+                    match wal::append(store, log, &cmd) {
+                        Ok(lsn) => Some(lsn),
+                        Err(e) => {
+                            // The state changed in memory but could not be logged: refuse to
+                            // acknowledge, and say why. The storage layer has failed; it
+                            // accepts nothing more, so memory and log cannot drift further.
+                            return (Outcome::Error(format!("storage write: {e}")), None);
+                        }
+                    }
+                }
+                _ => None,
+            };
+            (outcome, effects, lsn)
+        };
+        self.timers_changed.notify();
+        for effect in effects {
+            self.route_effect(effect);
+        }
+        (outcome, lsn)
+    }
+
+    /// Applies `cmd` on the owner of `slot`, wherever it is. Local commands are applied
+    /// now; remote ones are queued to their owner now (so pipelined commands keep their
+    /// order per owner). Await [`Submitted::outcome`] for the durable result.
+    pub fn submit(&self, slot: u16, cmd: Command) -> Submitted {
+        let owner = self.owner_of(slot);
+        if owner == self.shard.id() {
+            let (outcome, lsn) = self.apply_local(slot, cmd);
+            return Submitted::Local(outcome, lsn);
+        }
+        let req = ShardMsg::Queue(QueueMsg::Apply { slot, cmd });
+        Submitted::Remote(owner, Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)))
+    }
+
+    pub async fn when_durable(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {
+        if let (Some(store), Some(lsn)) = (&self.store, lsn) {
+            if let Err(e) = store.wait_durable(lsn).await {
+                return Outcome::Error(format!("storage write: {e}"));
+            }
+        }
+        outcome
+    }
+
+    fn route_effect(&self, effect: Effect) {
+        let to = match &effect {
+            Effect::Push { to, .. } => *to,
+            Effect::Released { consumer, .. } => *consumer,
+        };
+        if to.shard as usize == self.shard.id() {
+            self.deliver_effect(effect);
+        } else if self
+            .shard
+            .send(to.shard as usize, ShardMsg::Queue(QueueMsg::Effect(effect)))
+            .is_err()
+        {
+            log::warn!("shard {} outbox full: a push or prefetch release was dropped", to.shard);
+        }
+    }
+
+    /// Hands a push or a prefetch release to a connection of this shard.
+    pub fn deliver_effect(&self, effect: Effect) {
+        match effect {
+            Effect::Push { to, sub_id, msg } => {
+                if let Some(out) = self.conns.borrow().get(&to.conn) {
+                    let mut frame = Vec::with_capacity(128 + msg.payload.len());
+                    // A message too large for one frame cannot be pushed; v1 pub/sub is
+                    // at-most-once, so it is dropped for this subscriber, loudly.
+                    match reply::push(&msg, &sub_id, &mut frame) {
+                        Ok(()) => {
+                            out.push(&frame);
+                        }
+                        Err(e) => log::warn!("push of {} dropped: {e:?}", msg.id),
+                    }
+                }
+            }
+            Effect::Released { consumer, .. } => {
+                if let Some(out) = self.conns.borrow().get(&consumer.conn) {
+                    out.release_prefetch();
+                }
+            }
+        }
+    }
+
+    /// The mesh handler's part for the queue plane.
+    pub fn on_mesh(self: &Rc<Self>, incoming: Incoming<ShardMsg>) {
+        match incoming {
+            Incoming::Message(ShardMsg::Queue(QueueMsg::Effect(e))) => self.deliver_effect(e),
+            Incoming::Message(ShardMsg::Queue(QueueMsg::Disconnect { consumer })) => {
+                self.disconnect_local(consumer)
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::Apply { slot, cmd }),
+                token,
+            } => {
+                let (outcome, lsn) = self.apply_local(slot, cmd);
+                let plane = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let outcome = plane.when_durable(outcome, lsn).await;
+                    plane
+                        .shard
+                        .reply(token, ShardMsg::QueueReply(QueueReply::Applied(outcome)));
+                })
+                .detach();
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::Stats),
+                token,
+            } => {
+                let stats = self.local_stats();
+                self.shard
+                    .reply(token, ShardMsg::QueueReply(QueueReply::Stats(stats)));
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::Exchange(op)),
+                token,
+            } => {
+                let (result, lsn) = self.apply_exchange_local(op);
+                let plane = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let result = plane.exchange_durable(result, lsn).await;
+                    plane
+                        .shard
+                        .reply(token, ShardMsg::QueueReply(QueueReply::Exchange(result)));
+                })
+                .detach();
+            }
+            Incoming::Message(ShardMsg::Queue(QueueMsg::Exchanges(snapshot))) => {
+                match Exchanges::restore(snapshot) {
+                    Ok(table) => *self.exchanges.borrow_mut() = Rc::new(table),
+                    Err(e) => log::error!("exchange table from the metadata shard refused: {e}"),
+                }
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::DlqList { queue }),
+                token,
+            } => {
+                let counts = self.local_dlq_counts(queue.as_deref());
+                self.shard
+                    .reply(token, ShardMsg::QueueReply(QueueReply::DlqCounts(counts)));
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::DlqRead { queue, offset, limit }),
+                token,
+            } => {
+                let messages = self.local_dead_letters(&queue, offset, limit);
+                self.shard
+                    .reply(token, ShardMsg::QueueReply(QueueReply::DlqMessages(messages)));
+            }
+            Incoming::Request { token, .. } => {
+                log::error!("queue plane: unexpected request from shard {}", token.origin());
+                drop(token);
+            }
+            Incoming::Message(_) => log::error!("queue plane: unexpected message"),
+        }
+    }
+
+    // --- exchanges ----------------------------------------------------------------------
+
+    /// Queues a publish to `exchange` goes to, by this shard's replica of the table.
+    pub fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<String>, String> {
+        self.exchanges.borrow().route(exchange, routing_key, headers)
+    }
+
+    /// Sends an exchange change to the metadata shard (or applies it here, if this is it).
+    pub fn submit_exchange(&self, op: ExchangeOp) -> ExchangeSubmitted {
+        if self.shard.id() == META_SHARD {
+            let (result, lsn) = self.apply_exchange_local(op);
+            return ExchangeSubmitted::Local(result, lsn);
+        }
+        let req = ShardMsg::Queue(QueueMsg::Exchange(op));
+        ExchangeSubmitted::Remote(Box::pin(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS)))
+    }
+
+    fn apply_exchange_local(&self, op: ExchangeOp) -> (Result<(), String>, Option<u64>) {
+        assert_eq!(self.shard.id(), META_SHARD);
+        let mut table = (**self.exchanges.borrow()).clone();
+        if let Err(e) = op.apply(&mut table) {
+            return (Err(e), None);
+        }
+        let lsn = match (&self.store, &self.meta_log) {
+            (Some(store), Some(log)) => match exchanges::persist(store, log, &table) {
+                Ok(lsn) => Some(lsn),
+                Err(e) => return (Err(format!("storage write: {e}")), None),
+            },
+            _ => None,
+        };
+        *self.exchanges.borrow_mut() = Rc::new(table);
+        self.broadcast_exchanges();
+        (Ok(()), lsn)
+    }
+
+    async fn exchange_durable(&self, result: Result<(), String>, lsn: Option<u64>) -> Result<(), String> {
+        result?;
+        if let (Some(store), Some(lsn)) = (&self.store, lsn) {
+            store.wait_durable(lsn).await.map_err(|e| format!("storage write: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn broadcast_exchanges(&self) {
+        let snapshot = self.exchanges.borrow().snapshot();
+        for dest in 0..self.shard.count() {
+            if dest != self.shard.id() {
+                let msg = ShardMsg::Queue(QueueMsg::Exchanges(snapshot.clone()));
+                if self.shard.send(dest, msg).is_err() {
+                    log::error!("shard {dest} outbox full: exchange table not sent");
+                }
+            }
+        }
+    }
+
+    // --- dead letters -------------------------------------------------------------------
+
+    fn local_dlq_counts(&self, queue: Option<&str>) -> std::collections::BTreeMap<String, u64> {
+        let mut out = std::collections::BTreeMap::new();
+        for cell in self.slots.borrow().values() {
+            for (q, n) in cell.borrow().broker.dead_letter_queues() {
+                if queue.is_none_or(|want| want == q) {
+                    out.insert(q, n);
+                }
+            }
+        }
+        out
+    }
+
+    fn local_dead_letters(&self, queue: &str, offset: u64, limit: u32) -> Vec<Message> {
+        let slot = super::dispatch::slot_of_name(queue);
+        match self.slots.borrow().get(&slot) {
+            Some(cell) => cell
+                .borrow()
+                .broker
+                .dead_letters(queue, offset as usize, limit as usize),
+            None => Vec::new(),
+        }
+    }
+
+    pub fn gather_dlq_list(&self, queue: Option<String>) -> DlqListGather {
+        let mut remote = Vec::new();
+        for dest in 0..self.shard.count() {
+            if dest != self.shard.id() {
+                let req = ShardMsg::Queue(QueueMsg::DlqList {
+                    queue: queue.clone(),
+                });
+                remote.push(Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply);
+            }
+        }
+        DlqListGather {
+            local: self.local_dlq_counts(queue.as_deref()),
+            remote,
+        }
+    }
+
+    pub fn submit_dlq_read(&self, queue: String, offset: u64, limit: u32) -> DlqReadSubmitted {
+        let slot = super::dispatch::slot_of_name(&queue);
+        let owner = self.owner_of(slot);
+        if owner == self.shard.id() {
+            let messages = self.local_dead_letters(&queue, offset, limit);
+            return DlqReadSubmitted { queue, offset, local: Some(messages), remote: None };
+        }
+        let req = ShardMsg::Queue(QueueMsg::DlqRead {
+            queue: queue.clone(),
+            offset,
+            limit,
+        });
+        DlqReadSubmitted {
+            queue,
+            offset,
+            local: None,
+            remote: Some(Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS))),
+        }
+    }
+
+    // --- stats --------------------------------------------------------------------------
+
+    pub fn local_stats(&self) -> reply::Stats {
+        let mut total = reply::Stats::default();
+        for cell in self.slots.borrow().values() {
+            total.merge(reply_stats(cell.borrow().broker.stats()));
+        }
+        total
+    }
+
+    /// Asks every other shard for its stats now; await [`StatsGather::merged`].
+    pub fn gather_stats(&self) -> StatsGather {
+        let mut remote = Vec::new();
+        for dest in 0..self.shard.count() {
+            if dest != self.shard.id() {
+                let req = ShardMsg::Queue(QueueMsg::Stats);
+                remote.push(Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply);
+            }
+        }
+        StatsGather {
+            local: self.local_stats(),
+            remote,
+        }
+    }
+
+    // --- timers -------------------------------------------------------------------------
+
+    /// Applies `Tick` to every slot whose next deadline has passed, sleeping in between.
+    /// Sleeps without any wake-up while no slot has a deadline (an idle server stays idle).
+    async fn timer_loop(self: Rc<Self>) {
+        loop {
+            let ticket = self.timers_changed.ticket();
+            let next = self.next_deadline_ns();
+            let Some(deadline) = next else {
+                self.timers_changed.wait(ticket).await;
+                continue;
+            };
+            let now = now_ns();
+            if deadline > now {
+                let wait_ns = (deadline - now + TICK_NS - 1) / TICK_NS * TICK_NS;
+                let sleep = boltq_shards::sleep(Duration::from_nanos(wait_ns as u64));
+                futures_lite::future::or(sleep, self.timers_changed.wait(ticket)).await;
+                continue;
+            }
+            self.tick_due(now);
+        }
+    }
+
+    fn next_deadline_ns(&self) -> Option<i64> {
+        self.slots
+            .borrow()
+            .values()
+            .filter_map(|c| c.borrow().broker.next_deadline_ns())
+            .min()
+    }
+
+    fn tick_due(&self, now: i64) {
+        let due: Vec<u16> = self
+            .slots
+            .borrow()
+            .iter()
+            .filter(|(_, c)| c.borrow().broker.next_deadline_ns().is_some_and(|d| d <= now))
+            .map(|(s, _)| *s)
+            .collect();
+        for slot in due {
+            // Tick outcomes are not replies: nobody waits for their durability. A crash
+            // before the tick is durable replays to the state before it, and the next tick
+            // redoes the same work.
+            let _ = self.apply_local(slot, Command::Tick { now_ns: now });
+        }
+    }
+
+    /// Closes every slot: nothing to flush beyond the store, which the shard closes.
+    pub fn connection_count(&self) -> usize {
+        self.conns.borrow().len()
+    }
+}
