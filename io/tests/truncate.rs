@@ -35,13 +35,19 @@ fn truncate_before_drops_whole_durable_segments_only() {
             let segments_before = log.segment_count();
             store.truncate_before(&log, 300).await.unwrap();
             let first = log.first_seq();
-            assert!(first > 1 && first <= 300, "first retained {first} is a segment base <= 300");
+            assert!(
+                first > 1 && first <= 300,
+                "first retained {first} is a segment base <= 300"
+            );
             assert!(log.segment_count() < segments_before);
             match store.read(&log, first - 1, 10, usize::MAX).await {
                 Err(ReadError::Truncated { first_seq, .. }) => assert_eq!(first_seq, first),
                 other => panic!("expected Truncated, got {:?}", other.map(|r| r.len())),
             }
-            let rest = store.read(&log, first, usize::MAX, usize::MAX).await.unwrap();
+            let rest = store
+                .read(&log, first, usize::MAX, usize::MAX)
+                .await
+                .unwrap();
             assert_eq!(rest.len() as u64, 500 - first + 1);
             assert_eq!(rest[0].payload[0], first as u8);
             store.close().await.unwrap();
@@ -49,7 +55,11 @@ fn truncate_before_drops_whole_durable_segments_only() {
             recover(&dir, &c.log).await.unwrap();
             let store = Store::open(c.clone(), 0).await.unwrap();
             let log = store.open_log("queue/slot-001/wal").await.unwrap();
-            assert_eq!((log.first_seq(), log.next_seq()), (first, 501), "cut survives reopen");
+            assert_eq!(
+                (log.first_seq(), log.next_seq()),
+                (first, 501),
+                "cut survives reopen"
+            );
             store.close().await.unwrap();
         })
         .unwrap()

@@ -60,9 +60,11 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
         ),
     ];
     let spill = config.queue.overflow != crate::config::OverflowPolicy::Reject;
-    let unbuilt = unbuilt
-        .into_iter()
-        .chain([(spill, "queue.overflow = \"spill\"", "spilling full queues to disk")]);
+    let unbuilt = unbuilt.into_iter().chain([(
+        spill,
+        "queue.overflow = \"spill\"",
+        "spilling full queues to disk",
+    )]);
     for (on, key, what) in unbuilt {
         if on {
             return Err(format!(
@@ -96,7 +98,9 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         recover(s)?;
     }
     let broker = broker_config(&config);
-    broker.validate().map_err(|e| ServerError(format!("queue configuration: {e}")))?;
+    broker
+        .validate()
+        .map_err(|e| ServerError(format!("queue configuration: {e}")))?;
     let api_key = Some(config.security.api_key.clone()).filter(|k| !k.is_empty());
     let plan = Arc::new(Plan {
         broker,

@@ -52,7 +52,11 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         let plane = Rc::clone(&plane);
         let shard = shard.clone();
         move |conn| {
-            crate::queue::server::connection::serve(conn, Rc::clone(&plane), shard.shutdown_requested())
+            crate::queue::server::connection::serve(
+                conn,
+                Rc::clone(&plane),
+                shard.shutdown_requested(),
+            )
         }
     }));
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {

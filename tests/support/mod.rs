@@ -24,6 +24,7 @@ pub fn free_port() -> u16 {
 
 pub struct Server {
     child: Option<Child>,
+    args: Vec<String>,
     pub tcp_port: u16,
     pub http_port: u16,
     data_dir: PathBuf,
@@ -70,6 +71,7 @@ impl Server {
             .expect("spawn boltq");
         let server = Server {
             child: Some(child),
+            args: args.iter().map(|a| a.to_string()).collect(),
             tcp_port,
             http_port,
             data_dir: data_dir.to_path_buf(),
@@ -106,8 +108,25 @@ impl Server {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
     }
 
+    /// Stops with `signal` and starts again with the same arguments, data dir and ports;
+    /// returns the new server and the old one's exit code.
+    pub fn restart(mut self, signal: i32) -> (Server, Option<i32>) {
+        let tmp = self._tmp.take();
+        let args = self.args.clone();
+        let (tcp, http, data) = (self.tcp_port, self.http_port, self.data_dir.clone());
+        let (code, _) = self.stop_inner(signal);
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let mut next = Server::start_raw(&refs, tcp, http, &data);
+        next._tmp = tmp;
+        (next, code)
+    }
+
     /// Sends `signal` and waits (up to 20 s) for the exit; returns the exit code and log.
     pub fn stop(mut self, signal: i32) -> (Option<i32>, String) {
+        self.stop_inner(signal)
+    }
+
+    fn stop_inner(&mut self, signal: i32) -> (Option<i32>, String) {
         let mut child = self.child.take().unwrap();
         // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
         unsafe { libc::kill(child.id() as i32, signal) };

@@ -190,7 +190,10 @@ impl Pending {
 fn error_reply(outcome: Outcome, out: &mut Vec<u8>) {
     match outcome {
         Outcome::Error(e) => reply::error(&e, out),
-        other => reply::error(&format!("internal error: unexpected outcome {other:?}"), out),
+        other => reply::error(
+            &format!("internal error: unexpected outcome {other:?}"),
+            out,
+        ),
     }
 }
 
@@ -254,7 +257,10 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             }
         }
         Request::Ack(target) | Request::Nack(target) if target.message_id().is_none() => {
-            reply::error(&format!("message {} not found in pending", target.id), &mut out);
+            reply::error(
+                &format!("message {} not found in pending", target.id),
+                &mut out,
+            );
             Pending::Ready(out)
         }
         Request::Ack(target) => ack(plane, &target, false),
@@ -286,11 +292,13 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             reply::ok(&mut out);
             Pending::Ready(out)
         }
-        Request::ExchangeDeclare(d) => Pending::Exchange(plane.submit_exchange(ExchangeOp::Declare {
-            name: d.name,
-            kind: d.kind.as_str().to_string(),
-            durable: d.durable,
-        })),
+        Request::ExchangeDeclare(d) => {
+            Pending::Exchange(plane.submit_exchange(ExchangeOp::Declare {
+                name: d.name,
+                kind: d.kind.as_str().to_string(),
+                durable: d.durable,
+            }))
+        }
         Request::ExchangeDelete { name } => {
             Pending::Exchange(plane.submit_exchange(ExchangeOp::Delete { name }))
         }

@@ -20,8 +20,14 @@ pub const META_LOG: &str = "queue/meta/wal";
 /// A change to the exchange table.
 #[derive(Debug, Clone)]
 pub enum ExchangeOp {
-    Declare { name: String, kind: String, durable: bool },
-    Delete { name: String },
+    Declare {
+        name: String,
+        kind: String,
+        durable: bool,
+    },
+    Delete {
+        name: String,
+    },
     Bind(Binding),
     Unbind(Binding),
 }
@@ -35,9 +41,13 @@ impl ExchangeOp {
                 durable,
             } => table.declare(name, kind, *durable),
             ExchangeOp::Delete { name } => table.delete(name),
-            ExchangeOp::Bind(b) => {
-                table.bind(&b.exchange, &b.queue, &b.binding_key, &b.headers, b.match_all)
-            }
+            ExchangeOp::Bind(b) => table.bind(
+                &b.exchange,
+                &b.queue,
+                &b.binding_key,
+                &b.headers,
+                b.match_all,
+            ),
             ExchangeOp::Unbind(b) => table.unbind(&b.exchange, &b.queue, &b.binding_key),
         }
     }

@@ -26,7 +26,11 @@ pub enum QueueMsg {
     /// Request: dead-letter counts of this shard's queues (all, or of one queue).
     DlqList { queue: Option<String> },
     /// Request to the owner of `queue`'s slot: dead letters without removing them.
-    DlqRead { queue: String, offset: u64, limit: u32 },
+    DlqRead {
+        queue: String,
+        offset: u64,
+        limit: u32,
+    },
 }
 
 #[derive(Debug)]

@@ -8,12 +8,12 @@
 
 use super::exchanges::{self, ExchangeOp, META_SHARD};
 use super::mesh::{QueueMsg, QueueReply};
-use crate::queue::broker::exchange::Exchanges;
-use crate::queue::message::Message;
 use super::outbound::Outbound;
 use super::wal;
+use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::{Broker, BrokerConfig, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::IdGenerator;
+use crate::queue::message::Message;
 use crate::queue::protocol::reply;
 use crate::server::shard_main::ShardMsg;
 use boltq_io::event::Event;
@@ -259,11 +259,13 @@ impl Plane {
     /// Compares a presented key with the configured one in constant time (no early exit on
     /// the first differing byte, so timing reveals nothing about the key).
     pub fn key_matches(&self, presented: &str) -> bool {
-        let Some(key) = &self.api_key else { return true };
+        let Some(key) = &self.api_key else {
+            return true;
+        };
         let (a, b) = (key.as_bytes(), presented.as_bytes());
         let mut diff = u8::from(a.len() != b.len());
-        for i in 0..a.len() {
-            diff |= a[i] ^ b.get(i).copied().unwrap_or(0);
+        for (i, x) in a.iter().enumerate() {
+            diff |= x ^ b.get(i).copied().unwrap_or(0);
         }
         diff == 0
     }
@@ -312,8 +314,17 @@ impl Plane {
     /// Applies `cmd` on this shard, which must own `slot`. Returns the outcome and the
     /// journal position the reply must wait for (None: nothing was written).
     pub fn apply_local(&self, slot: u16, cmd: Command) -> (Outcome, Option<u64>) {
-        assert_eq!(self.owner_of(slot), self.shard.id(), "slot {slot} applied off its owner");
-        let cell = Rc::clone(self.slots.borrow().get(&slot).expect("owned slots are open"));
+        assert_eq!(
+            self.owner_of(slot),
+            self.shard.id(),
+            "slot {slot} applied off its owner"
+        );
+        let cell = Rc::clone(
+            self.slots
+                .borrow()
+                .get(&slot)
+                .expect("owned slots are open"),
+        );
         let (outcome, effects, lsn) = {
             let mut st = cell.borrow_mut();
             let (outcome, effects) = st.broker.apply(&cmd);
@@ -350,7 +361,10 @@ impl Plane {
             return Submitted::Local(outcome, lsn);
         }
         let req = ShardMsg::Queue(QueueMsg::Apply { slot, cmd });
-        Submitted::Remote(owner, Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)))
+        Submitted::Remote(
+            owner,
+            Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
+        )
     }
 
     pub async fn when_durable(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {
@@ -374,7 +388,10 @@ impl Plane {
             .send(to.shard as usize, ShardMsg::Queue(QueueMsg::Effect(effect)))
             .is_err()
         {
-            log::warn!("shard {} outbox full: a push or prefetch release was dropped", to.shard);
+            log::warn!(
+                "shard {} outbox full: a push or prefetch release was dropped",
+                to.shard
+            );
         }
     }
 
@@ -460,15 +477,25 @@ impl Plane {
                     .reply(token, ShardMsg::QueueReply(QueueReply::DlqCounts(counts)));
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::DlqRead { queue, offset, limit }),
+                msg:
+                    ShardMsg::Queue(QueueMsg::DlqRead {
+                        queue,
+                        offset,
+                        limit,
+                    }),
                 token,
             } => {
                 let messages = self.local_dead_letters(&queue, offset, limit);
-                self.shard
-                    .reply(token, ShardMsg::QueueReply(QueueReply::DlqMessages(messages)));
+                self.shard.reply(
+                    token,
+                    ShardMsg::QueueReply(QueueReply::DlqMessages(messages)),
+                );
             }
             Incoming::Request { token, .. } => {
-                log::error!("queue plane: unexpected request from shard {}", token.origin());
+                log::error!(
+                    "queue plane: unexpected request from shard {}",
+                    token.origin()
+                );
                 drop(token);
             }
             Incoming::Message(_) => log::error!("queue plane: unexpected message"),
@@ -484,7 +511,9 @@ impl Plane {
         routing_key: &str,
         headers: &std::collections::BTreeMap<String, String>,
     ) -> Result<Vec<String>, String> {
-        self.exchanges.borrow().route(exchange, routing_key, headers)
+        self.exchanges
+            .borrow()
+            .route(exchange, routing_key, headers)
     }
 
     /// Sends an exchange change to the metadata shard (or applies it here, if this is it).
@@ -494,7 +523,11 @@ impl Plane {
             return ExchangeSubmitted::Local(result, lsn);
         }
         let req = ShardMsg::Queue(QueueMsg::Exchange(op));
-        ExchangeSubmitted::Remote(Box::pin(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS)))
+        ExchangeSubmitted::Remote(Box::pin(self.shard.request(
+            META_SHARD,
+            req,
+            REMOTE_TIMEOUT_MS,
+        )))
     }
 
     fn apply_exchange_local(&self, op: ExchangeOp) -> (Result<(), String>, Option<u64>) {
@@ -515,10 +548,17 @@ impl Plane {
         (Ok(()), lsn)
     }
 
-    async fn exchange_durable(&self, result: Result<(), String>, lsn: Option<u64>) -> Result<(), String> {
+    async fn exchange_durable(
+        &self,
+        result: Result<(), String>,
+        lsn: Option<u64>,
+    ) -> Result<(), String> {
         result?;
         if let (Some(store), Some(lsn)) = (&self.store, lsn) {
-            store.wait_durable(lsn).await.map_err(|e| format!("storage write: {e}"))?;
+            store
+                .wait_durable(lsn)
+                .await
+                .map_err(|e| format!("storage write: {e}"))?;
         }
         Ok(())
     }
@@ -581,7 +621,12 @@ impl Plane {
         let owner = self.owner_of(slot);
         if owner == self.shard.id() {
             let messages = self.local_dead_letters(&queue, offset, limit);
-            return DlqReadSubmitted { queue, offset, local: Some(messages), remote: None };
+            return DlqReadSubmitted {
+                queue,
+                offset,
+                local: Some(messages),
+                remote: None,
+            };
         }
         let req = ShardMsg::Queue(QueueMsg::DlqRead {
             queue: queue.clone(),
@@ -657,7 +702,12 @@ impl Plane {
             .slots
             .borrow()
             .iter()
-            .filter(|(_, c)| c.borrow().broker.next_deadline_ns().is_some_and(|d| d <= now))
+            .filter(|(_, c)| {
+                c.borrow()
+                    .broker
+                    .next_deadline_ns()
+                    .is_some_and(|d| d <= now)
+            })
             .map(|(s, _)| *s)
             .collect();
         for slot in due {

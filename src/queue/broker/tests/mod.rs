@@ -127,8 +127,13 @@ pub(super) fn nack(b: &mut Broker, id: MessageId, now_ns: i64) -> Outcome {
     run(b, Command::Nack { id, now_ns }).0
 }
 
-/// Runs `f` for every seed (or only `BOLTQ_SEED`), printing the seed of a failure.
+/// Runs `f` for seeds `1..=seeds` (`BOLTQ_SEEDS=<n>` runs more for a soak; `BOLTQ_SEED=<n>`
+/// only that one), printing the seed of a failure.
 pub(super) fn for_seeds(name: &str, seeds: u64, f: impl Fn(u64)) {
+    let seeds = std::env::var("BOLTQ_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(seeds);
     let only: Option<u64> = std::env::var("BOLTQ_SEED").ok().map(|s| {
         s.parse()
             .unwrap_or_else(|_| panic!("BOLTQ_SEED must be a number, not {s:?}"))
