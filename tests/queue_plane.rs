@@ -517,3 +517,93 @@ fn everything_survives_restart_and_kill_9() {
         pending = c.consume("r").unwrap().unwrap();
     }
 }
+
+/// Publishes `n` messages (a multiple of 250) to `queue` in pipelined batches.
+fn publish_many(s: &Server, queue: &str, n: usize, payload_bytes: usize) {
+    let mut c = client(s);
+    let body = format!(
+        r#"{{"topic":"{queue}","payload":"{}"}}"#,
+        "x".repeat(payload_bytes)
+    );
+    let frames: Vec<(u8, &[u8])> = vec![(op::PUBLISH, body.as_bytes()); 250];
+    for _ in 0..n / 250 {
+        for (code, _) in c.pipeline(&frames).unwrap() {
+            assert_eq!(code, status::OK);
+        }
+    }
+}
+
+/// Consumes `n` messages in batches of up to 250 and acks them, pipelined.
+fn consume_ack_many(s: &Server, queue: &str, n: usize) {
+    let mut c = client(s);
+    let mut done = 0;
+    while done < n {
+        let batch = c
+            .consume_wait(queue, 0, (n - done).min(250) as u32)
+            .unwrap();
+        assert!(!batch.is_empty(), "ran dry after {done}");
+        let acks: Vec<String> = batch
+            .iter()
+            .map(|m| format!(r#"{{"id":"{}"}}"#, m.id))
+            .collect();
+        let frames: Vec<(u8, &[u8])> = acks.iter().map(|a| (op::ACK, a.as_bytes())).collect();
+        for (code, body) in c.pipeline(&frames).unwrap() {
+            assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+        }
+        done += batch.len();
+    }
+}
+
+fn segment_bases(dir: &std::path::Path) -> Vec<u64> {
+    let mut bases: Vec<u64> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    bases.sort_unstable();
+    bases
+}
+
+#[test]
+fn command_log_is_compacted_behind_snapshots_and_restores() {
+    // 1 MiB segments and the smallest per-slot compaction threshold (1 MiB).
+    let (mut s, _cfg) = server_with_ack_timeout(
+        "5m",
+        "[storage]\nsegment_bytes = 1048576\ncompaction_threshold = 1\n",
+    );
+    let slot = boltq::queue::server::dispatch::slot_of_name("big");
+    let wal_dir = s.data_dir().join(format!("logs/queue/slot-{slot:03}/wal"));
+    for round in 0..3 {
+        publish_many(&s, "big", 2000, 400);
+        consume_ack_many(&s, "big", 1500);
+        // Let a checkpoint make the sealed segments durable, so the next snapshot can drop
+        // them.
+        std::thread::sleep(Duration::from_millis(2500));
+        let _ = round;
+    }
+    let bases = segment_bases(&wal_dir);
+    assert!(!bases.is_empty());
+    assert!(
+        bases[0] > 1,
+        "the oldest command segments were removed behind a snapshot: {bases:?}"
+    );
+    let snap_dir = wal_dir.with_file_name("snap");
+    assert!(!segment_bases(&snap_dir).is_empty(), "a snapshot exists");
+    // State after restart = snapshot + the commands after it.
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let (next, _) = s.restart(signal);
+        s = next;
+        let mut c = client(&s);
+        assert_eq!(
+            c.stats().unwrap()["Queues"]["big"],
+            1500,
+            "after signal {signal}"
+        );
+        assert_eq!(c.stats().unwrap()["PendingCount"], 0);
+    }
+    let mut c = client(&s);
+    let m = c.consume("big").unwrap().unwrap();
+    assert_eq!(m.payload_json.len(), 402);
+}

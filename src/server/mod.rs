@@ -36,6 +36,8 @@ pub struct Plan {
     pub api_key: Option<String>,
     /// Per-process randomness for id and connection prefixes.
     pub random: u64,
+    /// Command-log bytes per queue slot that make a snapshot due (0 = never).
+    pub slot_compaction_bytes: u64,
 }
 
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
@@ -106,6 +108,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         broker,
         api_key,
         random: process_random(),
+        slot_compaction_bytes: slot_compaction_bytes(config.storage.compaction_threshold),
         config,
         store,
         tcp,
@@ -135,6 +138,16 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     log::info!("stopped cleanly");
     Ok(())
+}
+
+/// `storage.compaction_threshold` is v1's size for its one WAL; here every queue slot has its
+/// own command log, so each gets a share (never under 1 MiB, so small settings do not turn
+/// into a snapshot per command). 0 keeps v1's meaning: never compact.
+fn slot_compaction_bytes(threshold_bytes: u64) -> u64 {
+    if threshold_bytes == 0 {
+        return 0;
+    }
+    (threshold_bytes / 64).max(1024 * 1024)
 }
 
 fn broker_config(config: &Config) -> crate::queue::broker::BrokerConfig {

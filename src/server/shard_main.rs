@@ -39,6 +39,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         plan.broker.clone(),
         plan.api_key.clone(),
         plan.random,
+        plan.slot_compaction_bytes,
     )
     .await?;
     {

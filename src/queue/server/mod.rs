@@ -7,4 +7,5 @@ pub mod exchanges;
 pub mod mesh;
 pub mod outbound;
 pub mod plane;
+pub mod snapshot;
 pub mod wal;

@@ -9,7 +9,7 @@
 use super::exchanges::{self, ExchangeOp, META_SHARD};
 use super::mesh::{QueueMsg, QueueReply};
 use super::outbound::Outbound;
-use super::wal;
+use super::{snapshot, wal};
 use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::{Broker, BrokerConfig, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::IdGenerator;
@@ -32,7 +32,30 @@ pub const TICK_NS: i64 = 10_000_000;
 
 struct SlotState {
     broker: Broker,
-    wal: Option<LogRef>,
+    /// Command log and snapshot log; `None` in memory mode.
+    logs: Option<SlotLogs>,
+}
+
+struct SlotLogs {
+    wal: LogRef,
+    snap: LogRef,
+    /// Command bytes logged since the last snapshot.
+    bytes_since_snapshot: u64,
+    last_snapshot_bytes: u64,
+    last_snapshot_number: u64,
+    snapshotting: bool,
+}
+
+impl SlotLogs {
+    /// Compaction rule: snapshot once the commands since the last snapshot outweigh both the
+    /// threshold and the last snapshot itself, so rewriting the state costs at most about as
+    /// much as the commands it replaces (amortised), and the log stays within about twice
+    /// the state plus the threshold.
+    fn snapshot_due(&self, threshold_bytes: u64) -> bool {
+        threshold_bytes > 0
+            && !self.snapshotting
+            && self.bytes_since_snapshot > threshold_bytes.max(self.last_snapshot_bytes)
+    }
 }
 
 type RemoteReply =
@@ -163,6 +186,8 @@ pub struct Plane {
     exchanges: RefCell<Rc<Exchanges>>,
     /// The metadata log; only on the metadata shard in disk mode.
     meta_log: Option<LogRef>,
+    /// Per-slot command bytes that make a snapshot due (0 = never compact).
+    compaction_threshold_bytes: u64,
 }
 
 fn slot_log_name(slot: u16) -> String {
@@ -181,6 +206,7 @@ impl Plane {
         cfg: BrokerConfig,
         api_key: Option<String>,
         random: u64,
+        compaction_threshold_bytes: u64,
     ) -> Result<Rc<Plane>, String> {
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
@@ -210,6 +236,7 @@ impl Plane {
             api_key,
             exchanges: RefCell::new(Rc::new(exchanges)),
             meta_log,
+            compaction_threshold_bytes,
         });
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
@@ -224,24 +251,60 @@ impl Plane {
     }
 
     async fn open_slot(&self, slot: u16) -> Result<(), String> {
-        let mut broker = Broker::new(self.cfg.clone());
-        let wal = match &self.store {
-            None => None,
+        let (broker, logs) = match &self.store {
+            None => (Broker::new(self.cfg.clone()), None),
             Some(store) => {
-                let log = store
-                    .open_log(&slot_log_name(slot))
+                let (broker, logs) = self
+                    .recover_slot(store, slot)
                     .await
-                    .map_err(|e| format!("open queue slot {slot}: {e}"))?;
-                wal::replay(store, &log, &mut broker)
-                    .await
-                    .map_err(|e| format!("replay queue slot {slot}: {e}"))?;
-                Some(log)
+                    .map_err(|e| format!("recover queue slot {slot}: {e}"))?;
+                (broker, Some(logs))
             }
         };
         self.slots
             .borrow_mut()
-            .insert(slot, Rc::new(RefCell::new(SlotState { broker, wal })));
+            .insert(slot, Rc::new(RefCell::new(SlotState { broker, logs })));
         Ok(())
+    }
+
+    /// Newest complete snapshot + every command after it.
+    async fn recover_slot(
+        &self,
+        store: &Rc<Store>,
+        slot: u16,
+    ) -> Result<(Broker, SlotLogs), String> {
+        let open = |name: String| async move {
+            store
+                .open_log(&name)
+                .await
+                .map_err(|e| format!("open {name}: {e}"))
+        };
+        let wal = open(slot_log_name(slot)).await?;
+        let snap = open(format!("queue/slot-{slot:03}/snap")).await?;
+        let (mut broker, from, number, snapshot_bytes) =
+            match snapshot::load_newest(store, &snap, &self.cfg).await? {
+                Some((broker, wal_seq, number, bytes)) => (broker, wal_seq + 1, number, bytes),
+                None => (Broker::new(self.cfg.clone()), 1, 0, 0),
+            };
+        let replayed = wal::replay(store, &wal, from, &mut broker).await?;
+        if replayed.saw_subscriptions {
+            // Subscriptions replayed from the log belonged to connections of an earlier
+            // process. Logged, so that later replays see the same offline period.
+            let cmd = Command::DisconnectAll;
+            broker.apply(&cmd);
+            wal::append(store, &wal, &cmd)?;
+        }
+        Ok((
+            broker,
+            SlotLogs {
+                wal,
+                snap,
+                bytes_since_snapshot: replayed.bytes,
+                last_snapshot_bytes: snapshot_bytes,
+                last_snapshot_number: number,
+                snapshotting: false,
+            },
+        ))
     }
 
     pub fn owner_of(&self, slot: u16) -> ShardId {
@@ -327,11 +390,15 @@ impl Plane {
         );
         let (outcome, effects, lsn) = {
             let mut st = cell.borrow_mut();
+            let st = &mut *st;
             let (outcome, effects) = st.broker.apply(&cmd);
-            let lsn = match (&self.store, &st.wal) {
-                (Some(store), Some(log)) if wal::must_log(&cmd, &outcome) => {
-                    match wal::append(store, log, &cmd) {
-                        Ok(lsn) => Some(lsn),
+            let lsn = match (&self.store, &mut st.logs) {
+                (Some(store), Some(logs)) if wal::must_log(&cmd, &outcome) => {
+                    match wal::append(store, &logs.wal, &cmd) {
+                        Ok((lsn, bytes)) => {
+                            logs.bytes_since_snapshot += bytes;
+                            Some(lsn)
+                        }
                         Err(e) => {
                             // The state changed in memory but could not be logged: refuse to
                             // acknowledge, and say why. The storage layer has failed; it
@@ -344,11 +411,60 @@ impl Plane {
             };
             (outcome, effects, lsn)
         };
+        self.maybe_snapshot(slot, &cell);
         self.timers_changed.notify();
         for effect in effects {
             self.route_effect(effect);
         }
         (outcome, lsn)
+    }
+
+    /// Takes a snapshot of the slot when its command log has grown enough, then, once it is
+    /// durable, drops what it replaces (whole segments, in the background).
+    fn maybe_snapshot(&self, slot: u16, cell: &Rc<RefCell<SlotState>>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let written = {
+            let mut st = cell.borrow_mut();
+            let st = &mut *st;
+            let Some(logs) = st.logs.as_mut() else { return };
+            if !logs.snapshot_due(self.compaction_threshold_bytes) {
+                return;
+            }
+            let number = logs.last_snapshot_number + 1;
+            let wal_seq = logs.wal.next_seq() - 1;
+            match snapshot::write(&store, &logs.snap, &st.broker, wal_seq, number) {
+                Ok(w) => {
+                    logs.snapshotting = true;
+                    logs.bytes_since_snapshot = 0;
+                    logs.last_snapshot_bytes = w.bytes;
+                    logs.last_snapshot_number = number;
+                    (w, logs.wal.clone(), logs.snap.clone())
+                }
+                Err(e) => {
+                    log::warn!("snapshot of queue slot {slot} failed: {e}; the log keeps growing");
+                    return;
+                }
+            }
+        };
+        let cell = Rc::clone(cell);
+        boltq_shards::spawn(async move {
+            let (w, wal, snap) = written;
+            let result = async {
+                store.wait_durable(w.lsn).await?;
+                store.truncate_before(&wal, w.wal_seq + 1).await?;
+                store.truncate_before(&snap, w.first_chunk_seq).await
+            }
+            .await;
+            if let Err(e) = result {
+                log::warn!("compaction of queue slot {slot} failed: {e}");
+            }
+            if let Some(logs) = cell.borrow_mut().logs.as_mut() {
+                logs.snapshotting = false;
+            }
+        })
+        .detach();
     }
 
     /// Applies `cmd` on the owner of `slot`, wherever it is. Local commands are applied

@@ -23,25 +23,51 @@ pub fn must_log(cmd: &Command, outcome: &Outcome) -> bool {
     }
 }
 
-/// Appends `cmd` to the slot's log; returns the journal position to wait for.
-pub fn append(store: &Store, log: &LogRef, cmd: &Command) -> Result<u64, String> {
+/// Appends `cmd` to the slot's log; returns the journal position to wait for and the bytes
+/// written.
+pub fn append(store: &Store, log: &LogRef, cmd: &Command) -> Result<(u64, u64), String> {
     let payload = serde_json::to_vec(cmd).map_err(|e| format!("encode command: {e}"))?;
+    let bytes = payload.len() as u64;
     let mut record = Record {
         payload: Bytes::from(payload),
         ..Default::default()
     };
     store
         .append(log, &mut record, boltq_io::store::now_ns())
-        .map(|a| a.lsn)
+        .map(|a| (a.lsn, bytes))
         .map_err(|e| e.to_string())
 }
 
-/// Applies every command of the slot's log to `broker`, then ends the live subscriptions
-/// the log mentions (their connections belonged to an earlier process).
-pub async fn replay(store: &Store, log: &LogRef, broker: &mut Broker) -> Result<u64, String> {
-    let mut from = log.first_seq();
-    let mut applied = 0u64;
-    let mut consumers = std::collections::HashSet::new();
+/// What a replay did.
+pub struct Replayed {
+    pub commands: u64,
+    /// Payload bytes replayed: the log's size past the snapshot, for the compaction rule.
+    pub bytes: u64,
+    /// A durable subscription was replayed: its connection belonged to an earlier process,
+    /// so the caller must apply (and log) `DisconnectAll`.
+    pub saw_subscriptions: bool,
+}
+
+/// Applies every command of the slot's log from `from` on to `broker`.
+pub async fn replay(
+    store: &Store,
+    log: &LogRef,
+    from: u64,
+    broker: &mut Broker,
+) -> Result<Replayed, String> {
+    if from < log.first_seq() {
+        return Err(format!(
+            "{}: commands from {from} are needed but the log starts at {}",
+            log.name(),
+            log.first_seq()
+        ));
+    }
+    let mut from = from;
+    let mut done = Replayed {
+        commands: 0,
+        bytes: 0,
+        saw_subscriptions: false,
+    };
     loop {
         let records = store
             .read(log, from, REPLAY_BATCH_RECORDS, usize::MAX)
@@ -52,15 +78,11 @@ pub async fn replay(store: &Store, log: &LogRef, broker: &mut Broker) -> Result<
         for r in &records {
             let cmd: Command = serde_json::from_slice(&r.payload)
                 .map_err(|e| format!("record {} of {} does not decode: {e}", r.seq, log.name()))?;
-            if let Command::Subscribe { consumer, .. } = &cmd {
-                consumers.insert(*consumer);
-            }
+            done.saw_subscriptions |= matches!(cmd, Command::Subscribe { .. });
             broker.apply(&cmd);
-            applied += 1;
+            done.commands += 1;
+            done.bytes += r.payload.len() as u64;
         }
     }
-    for consumer in consumers {
-        broker.apply(&Command::Disconnect { consumer });
-    }
-    Ok(applied)
+    Ok(done)
 }

@@ -150,3 +150,46 @@ pub(super) fn for_seeds(name: &str, seeds: u64, f: impl Fn(u64)) {
         }
     }
 }
+
+#[test]
+#[ignore]
+fn tmp_throughput() {
+    let mut b = Broker::new(BrokerConfig {
+        capacity_per_queue: 1 << 20,
+        ..cfg()
+    });
+    let mut f = Factory::new();
+    let n = 1_000_000;
+    let msgs: Vec<Message> = (0..n).map(|i| f.msg("q", (i % 3) as i64, 0)).collect();
+    let t = std::time::Instant::now();
+    for chunk in msgs.chunks(100) {
+        for m in chunk {
+            b.apply(&Command::Publish { msg: m.clone() });
+        }
+        if let (Outcome::Delivered(got), _) = b.apply(&Command::Consume {
+            queue: "q".into(),
+            consumer: C1,
+            max: 100,
+            now_ns: 1,
+        }) {
+            for m in got {
+                b.apply(&Command::Ack {
+                    id: m.id,
+                    now_ns: 1,
+                });
+            }
+        }
+    }
+    eprintln!(
+        "publish+consume+ack: {:.0} msg/s",
+        n as f64 / t.elapsed().as_secs_f64()
+    );
+    let t = std::time::Instant::now();
+    for m in &msgs[..200_000] {
+        b.apply(&Command::Publish { msg: m.clone() });
+    }
+    eprintln!(
+        "publish into a deep queue: {:.0} msg/s",
+        200_000.0 / t.elapsed().as_secs_f64()
+    );
+}
