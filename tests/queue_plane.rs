@@ -607,3 +607,34 @@ fn command_log_is_compacted_behind_snapshots_and_restores() {
     let m = c.consume("big").unwrap().unwrap();
     assert_eq!(m.payload_json.len(), 402);
 }
+
+#[test]
+fn long_poll_consume_waits_for_a_publish_on_any_shard() {
+    let (s, _cfg) = server("");
+    // Queues on both shards' slots: the waiter parks on each queue's owner.
+    for queue in ["lp-a", "lp-b", "lp-c", "lp-d"] {
+        let addr = format!("127.0.0.1:{}", s.tcp_port);
+        let waiter = std::thread::spawn({
+            let addr = addr.clone();
+            let queue = queue.to_string();
+            move || {
+                let mut c = Client::connect(&addr, ClientOptions::default()).unwrap();
+                c.consume_wait(&queue, 10_000, 1).unwrap()
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let mut p = client(&s);
+        p.publish(queue, "7", None, PublishOptions::default())
+            .unwrap();
+        let got = waiter.join().unwrap();
+        assert_eq!(got.len(), 1, "{queue}: the parked consumer got the message");
+        assert_eq!(got[0].payload_json, "7");
+    }
+    // Nothing published: EMPTY once the wait is over, not before.
+    let mut c = client(&s);
+    let started = std::time::Instant::now();
+    assert!(c.consume_wait("lp-none", 300, 1).unwrap().is_empty());
+    assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
+    // A v1 consume (no wait_ms) still never blocks.
+    assert_eq!(c.consume("lp-none").unwrap(), None);
+}

@@ -70,6 +70,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     }
     shard.shutdown_requested().await;
     plan.state.set_not_ready();
+    plane.expire_waiters(i64::MAX); // long-polls answer EMPTY now rather than at their deadline
     drop(tcp_task); // cancels the accept loops: no new connections
     drop(http_task);
     drain(&live).await;

@@ -1,11 +1,14 @@
 //! Request parsing for the v1 TCP protocol (spec §2.4–§2.5): one [`Frame`] in, one
 //! [`Request`] or [`RequestError`] out. Pure: no I/O, no broker state, no config.
 //!
-//! JSON is decoded with Go `encoding/json` semantics (see [`json`]): unknown keys ignored,
-//! keys matched case-insensitively, last duplicate wins, `null` leaves the zero value,
-//! wrong types fail with `invalid json: <Go-style detail>`, an empty payload fails with
-//! `invalid json: unexpected end of JSON input`. PING, STATS, CLUSTER_STATUS and
-//! CONFIRM_SELECT ignore their payload entirely, even when it is not JSON.
+//! JSON is decoded with Go `encoding/json` semantics (see `request/json.rs`): unknown keys
+//! ignored, keys matched case-insensitively, members applied in order so the last duplicate
+//! wins (`{"Topic":"a","topic":"b"}` gives `b`, the reverse order `a`, as in Go), `null`
+//! leaves the zero value, wrong types fail with `invalid json: <Go-style detail>`, an
+//! empty payload fails with `invalid json: unexpected end of JSON input`. PING, STATS,
+//! CLUSTER_STATUS and CONFIRM_SELECT ignore their payload entirely, even when it is not
+//! JSON. Nesting deeper than [`DEPTH_MAX`] (128, the request object included) fails with
+//! `invalid json: exceeded max depth of 128`; containers are walked without recursion.
 //!
 //! # BoltQ additions (a v1 client never sends these, so it sees exactly v1 behaviour)
 //!
@@ -24,7 +27,7 @@
 //!
 //! | Byte | Name | Request | OK reply |
 //! |---|---|---|---|
-//! | `0x19` | DLQ_LIST | `{"queue"?}` (filter) | `{"dead_letters":[{"queue","dead_letter","count"},…]}` |
+//! | `0x19` | DLQ_LIST | `{"queue"?}` (filter) | `{"dead_letters":[{"queue","dead_letter","count"},…]}`, plus `"truncated":true` if the list was cut to fit a frame |
 //! | `0x1A` | DLQ_READ | `{"queue","offset"?,"limit"?}` (limit 1..=1000, default 100) | `{"queue","offset","messages":[…],"next_offset"}` — messages stay in the DLQ |
 //! | `0x1B` | DLQ_REQUEUE | `{"queue","limit"?}` (≥ 1, default all) | `{"queue","requeued":n}` — moved back to the tail of `queue`, `retry` reset to 0 |
 //! | `0x1C` | DLQ_PURGE | `{"queue"}` | `{"queue","purged":n}` |
@@ -136,7 +139,10 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publish {
     pub topic: String,
-    /// Compact JSON text of the payload (`null` when absent), valid UTF-8.
+    /// The payload's JSON text, compacted (whitespace outside strings removed), which is
+    /// what v1 echoes: it re-serialises its `json.RawMessage` compactly. Strings are kept
+    /// as written, escapes included (even lone surrogate escapes, like v1); invalid UTF-8
+    /// is replaced by U+FFFD so stored text is always UTF-8. `null` when absent.
     pub payload: Bytes,
     pub headers: BTreeMap<String, String>,
     pub delay_ns: i64,
@@ -226,6 +232,7 @@ pub struct PublishExchange {
     /// `""` = the default exchange (routes to the queue named by `routing_key`).
     pub exchange: String,
     pub routing_key: String,
+    /// As [`Publish::payload`].
     pub payload: Bytes,
     pub headers: BTreeMap<String, String>,
     pub priority: i64,

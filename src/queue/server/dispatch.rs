@@ -215,11 +215,10 @@ fn consume_reply(outcome: Outcome, batch: bool, st: &mut ConnState, out: &mut Ve
     }
 }
 
-/// The slot that owns a queue or topic. Names are hashed up to their first `:`, so a
-/// durable subscriber's backlog `<topic>:<id>` lives in the same slot as `<topic>` and can
-/// be consumed like any queue (v1 exposes it as one).
+/// The slot that owns a queue or topic (and its dead letters and durable backlogs, which
+/// live in the same broker).
 pub fn slot_of_name(name: &str) -> u16 {
-    boltq_shards::slot_of(name.split(':').next().unwrap_or(name))
+    boltq_shards::slot_of(name)
 }
 
 /// Turns one frame into a pending reply.
@@ -472,7 +471,7 @@ fn consume(plane: &Rc<Plane>, st: &mut ConnState, c: request::Consume) -> Pendin
         now_ns: now_ns(),
     };
     Pending::Consume {
-        submitted: plane.submit(slot, cmd),
+        submitted: plane.submit_consume(slot, cmd, c.wait_ms),
         batch: c.max.is_some(),
     }
 }

@@ -13,6 +13,13 @@ pub enum QueueMsg {
     /// Request: apply `cmd` on the owner of `slot`; answered with `QueueReply::Applied` once
     /// the outcome is durable.
     Apply { slot: u16, cmd: Command },
+    /// Request: a CONSUME that may long-poll up to `wait_ms` on the owner; answered with
+    /// `QueueReply::Applied` when served or at the deadline.
+    ConsumeWait {
+        slot: u16,
+        cmd: Command,
+        wait_ms: u64,
+    },
     /// One-way: a push or prefetch release for a connection of the receiving shard.
     Effect(Effect),
     /// One-way: a connection closed; end its live subscriptions on the receiving shard.

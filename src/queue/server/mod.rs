@@ -8,4 +8,5 @@ pub mod mesh;
 pub mod outbound;
 pub mod plane;
 pub mod snapshot;
+pub mod waiters;
 pub mod wal;

@@ -9,6 +9,7 @@
 use super::exchanges::{self, ExchangeOp, META_SHARD};
 use super::mesh::{QueueMsg, QueueReply};
 use super::outbound::Outbound;
+use super::waiters::{Answer, Waiter, Waiters};
 use super::{snapshot, wal};
 use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::{Broker, BrokerConfig, Command, ConsumerRef, Effect, Outcome};
@@ -66,6 +67,15 @@ type RemoteReply =
 pub enum Submitted {
     Local(Outcome, Option<u64>),
     Remote(ShardId, RemoteReply),
+    /// A long-poll parked on this shard.
+    Parked(Rc<Parked>),
+}
+
+/// The answer slot of a long-poll parked on this shard.
+#[derive(Default)]
+pub struct Parked {
+    answer: RefCell<Option<(Outcome, Option<u64>)>>,
+    ready: Event,
 }
 
 impl Submitted {
@@ -73,6 +83,14 @@ impl Submitted {
     pub async fn outcome(self, plane: &Plane) -> Outcome {
         match self {
             Submitted::Local(outcome, lsn) => plane.when_durable(outcome, lsn).await,
+            Submitted::Parked(parked) => loop {
+                let ticket = parked.ready.ticket();
+                let answer = parked.answer.borrow_mut().take();
+                if let Some((outcome, lsn)) = answer {
+                    break plane.when_durable(outcome, lsn).await;
+                }
+                parked.ready.wait(ticket).await;
+            },
             Submitted::Remote(owner, reply) => match reply.await {
                 Ok(ShardMsg::QueueReply(QueueReply::Applied(outcome))) => outcome,
                 Ok(_) => Outcome::Error("internal error: unexpected reply between shards".into()),
@@ -169,6 +187,12 @@ impl StatsGather {
     }
 }
 
+#[derive(Clone, Copy)]
+enum CmdKind {
+    Consume,
+    Other,
+}
+
 pub struct Plane {
     pub shard: Shard<ShardMsg>,
     store: Option<Rc<Store>>,
@@ -188,6 +212,10 @@ pub struct Plane {
     meta_log: Option<LogRef>,
     /// Per-slot command bytes that make a snapshot due (0 = never compact).
     compaction_threshold_bytes: u64,
+    waiters: RefCell<Waiters>,
+    /// True while parked consumers are being served (serving applies commands, which
+    /// would otherwise try to serve again).
+    serving_waiters: Cell<bool>,
 }
 
 fn slot_log_name(slot: u16) -> String {
@@ -237,6 +265,8 @@ impl Plane {
             exchanges: RefCell::new(Rc::new(exchanges)),
             meta_log,
             compaction_threshold_bytes,
+            waiters: RefCell::new(Waiters::default()),
+            serving_waiters: Cell::new(false),
         });
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
@@ -366,6 +396,10 @@ impl Plane {
     }
 
     fn disconnect_local(&self, consumer: ConsumerRef) {
+        let gone = self.waiters.borrow_mut().take_of(consumer);
+        for w in gone {
+            (w.answer)(Outcome::Empty, None);
+        }
         let slots: Vec<u16> = self.slots.borrow().keys().copied().collect();
         for slot in slots {
             let _ = self.apply_local(slot, Command::Disconnect { consumer });
@@ -388,6 +422,11 @@ impl Plane {
                 .get(&slot)
                 .expect("owned slots are open"),
         );
+        let cmd_kind = if matches!(cmd, Command::Consume { .. }) {
+            CmdKind::Consume
+        } else {
+            CmdKind::Other
+        };
         let (outcome, effects, lsn) = {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
@@ -412,11 +451,107 @@ impl Plane {
             (outcome, effects, lsn)
         };
         self.maybe_snapshot(slot, &cell);
+        if !matches!(cmd_kind, CmdKind::Consume) {
+            self.serve_waiters(slot);
+        }
         self.timers_changed.notify();
         for effect in effects {
             self.route_effect(effect);
         }
         (outcome, lsn)
+    }
+
+    /// A consume that parks on this shard (the owner) when nothing is ready and `wait_ms`
+    /// allows; `answer` is called once, with the messages or EMPTY at the deadline.
+    fn consume_or_park(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
+        let (outcome, lsn) = self.apply_local(slot, cmd.clone());
+        let Command::Consume {
+            queue,
+            consumer,
+            max,
+            now_ns,
+        } = cmd
+        else {
+            unreachable!("consume_or_park takes consumes")
+        };
+        if outcome != Outcome::Empty || wait_ms == 0 || self.waiters.borrow().is_full() {
+            return answer(outcome, lsn);
+        }
+        let waiter = Waiter {
+            consumer,
+            max,
+            deadline_ns: now_ns.saturating_add(wait_ms as i64 * 1_000_000),
+            answer,
+        };
+        self.waiters.borrow_mut().park(slot, queue, waiter);
+        self.timers_changed.notify();
+    }
+
+    /// Submits a CONSUME that may long-poll (`wait_ms` > 0) on the queue's owner.
+    pub fn submit_consume(&self, slot: u16, cmd: Command, wait_ms: u64) -> Submitted {
+        if wait_ms == 0 {
+            return self.submit(slot, cmd);
+        }
+        let owner = self.owner_of(slot);
+        if owner != self.shard.id() {
+            let req = ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms });
+            return Submitted::Remote(
+                owner,
+                Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
+            );
+        }
+        let parked = Rc::new(Parked::default());
+        let slot_for_answer = Rc::clone(&parked);
+        self.consume_or_park(
+            slot,
+            cmd,
+            wait_ms,
+            Box::new(move |outcome, lsn| {
+                *slot_for_answer.answer.borrow_mut() = Some((outcome, lsn));
+                slot_for_answer.ready.notify();
+            }),
+        );
+        Submitted::Parked(parked)
+    }
+
+    /// Serves parked consumers of `slot`, oldest first, while their queues have messages.
+    fn serve_waiters(&self, slot: u16) {
+        if self.serving_waiters.get() {
+            return;
+        }
+        let queues = self.waiters.borrow().queues_of(slot);
+        if queues.is_empty() {
+            return;
+        }
+        self.serving_waiters.set(true);
+        for queue in queues {
+            loop {
+                let Some(w) = self.waiters.borrow_mut().pop(slot, &queue) else {
+                    break;
+                };
+                let cmd = Command::Consume {
+                    queue: queue.clone(),
+                    consumer: w.consumer,
+                    max: w.max,
+                    now_ns: now_ns(),
+                };
+                let (outcome, lsn) = self.apply_local(slot, cmd);
+                if outcome == Outcome::Empty {
+                    self.waiters.borrow_mut().unpop(slot, queue.clone(), w);
+                    break;
+                }
+                (w.answer)(outcome, lsn);
+            }
+        }
+        self.serving_waiters.set(false);
+    }
+
+    /// Answers EMPTY to parked consumers whose deadline passed (all of them at shutdown).
+    pub fn expire_waiters(&self, now_ns: i64) {
+        let expired = self.waiters.borrow_mut().take_expired(now_ns);
+        for w in expired {
+            (w.answer)(Outcome::Empty, None);
+        }
     }
 
     /// Takes a snapshot of the slot when its command log has grown enough, then, once it is
@@ -555,6 +690,26 @@ impl Plane {
                         .reply(token, ShardMsg::QueueReply(QueueReply::Applied(outcome)));
                 })
                 .detach();
+            }
+            Incoming::Request {
+                msg: ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms }),
+                token,
+            } => {
+                let plane = Rc::clone(self);
+                self.consume_or_park(
+                    slot,
+                    cmd,
+                    wait_ms,
+                    Box::new(move |outcome, lsn| {
+                        boltq_shards::spawn(async move {
+                            let outcome = plane.when_durable(outcome, lsn).await;
+                            plane
+                                .shard
+                                .reply(token, ShardMsg::QueueReply(QueueReply::Applied(outcome)));
+                        })
+                        .detach();
+                    }),
+                );
             }
             Incoming::Request {
                 msg: ShardMsg::Queue(QueueMsg::Stats),
@@ -806,14 +961,18 @@ impl Plane {
     }
 
     fn next_deadline_ns(&self) -> Option<i64> {
-        self.slots
+        let brokers = self
+            .slots
             .borrow()
             .values()
             .filter_map(|c| c.borrow().broker.next_deadline_ns())
-            .min()
+            .min();
+        let waiters = self.waiters.borrow().next_deadline_ns();
+        brokers.into_iter().chain(waiters).min()
     }
 
     fn tick_due(&self, now: i64) {
+        self.expire_waiters(now);
         let due: Vec<u16> = self
             .slots
             .borrow()
