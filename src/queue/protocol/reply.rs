@@ -45,37 +45,8 @@ pub struct ReplyTooLarge {
     pub payload_len: usize,
 }
 
-/// Per-queue counters of the STATS reply (spec §3.11). Each shard fills one for the queues
-/// it owns; the connection merges them.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Ready (in-memory, not pending or delayed) messages per work queue.
-    pub queues: BTreeMap<String, u64>,
-    /// Subscribers per pub/sub topic.
-    pub topics: BTreeMap<String, u64>,
-    /// Messages per dead-letter queue, keyed `<queue>_dead_letter`.
-    pub dead_letters: BTreeMap<String, u64>,
-    pub pending_count: u64,
-    pub delayed_count: u64,
-}
-
-impl Stats {
-    /// Adds `other` in: counts of the same name are summed (a topic's subscribers may sit
-    /// on several shards).
-    pub fn merge(&mut self, other: Stats) {
-        add_counts(&mut self.queues, other.queues);
-        add_counts(&mut self.topics, other.topics);
-        add_counts(&mut self.dead_letters, other.dead_letters);
-        self.pending_count += other.pending_count;
-        self.delayed_count += other.delayed_count;
-    }
-}
-
-fn add_counts(into: &mut BTreeMap<String, u64>, from: BTreeMap<String, u64>) {
-    for (name, n) in from {
-        *into.entry(name).or_insert(0) += n;
-    }
-}
+/// The STATS reply's content (spec §3.11): one broker's, or several merged.
+pub use crate::queue::broker::BrokerStats as Stats;
 
 /// The CLUSTER_STATUS reply of a clustered node (spec §2.5.8).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

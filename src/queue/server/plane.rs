@@ -19,7 +19,7 @@ use crate::queue::protocol::reply;
 use crate::server::shard_main::ShardMsg;
 use boltq_io::event::Event;
 use boltq_io::{LogRef, Store};
-use boltq_shards::{Incoming, Shard, ShardId};
+use boltq_shards::{Incoming, ReplyToken, Shard, ShardId};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -100,16 +100,6 @@ impl Submitted {
     }
 }
 
-fn reply_stats(b: crate::queue::broker::BrokerStats) -> reply::Stats {
-    reply::Stats {
-        queues: b.queues,
-        topics: b.topics,
-        dead_letters: b.dead_letters,
-        pending_count: b.pending_count,
-        delayed_count: b.delayed_count,
-    }
-}
-
 /// An exchange change on its way to (or applied on) the metadata shard.
 pub enum ExchangeSubmitted {
     Local(Result<(), String>, Option<u64>),
@@ -180,7 +170,7 @@ impl StatsGather {
         let mut total = self.local;
         for r in self.remote {
             if let Ok(ShardMsg::QueueReply(QueueReply::Stats(s))) = r.await {
-                total.merge(s);
+                total.merge(&s);
             }
         }
         total
@@ -670,6 +660,28 @@ impl Plane {
         }
     }
 
+    /// Answers a remote shard's command once its outcome is durable.
+    fn reply_when_durable(self: &Rc<Self>, token: ReplyToken, outcome: Outcome, lsn: Option<u64>) {
+        let plane = Rc::clone(self);
+        boltq_shards::spawn(async move {
+            let outcome = plane.when_durable(outcome, lsn).await;
+            let reply = ShardMsg::QueueReply(QueueReply::Applied(outcome));
+            plane.shard.reply(token, reply);
+        })
+        .detach();
+    }
+
+    /// Sends `msg()` as a request to every other shard; the answers, in shard order.
+    fn ask_other_shards(&self, msg: impl Fn() -> QueueMsg) -> Vec<RemoteReply> {
+        (0..self.shard.count())
+            .filter(|&dest| dest != self.shard.id())
+            .map(|dest| {
+                let req = ShardMsg::Queue(msg());
+                Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply
+            })
+            .collect()
+    }
+
     /// The mesh handler's part for the queue plane.
     pub fn on_mesh(self: &Rc<Self>, incoming: Incoming<ShardMsg>) {
         match incoming {
@@ -682,34 +694,15 @@ impl Plane {
                 token,
             } => {
                 let (outcome, lsn) = self.apply_local(slot, cmd);
-                let plane = Rc::clone(self);
-                boltq_shards::spawn(async move {
-                    let outcome = plane.when_durable(outcome, lsn).await;
-                    plane
-                        .shard
-                        .reply(token, ShardMsg::QueueReply(QueueReply::Applied(outcome)));
-                })
-                .detach();
+                self.reply_when_durable(token, outcome, lsn);
             }
             Incoming::Request {
                 msg: ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms }),
                 token,
             } => {
                 let plane = Rc::clone(self);
-                self.consume_or_park(
-                    slot,
-                    cmd,
-                    wait_ms,
-                    Box::new(move |outcome, lsn| {
-                        boltq_shards::spawn(async move {
-                            let outcome = plane.when_durable(outcome, lsn).await;
-                            plane
-                                .shard
-                                .reply(token, ShardMsg::QueueReply(QueueReply::Applied(outcome)));
-                        })
-                        .detach();
-                    }),
-                );
+                let answer = move |outcome, lsn| plane.reply_when_durable(token, outcome, lsn);
+                self.consume_or_park(slot, cmd, wait_ms, Box::new(answer));
             }
             Incoming::Request {
                 msg: ShardMsg::Queue(QueueMsg::Stats),
@@ -872,15 +865,9 @@ impl Plane {
     }
 
     pub fn gather_dlq_list(&self, queue: Option<String>) -> DlqListGather {
-        let mut remote = Vec::new();
-        for dest in 0..self.shard.count() {
-            if dest != self.shard.id() {
-                let req = ShardMsg::Queue(QueueMsg::DlqList {
-                    queue: queue.clone(),
-                });
-                remote.push(Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply);
-            }
-        }
+        let remote = self.ask_other_shards(|| QueueMsg::DlqList {
+            queue: queue.clone(),
+        });
         DlqListGather {
             local: self.local_dlq_counts(queue.as_deref()),
             remote,
@@ -917,20 +904,14 @@ impl Plane {
     pub fn local_stats(&self) -> reply::Stats {
         let mut total = reply::Stats::default();
         for cell in self.slots.borrow().values() {
-            total.merge(reply_stats(cell.borrow().broker.stats()));
+            total.merge(&cell.borrow().broker.stats());
         }
         total
     }
 
     /// Asks every other shard for its stats now; await [`StatsGather::merged`].
     pub fn gather_stats(&self) -> StatsGather {
-        let mut remote = Vec::new();
-        for dest in 0..self.shard.count() {
-            if dest != self.shard.id() {
-                let req = ShardMsg::Queue(QueueMsg::Stats);
-                remote.push(Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply);
-            }
-        }
+        let remote = self.ask_other_shards(|| QueueMsg::Stats);
         StatsGather {
             local: self.local_stats(),
             remote,

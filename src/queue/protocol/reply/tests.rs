@@ -283,7 +283,7 @@ fn stats_reply_and_merge() {
     b.dead_letters.insert("jobs_dead_letter".into(), 4);
     b.delayed_count = 5;
     b.pending_count = 1;
-    a.merge(b);
+    a.merge(&b);
     assert_eq!(
         ok_json(|o| stats(&a, o)),
         r#"{"Queues":{"alpha":1,"jobs":3},"Topics":{"news":3},"DeadLetters":{"jobs_dead_letter":4},"PendingCount":3,"DelayedCount":5}"#

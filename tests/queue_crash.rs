@@ -1,0 +1,812 @@
+//! Crash test of the queue plane (issue 3): publishers and a consumer run against the real
+//! binary under `storage.fsync = "always"` while the server is SIGKILLed at random moments
+//! and restarted on the same data dir and ports.
+//!
+//! What a reply means under `always` (the server's promise): a PUBLISH reply means the
+//! message is on disk; a CONSUME reply means the message is durably *pending* (pending
+//! survives restarts and, with a 10-minute ack timeout, never times out here); an ACK reply
+//! means the ack is on disk. From that the test derives exact expectations:
+//!
+//! - A consumer whose ACK got no reply (the server died) re-sends the ACK after reconnecting
+//!   until it gets a definite answer: OK (the first ACK was lost) or `not found in pending`
+//!   (the first ACK was applied). So every delivery the consumer saw ends acked, and no
+//!   message is ever delivered twice: at-least-once would allow a redelivery only after an
+//!   ack timeout or a NACK, and neither happens during the load.
+//! - A CONSUME whose reply was lost may have made its message pending with an id the
+//!   consumer never saw. At the end, every acknowledged publish that was neither acked nor
+//!   drained is NACKed by the id its publish reply gave (`retry_backoff_base_ms = 0`, so it
+//!   is ready again at once) and drained: a NACK that answers `not found in pending` means
+//!   the message is gone, i.e. an acknowledged publish was lost.
+//! - A publish whose reply was lost may or may not exist; it is delivered at most once. If
+//!   it was also taken by a lost CONSUME it stays pending with an unknown id: at most one
+//!   such message per lost CONSUME.
+//!
+//! Set `BOLTQ_CRASH_SEED` to replay a run's random choices (kill moments, batch sizes,
+//! queues); the seed is printed.
+
+mod support;
+
+use boltq::client::{Client, ClientError, ClientOptions, ConsumedMessage, PublishReply};
+use boltq::queue::protocol::frame::{op, status};
+use boltq_io::testutil::{Rng, TempDir};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use support::Server;
+
+const PUBLISHERS: usize = 3;
+/// Work queues the load runs on (spread over the two shards' slots).
+const QUEUES: [&str; 4] = ["crash-q0", "crash-q1", "crash-q2", "crash-q3"];
+/// SIGKILLs while publishers and the consumer run; one more follows once they stopped.
+const KILLS_UNDER_LOAD: usize = 12;
+/// Load between two kills, chosen at random in this range (ms).
+const LOAD_MS: (u64, u64) = (50, 400);
+/// Largest pipelined publish batch.
+const PUBLISH_BATCH_MAX: u64 = 8;
+/// How long a worker keeps trying to reach a server that is being restarted.
+const RECONNECT_DEADLINE: Duration = Duration::from_secs(60);
+/// Bound on every wait for the workers or the server to make progress.
+const PROGRESS_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Exchanges, bindings and the durable subscription that must survive every kill.
+const FANOUT: &str = "crash-fanout";
+const FANOUT_QUEUES: [&str; 2] = ["crash-fan-a", "crash-fan-b"];
+const TOPIC_EXCHANGE: &str = "crash-topic";
+const TOPIC_QUEUE: &str = "crash-orders";
+const NEWS: &str = "crash-news";
+const NEWS_SUBSCRIBER: &str = "crash-sub";
+
+/// A message of the load: (publisher, sequence number).
+type Key = (u32, u64);
+
+/// 10-minute ack timeout: nothing is redelivered by timeout during the test. No retry
+/// backoff, so a NACKed message is ready again at once. Many retries, so nothing is
+/// dead-lettered. A small compaction threshold (the server gives each slot at least 1 MiB),
+/// so slots snapshot and compact while being killed.
+const CONFIG: &str = r#"
+[storage]
+fsync = "always"
+compaction_threshold = 1
+
+[queue]
+ack_timeout = "10m"
+max_retry = 100
+retry_backoff_base_ms = 0
+"#;
+
+#[test]
+fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
+    let started = Instant::now();
+    let seed = std::env::var("BOLTQ_CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(time_seed);
+    println!("queue crash test: seed {seed} (BOLTQ_CRASH_SEED={seed} replays the choices)");
+    let mut rng = Rng::new(seed);
+
+    let cfg_dir = TempDir::new("crash-cfg");
+    let cfg = cfg_dir.path().join("boltq.toml");
+    std::fs::write(&cfg, CONFIG).unwrap();
+    let mut server = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let port = server.tcp_port;
+
+    declare_durable_metadata(port);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(Progress::new(PUBLISHERS + 1));
+    let publishers: Vec<JoinHandle<PublisherLog>> = (0..PUBLISHERS)
+        .map(|p| {
+            let (stop, progress) = (Arc::clone(&stop), Arc::clone(&progress));
+            let seed = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(p as u64 + 1));
+            std::thread::spawn(move || run_publisher(p as u32, port, seed, &stop, &progress))
+        })
+        .collect();
+    let consumer = {
+        let (stop, progress) = (Arc::clone(&stop), Arc::clone(&progress));
+        std::thread::spawn(move || run_consumer(port, &stop, &progress, PUBLISHERS))
+    };
+
+    let mut kills = 0;
+    let mut since = progress.now_us();
+    for _ in 0..KILLS_UNDER_LOAD {
+        // Every worker has had a reply to a request sent after the last restart: the load
+        // is running against this server generation.
+        progress.wait_all_since(since);
+        let load_ms = LOAD_MS.0 + rng.below(LOAD_MS.1 - LOAD_MS.0 + 1);
+        std::thread::sleep(Duration::from_millis(load_ms));
+        server = server.restart(libc::SIGKILL).0;
+        kills += 1;
+        since = progress.now_us();
+        check_durable_metadata(port, kills);
+    }
+    progress.wait_all_since(since);
+    stop.store(true, Ordering::SeqCst);
+    let publisher_logs: Vec<PublisherLog> = publishers
+        .into_iter()
+        .map(|h| h.join().expect("publisher thread"))
+        .collect();
+    let consumer_log = consumer.join().expect("consumer thread");
+
+    // One more kill with everything quiet: the final state is what recovery rebuilt.
+    server = server.restart(libc::SIGKILL).0;
+    kills += 1;
+    check_durable_metadata(port, kills);
+
+    let report = final_drain_and_verify(&server, &publisher_logs, &consumer_log);
+    println!(
+        "queue crash test: {kills} SIGKILLs in {:.1} s; publishes: {} acknowledged, {} \
+         unanswered (of which {} delivered); deliveries: {} during load, {} in the final \
+         drain, {} recovered from pending by NACK; acks: {} answered, {} lost and re-sent \
+         ({} of them had been applied); lost consume replies: {}; stuck pending (unknown id): {}",
+        started.elapsed().as_secs_f64(),
+        report.confirmed,
+        report.unanswered,
+        report.unanswered_delivered,
+        report.load_deliveries,
+        report.final_deliveries,
+        report.recovered_by_nack,
+        report.acks_answered,
+        consumer_log.lost_acks,
+        report.acks_applied_before_kill,
+        consumer_log.lost_consumes,
+        report.stuck_pending,
+    );
+    assert!(kills >= 10, "issue 3 asks for at least 10 kills");
+    assert!(
+        report.confirmed > 0 && report.load_deliveries > 0,
+        "the load made no progress: {report:?}"
+    );
+}
+
+// ---- workers ---------------------------------------------------------------------------
+
+/// Per worker: when (µs since `base`) the request behind its latest reply was sent.
+struct Progress {
+    base: Instant,
+    last_ok_sent_us: Vec<AtomicU64>,
+}
+
+impl Progress {
+    fn new(workers: usize) -> Progress {
+        Progress {
+            base: Instant::now(),
+            last_ok_sent_us: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.base.elapsed().as_micros() as u64 + 1
+    }
+
+    fn mark(&self, worker: usize, sent_us: u64) {
+        self.last_ok_sent_us[worker].fetch_max(sent_us, Ordering::SeqCst);
+    }
+
+    /// Waits until every worker got a reply to a request sent after `since_us`, which (when
+    /// `since_us` was taken after a restart) can only have come from the new server.
+    fn wait_all_since(&self, since_us: u64) {
+        let deadline = Instant::now() + PROGRESS_DEADLINE;
+        loop {
+            let behind: Vec<usize> = (0..self.last_ok_sent_us.len())
+                .filter(|&w| self.last_ok_sent_us[w].load(Ordering::SeqCst) <= since_us)
+                .collect();
+            if behind.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "workers {behind:?} made no progress within {PROGRESS_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn addr(port: u16) -> String {
+    format!("127.0.0.1:{port}")
+}
+
+/// Connects, retrying while the server restarts; `None` once `stop` is set.
+fn connect_retrying(port: u16, stop: &AtomicBool) -> Option<Client> {
+    let deadline = Instant::now() + RECONNECT_DEADLINE;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        if let Ok(c) = Client::connect(&addr(port), ClientOptions::default()) {
+            return Some(c);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "server unreachable for {RECONNECT_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The payload of message `(p, s)`: the key plus padding derived from it, so a corrupted
+/// or mixed-up payload is noticed.
+fn payload_json(p: u32, s: u64) -> String {
+    format!(r#"{{"p":{p},"s":{s},"pad":"{}"}}"#, padding(p, s))
+}
+
+fn padding(p: u32, s: u64) -> String {
+    let mut x = (u64::from(p) << 48) ^ s ^ 0x5851_f42d_4c95_7f2d;
+    let mut pad = String::with_capacity(128);
+    for _ in 0..8 {
+        x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ 0x1405_7b7e_f767_814f;
+        pad.push_str(&format!("{x:016x}"));
+    }
+    pad
+}
+
+/// The key of a load payload, or `None` when it is not one this test published.
+fn decode_key(payload: &str) -> Option<Key> {
+    let v: Value = serde_json::from_str(payload).ok()?;
+    let obj = v.as_object()?;
+    if obj.len() != 3 {
+        return None;
+    }
+    let p = u32::try_from(obj.get("p")?.as_u64()?).ok()?;
+    let s = obj.get("s")?.as_u64()?;
+    (obj.get("pad")?.as_str()? == padding(p, s)).then_some((p, s))
+}
+
+/// What one publisher sent, indexed by sequence number.
+#[derive(Debug, Default)]
+struct PublisherLog {
+    /// Queue index of every publish that was (perhaps partly) sent.
+    queue: Vec<usize>,
+    /// The id from the OK reply; `None` while no reply arrived.
+    id: Vec<Option<String>>,
+    /// Anything but a well-formed OK reply.
+    errors: Vec<String>,
+}
+
+fn run_publisher(
+    p: u32,
+    port: u16,
+    seed: u64,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> PublisherLog {
+    let mut rng = Rng::new(seed);
+    let mut log = PublisherLog::default();
+    let mut conn: Option<Client> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = conn.as_mut() else {
+            conn = connect_retrying(port, stop);
+            continue;
+        };
+        let batch = 1 + rng.below(PUBLISH_BATCH_MAX) as usize;
+        let sent_us = progress.now_us();
+        let first = log.queue.len();
+        let mut broken = false;
+        for _ in 0..batch {
+            let seq = log.queue.len() as u64;
+            let q = rng.below(QUEUES.len() as u64) as usize;
+            // Recorded before the write: a partly written frame may still be applied.
+            log.queue.push(q);
+            log.id.push(None);
+            let body = format!(
+                r#"{{"topic":"{}","payload":{}}}"#,
+                QUEUES[q],
+                payload_json(p, seq)
+            );
+            if c.send_frame(op::PUBLISH, body.as_bytes()).is_err() {
+                broken = true;
+                break;
+            }
+        }
+        if !broken {
+            for seq in first..log.queue.len() {
+                match c.read_frame() {
+                    Ok((status::OK, payload)) => {
+                        match serde_json::from_slice::<PublishReply>(&payload) {
+                            Ok(r) if r.topic == QUEUES[log.queue[seq]] && is_message_id(&r.id) => {
+                                log.id[seq] = Some(r.id);
+                                progress.mark(p as usize, sent_us);
+                            }
+                            _ => log.errors.push(format!(
+                                "publish ({p},{seq}): malformed reply {}",
+                                String::from_utf8_lossy(&payload)
+                            )),
+                        }
+                    }
+                    Ok((code, payload)) => log.errors.push(format!(
+                        "publish ({p},{seq}): status {code:#04x} {}",
+                        String::from_utf8_lossy(&payload)
+                    )),
+                    Err(_) => {
+                        broken = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if broken {
+            conn = None;
+        }
+    }
+    log
+}
+
+fn is_message_id(id: &str) -> bool {
+    id.len() == 32
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckHow {
+    /// OK to the first ACK.
+    Answered,
+    /// The first ACK got no reply; the re-sent one got OK (the first was not applied).
+    AnsweredOnResend,
+    /// The first ACK got no reply; the re-sent one got `not found in pending`: the first
+    /// was applied (and, since it was recovered, durable).
+    AppliedBeforeKill,
+}
+
+#[derive(Debug)]
+enum Event {
+    Delivered(ConsumedMessage),
+    Acked { id: String, how: AckHow },
+}
+
+#[derive(Debug, Default)]
+struct ConsumerLog {
+    /// In the order they happened.
+    events: Vec<Event>,
+    /// CONSUMEs sent whose reply never came (each may have left one message pending).
+    lost_consumes: u64,
+    /// ACKs sent whose reply never came (each was re-sent until answered).
+    lost_acks: u64,
+    errors: Vec<String>,
+}
+
+fn run_consumer(port: u16, stop: &AtomicBool, progress: &Progress, me: usize) -> ConsumerLog {
+    let mut log = ConsumerLog::default();
+    let mut conn: Option<Client> = None;
+    // The delivered message still to ack, and whether an ACK for it already went unanswered.
+    let mut to_ack: Option<(String, bool)> = None;
+    let never_stop = AtomicBool::new(false);
+    let mut next_queue = 0;
+    loop {
+        if to_ack.is_none() && stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Some(c) = conn.as_mut() else {
+            // An unresolved ack keeps the consumer going even after `stop`.
+            let gate = if to_ack.is_some() { &never_stop } else { stop };
+            conn = connect_retrying(port, gate);
+            continue;
+        };
+        let sent_us = progress.now_us();
+        if let Some((id, resent)) = to_ack.take() {
+            match c.ack(&id) {
+                Ok(()) => {
+                    let how = if resent {
+                        AckHow::AnsweredOnResend
+                    } else {
+                        AckHow::Answered
+                    };
+                    log.events.push(Event::Acked { id, how });
+                    progress.mark(me, sent_us);
+                }
+                Err(ClientError::Server(e))
+                    if resent && e == format!("message {id} not found in pending") =>
+                {
+                    log.events.push(Event::Acked {
+                        id,
+                        how: AckHow::AppliedBeforeKill,
+                    });
+                    progress.mark(me, sent_us);
+                }
+                Err(ClientError::Server(e)) => {
+                    log.errors.push(format!("ack {id} (resent: {resent}): {e}"));
+                    progress.mark(me, sent_us);
+                }
+                Err(_) => {
+                    log.lost_acks += 1;
+                    to_ack = Some((id, true));
+                    conn = None;
+                }
+            }
+            continue;
+        }
+        let queue = QUEUES[next_queue % QUEUES.len()];
+        next_queue += 1;
+        match c.consume(queue) {
+            Ok(Some(m)) => {
+                to_ack = Some((m.id.clone(), false));
+                log.events.push(Event::Delivered(m));
+                progress.mark(me, sent_us);
+            }
+            Ok(None) => progress.mark(me, sent_us),
+            Err(ClientError::Server(e)) => {
+                log.errors.push(format!("consume {queue}: {e}"));
+                progress.mark(me, sent_us);
+            }
+            Err(_) => {
+                log.lost_consumes += 1;
+                conn = None;
+            }
+        }
+    }
+    log
+}
+
+// ---- exchanges, bindings, durable subscription -------------------------------------------
+
+fn client(port: u16) -> Client {
+    Client::connect(&addr(port), ClientOptions::default()).expect("connect")
+}
+
+/// Before the first kill: a durable fanout exchange bound to two queues, a durable topic
+/// exchange with a wildcard binding, and a durable subscriber that then goes offline.
+fn declare_durable_metadata(port: u16) {
+    let mut c = client(port);
+    c.exchange_declare(FANOUT, "fanout", true).unwrap();
+    for q in FANOUT_QUEUES {
+        c.bind_queue(FANOUT, q, "", None, false).unwrap();
+    }
+    c.exchange_declare(TOPIC_EXCHANGE, "topic", true).unwrap();
+    c.bind_queue(TOPIC_EXCHANGE, TOPIC_QUEUE, "orders.*.created", None, false)
+        .unwrap();
+    let mut sub = client(port);
+    sub.subscribe(NEWS, NEWS_SUBSCRIBER, true).unwrap();
+    drop(sub);
+}
+
+/// After restart number `round`: publishes through both exchanges land in exactly the
+/// bound queues, and a PUBLISH_TOPIC made while the durable subscriber is offline reaches it
+/// as catch-up when it subscribes again — exactly that one message, so an earlier round's
+/// message coming back (an ack or a catch-up that did not stick) fails here.
+fn check_durable_metadata(port: u16, round: usize) {
+    let mut c = client(port);
+    let body = format!(r#"{{"round":{round}}}"#);
+    c.publish_exchange(FANOUT, "ignored", &body, None, 0)
+        .unwrap_or_else(|e| panic!("round {round}: fanout exchange lost: {e}"));
+    let routed = format!(r#"{{"round":{round},"key":"orders.eu.created"}}"#);
+    c.publish_exchange(TOPIC_EXCHANGE, "orders.eu.created", &routed, None, 0)
+        .unwrap_or_else(|e| panic!("round {round}: topic exchange lost: {e}"));
+    c.publish_exchange(
+        TOPIC_EXCHANGE,
+        "orders.eu.deleted",
+        r#""unrouted""#,
+        None,
+        0,
+    )
+    .unwrap();
+    for (queue, want) in [
+        (FANOUT_QUEUES[0], &body),
+        (FANOUT_QUEUES[1], &body),
+        (TOPIC_QUEUE, &routed),
+    ] {
+        let m = c
+            .consume(queue)
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {round}: binding to {queue} lost"));
+        assert_eq!(
+            (m.topic.as_str(), m.payload_json.as_str()),
+            (queue, want.as_str()),
+            "round {round}: queue {queue} holds a stale or foreign message"
+        );
+        c.ack(&m.id).unwrap();
+        assert_eq!(
+            c.consume(queue).unwrap(),
+            None,
+            "round {round}: {queue} got a second copy"
+        );
+    }
+
+    let news = format!(r#"{{"news":{round}}}"#);
+    c.publish_topic(NEWS, &news, None, 0).unwrap();
+    let mut sub = client(port);
+    sub.subscribe(NEWS, NEWS_SUBSCRIBER, true).unwrap();
+    let push = sub
+        .next_push(10_000)
+        .unwrap()
+        .unwrap_or_else(|| panic!("round {round}: durable subscription lost (no catch-up)"));
+    assert_eq!(
+        (
+            push.topic.as_str(),
+            push.subscriber_id.as_str(),
+            push.payload_json.as_str()
+        ),
+        (NEWS, NEWS_SUBSCRIBER, news.as_str()),
+        "round {round}: catch-up must be exactly this round's message"
+    );
+}
+
+// ---- final drain and verification --------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Report {
+    confirmed: usize,
+    unanswered: usize,
+    unanswered_delivered: usize,
+    load_deliveries: usize,
+    final_deliveries: usize,
+    recovered_by_nack: usize,
+    acks_answered: usize,
+    acks_applied_before_kill: usize,
+    stuck_pending: u64,
+}
+
+/// Consumes `queue` until EMPTY, pipelining CONSUMEs and then their ACKs.
+fn drain(c: &mut Client, queue: &str) -> Vec<ConsumedMessage> {
+    const BATCH: usize = 64;
+    let consume = format!(r#"{{"topic":"{queue}"}}"#);
+    let mut out = Vec::new();
+    loop {
+        let frames: Vec<(u8, &[u8])> = (0..BATCH)
+            .map(|_| (op::CONSUME, consume.as_bytes()))
+            .collect();
+        let mut batch = Vec::new();
+        for (code, payload) in c.pipeline(&frames).unwrap() {
+            match code {
+                status::OK => batch
+                    .push(ConsumedMessage::parse(std::str::from_utf8(&payload).unwrap()).unwrap()),
+                status::EMPTY => {}
+                other => panic!(
+                    "drain {queue}: status {other:#04x} {}",
+                    String::from_utf8_lossy(&payload)
+                ),
+            }
+        }
+        let acks: Vec<String> = batch
+            .iter()
+            .map(|m| format!(r#"{{"id":"{}"}}"#, m.id))
+            .collect();
+        let frames: Vec<(u8, &[u8])> = acks.iter().map(|a| (op::ACK, a.as_bytes())).collect();
+        for (i, reply) in c.pipeline(&frames).unwrap().into_iter().enumerate() {
+            assert_eq!(
+                reply,
+                (status::OK, br#"{"status":"acked"}"#.to_vec()),
+                "drain {queue}: ack of {}",
+                batch[i].id
+            );
+        }
+        let done = batch.len() < BATCH;
+        out.extend(batch);
+        if done {
+            return out;
+        }
+    }
+}
+
+/// What the test knows about every message, and what it found wrong.
+struct Ledger<'a> {
+    /// key → (queue, id from the publish reply when there was one).
+    published: HashMap<Key, (usize, Option<&'a str>)>,
+    /// Keys delivered so far (each must be delivered at most once).
+    delivered: HashSet<Key>,
+    /// Keys whose ACK was answered (or found applied): they must never come back.
+    acked: HashSet<Key>,
+    violations: Vec<String>,
+}
+
+impl Ledger<'_> {
+    /// Checks one delivery: a payload this test published, from the queue it went to, with
+    /// the id its publish reply gave, `retry` as expected, never after its ack, never twice.
+    fn delivery(&mut self, m: &ConsumedMessage, phase: &str, retry: u32) -> Option<Key> {
+        let Some(key) = decode_key(&m.payload_json) else {
+            self.violations.push(format!(
+                "{phase}: delivery {} carries a payload nobody published: {}",
+                m.id, m.payload_json
+            ));
+            return None;
+        };
+        let Some(&(queue, id)) = self.published.get(&key) else {
+            self.violations
+                .push(format!("{phase}: {key:?} was never published"));
+            return None;
+        };
+        if m.topic != QUEUES[queue] {
+            self.violations.push(format!(
+                "{phase}: {key:?} published to {} came from {}",
+                QUEUES[queue], m.topic
+            ));
+        }
+        if let Some(id) = id.filter(|id| *id != m.id) {
+            self.violations.push(format!(
+                "{phase}: {key:?} published as {id} delivered as {}",
+                m.id
+            ));
+        }
+        if m.retry != retry {
+            self.violations.push(format!(
+                "{phase}: {key:?} delivered with retry {} (expected {retry}: no timeout or \
+                 nack happened to it)",
+                m.retry
+            ));
+        }
+        if self.acked.contains(&key) {
+            self.violations.push(format!(
+                "{phase}: {key:?} reappeared after its ACK was answered"
+            ));
+        } else if !self.delivered.insert(key) {
+            self.violations.push(format!(
+                "{phase}: {key:?} delivered twice although its first delivery was answered \
+                 (durably pending under fsync=always), never nacked and never timed out"
+            ));
+        }
+        Some(key)
+    }
+}
+
+fn final_drain_and_verify(
+    server: &Server,
+    publishers: &[PublisherLog],
+    consumer: &ConsumerLog,
+) -> Report {
+    let mut report = Report::default();
+    let mut ledger = Ledger {
+        published: HashMap::new(),
+        delivered: HashSet::new(),
+        acked: HashSet::new(),
+        violations: Vec::new(),
+    };
+    for log in publishers {
+        ledger.violations.extend(log.errors.iter().cloned());
+    }
+    ledger
+        .violations
+        .extend(consumer.errors.iter().map(|e| format!("consumer: {e}")));
+    for (p, log) in publishers.iter().enumerate() {
+        for (s, (&q, id)) in log.queue.iter().zip(&log.id).enumerate() {
+            ledger
+                .published
+                .insert((p as u32, s as u64), (q, id.as_deref()));
+            match id {
+                Some(_) => report.confirmed += 1,
+                None => report.unanswered += 1,
+            }
+        }
+    }
+
+    // Replay what the consumer saw, in order.
+    let mut key_of_id: HashMap<&str, Key> = HashMap::new();
+    for event in &consumer.events {
+        match event {
+            Event::Delivered(m) => {
+                report.load_deliveries += 1;
+                if let Some(key) = ledger.delivery(m, "load", 0) {
+                    key_of_id.insert(&m.id, key);
+                }
+            }
+            Event::Acked { id, how } => {
+                match how {
+                    AckHow::AppliedBeforeKill => report.acks_applied_before_kill += 1,
+                    AckHow::Answered | AckHow::AnsweredOnResend => report.acks_answered += 1,
+                }
+                if let Some(&key) = key_of_id.get(id.as_str()) {
+                    ledger.acked.insert(key);
+                }
+            }
+        }
+    }
+    let load_delivered = ledger.delivered.clone();
+    let unacked_after_load: Vec<Key> = load_delivered
+        .iter()
+        .filter(|k| !ledger.acked.contains(k))
+        .copied()
+        .collect();
+    if !unacked_after_load.is_empty() {
+        ledger.violations.push(format!(
+            "the consumer left deliveries unacked (it resolves every ack): {unacked_after_load:?}"
+        ));
+    }
+
+    // Everything still ready.
+    let mut c = client(server.tcp_port);
+    for queue in QUEUES {
+        for m in drain(&mut c, queue) {
+            report.final_deliveries += 1;
+            if let Some(key) = ledger.delivery(&m, "final drain", 0) {
+                ledger.acked.insert(key);
+            }
+        }
+    }
+
+    // Acknowledged publishes neither acked nor drained must be pending (taken by a CONSUME
+    // whose reply was lost): NACK them by their publish id and drain them.
+    let mut missing: Vec<(Key, &str)> = ledger
+        .published
+        .iter()
+        .filter_map(|(key, (_, id))| Some((*key, (*id)?)))
+        .filter(|(key, _)| !ledger.delivered.contains(key))
+        .collect();
+    missing.sort();
+    let mut nacked = 0;
+    for (key, id) in &missing {
+        match c.nack(id) {
+            Ok(()) => nacked += 1,
+            Err(e) => ledger.violations.push(format!(
+                "LOST: acknowledged publish {key:?} (id {id}) is neither ready nor pending: {e}"
+            )),
+        }
+    }
+    let deadline = Instant::now() + PROGRESS_DEADLINE;
+    while report.recovered_by_nack < nacked {
+        assert!(
+            Instant::now() < deadline,
+            "{} nacked messages did not become ready again",
+            nacked - report.recovered_by_nack
+        );
+        for queue in QUEUES {
+            for m in drain(&mut c, queue) {
+                report.recovered_by_nack += 1;
+                if let Some(key) = ledger.delivery(&m, "after nack", 1) {
+                    ledger.acked.insert(key);
+                }
+            }
+        }
+    }
+
+    report.unanswered_delivered = ledger
+        .delivered
+        .iter()
+        .filter(|k| ledger.published.get(k).is_some_and(|(_, id)| id.is_none()))
+        .count();
+    let unanswered_undelivered = (report.unanswered - report.unanswered_delivered) as u64;
+
+    // What is left: nothing ready, nothing dead-lettered or delayed, and pending only what
+    // lost CONSUME replies can explain (unanswered publishes, whose ids nobody knows).
+    let stats = c.stats().unwrap();
+    for queue in QUEUES {
+        let ready = stats["Queues"][queue].as_u64().unwrap_or(0);
+        if ready != 0 {
+            ledger.violations.push(format!(
+                "{queue} still has {ready} ready after the drain: {stats}"
+            ));
+        }
+    }
+    if stats["DeadLetters"] != serde_json::json!({}) || stats["DelayedCount"] != 0 {
+        ledger.violations.push(format!(
+            "unexpected dead letters or delayed messages: {stats}"
+        ));
+    }
+    report.stuck_pending = stats["PendingCount"].as_u64().unwrap_or(u64::MAX);
+    let explainable = consumer.lost_consumes.min(unanswered_undelivered);
+    if report.stuck_pending > explainable {
+        ledger.violations.push(format!(
+            "{} messages pending at the end, but at most {explainable} can be (lost consume \
+             replies: {}, unanswered publishes never delivered: {unanswered_undelivered}): {stats}",
+            report.stuck_pending, consumer.lost_consumes
+        ));
+    }
+
+    let violations = &ledger.violations;
+    assert!(
+        violations.is_empty(),
+        "{} violations (first 50):\n{}\n{report:?}\nserver log tail:\n{}",
+        violations.len(),
+        violations
+            .iter()
+            .take(50)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        tail(&server.log(), 40)
+    );
+    report
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn time_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+}
