@@ -251,6 +251,7 @@ impl Broker {
                 now_ns,
             } => self.dead_letter_requeue(queue, *limit, *now_ns),
             Command::DeadLetterPurge { queue } => self.dead_letter_purge(queue),
+            Command::Purge { queue } => self.purge(queue),
         };
         (outcome, effects)
     }
@@ -544,6 +545,18 @@ impl Broker {
         }
         self.counters.dead_letters_requeued += n as u64;
         Outcome::Requeued(n as u32)
+    }
+
+    fn purge(&mut self, queue: &str) -> Outcome {
+        if !self.queues.contains_key(queue) {
+            return Outcome::Error(format!("queue {queue} not found"));
+        }
+        let mut purged = 0u64;
+        while let Some(msg) = self.pop_ready(queue) {
+            self.forget(&msg);
+            purged += 1;
+        }
+        Outcome::Purged(purged)
     }
 
     fn dead_letter_purge(&mut self, queue: &str) -> Outcome {

@@ -145,7 +145,10 @@ impl Gen {
                 limit: self.rng.range(0, 3) as u32,
                 now_ns: self.now_ns,
             },
-            980..=989 => Command::DeadLetterPurge {
+            980..=984 => Command::DeadLetterPurge {
+                queue: self.rng.pick(&QUEUES).to_string(),
+            },
+            985..=989 => Command::Purge {
                 queue: self.rng.pick(&QUEUES).to_string(),
             },
             990..=994 => Command::DisconnectAll,

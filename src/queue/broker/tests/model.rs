@@ -257,6 +257,21 @@ impl Model {
                 limit,
                 now_ns,
             } => self.requeue(queue, *limit, *now_ns),
+            Command::Purge { queue } if !self.queues.contains(queue) => {
+                Outcome::Error(format!("queue {queue} not found"))
+            }
+            Command::Purge { queue } => {
+                let mut n = 0;
+                for e in self
+                    .entries
+                    .iter_mut()
+                    .filter(|e| e.state == State::Ready && &e.msg.topic == queue)
+                {
+                    e.state = State::Gone;
+                    n += 1;
+                }
+                Outcome::Purged(n)
+            }
             Command::DeadLetterPurge { queue } => {
                 let mut n = 0;
                 for e in self

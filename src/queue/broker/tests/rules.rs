@@ -701,3 +701,26 @@ fn commands_round_trip_through_serde_as_wal_records() {
         );
     }
 }
+
+#[test]
+fn purge_drops_ready_messages_only_and_frees_their_places() {
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    let msgs: Vec<Message> = (0..4).map(|_| f.msg("q", 0, 10)).collect();
+    for m in &msgs {
+        assert_eq!(publish(&mut b, m), Outcome::Published);
+    }
+    let taken = consume(&mut b, "q", 1, 20);
+    assert_eq!(taken.len(), 1);
+    let purge = |b: &mut Broker, q: &str| run(b, Command::Purge { queue: q.into() }).0;
+    assert_eq!(purge(&mut b, "q"), Outcome::Purged(3));
+    assert_eq!(b.stats().queues.get("q"), Some(&0));
+    assert_eq!(b.stats().pending_count, 1, "pending messages are not purged");
+    assert_eq!(
+        purge(&mut b, "nope"),
+        Outcome::Error("queue nope not found".into())
+    );
+    // The purged places are free again: the queue accepts as many as before.
+    assert_eq!(b.queue_held("q"), Some(1));
+    b.check_invariants();
+}
