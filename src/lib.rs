@@ -2,6 +2,7 @@
 //! admin HTTP server. Storage lives in `boltq-io`, the runtime in `boltq-shards`.
 
 pub mod admin;
+pub mod cache;
 pub mod client;
 pub mod config;
 pub mod logger;

@@ -20,6 +20,14 @@
 //! - A publish whose reply was lost may or may not exist; it is delivered at most once. If
 //!   it was also taken by a lost CONSUME it stays pending with an unknown id: at most one
 //!   such message per lost CONSUME.
+//! - After the drain the server is killed once more; then a NACK of every acked id must
+//!   answer `not found in pending` (an ack that did not stick would make the message
+//!   pending again, not ready), and nothing is ready, delayed or dead-lettered.
+//! - Before the first kill a durable fanout and a durable topic exchange with bindings and
+//!   a durable subscriber are set up; after every restart a publish through each exchange
+//!   must reach exactly the bound queues, the previous round's acked copies must stay
+//!   acked, and a PUBLISH_TOPIC made while the subscriber is offline must come back as its
+//!   only catch-up push when it subscribes again.
 //!
 //! Set `BOLTQ_CRASH_SEED` to replay a run's random choices (kill moments, batch sizes,
 //! queues); the seed is printed.
@@ -45,7 +53,9 @@ const KILLS_UNDER_LOAD: usize = 12;
 /// Load between two kills, chosen at random in this range (ms).
 const LOAD_MS: (u64, u64) = (50, 400);
 /// Largest pipelined publish batch.
-const PUBLISH_BATCH_MAX: u64 = 8;
+const PUBLISH_BATCH_MAX: u64 = 4;
+/// Largest pipelined consume batch (its ACKs follow as one pipelined batch too).
+const CONSUME_BATCH_MAX: u64 = 16;
 /// How long a worker keeps trying to reach a server that is being restarted.
 const RECONNECT_DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on every wait for the workers or the server to make progress.
@@ -106,10 +116,11 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         .collect();
     let consumer = {
         let (stop, progress) = (Arc::clone(&stop), Arc::clone(&progress));
-        std::thread::spawn(move || run_consumer(port, &stop, &progress, PUBLISHERS))
+        std::thread::spawn(move || run_consumer(port, !seed, &stop, &progress, PUBLISHERS))
     };
 
     let mut kills = 0;
+    let mut metadata_acked = Vec::new();
     let mut since = progress.now_us();
     for _ in 0..KILLS_UNDER_LOAD {
         // Every worker has had a reply to a request sent after the last restart: the load
@@ -120,7 +131,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         server = server.restart(libc::SIGKILL).0;
         kills += 1;
         since = progress.now_us();
-        check_durable_metadata(port, kills);
+        check_durable_metadata(port, kills, &mut metadata_acked);
     }
     progress.wait_all_since(since);
     stop.store(true, Ordering::SeqCst);
@@ -130,12 +141,30 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         .collect();
     let consumer_log = consumer.join().expect("consumer thread");
 
-    // One more kill with everything quiet: the final state is what recovery rebuilt.
+    // One more kill with everything quiet: the drain reads what recovery rebuilt.
     server = server.restart(libc::SIGKILL).0;
     kills += 1;
-    check_durable_metadata(port, kills);
+    check_durable_metadata(port, kills, &mut metadata_acked);
+    let (mut ledger, mut report) = final_drain(port, &publisher_logs, &consumer_log);
 
-    let report = final_drain_and_verify(&server, &publisher_logs, &consumer_log);
+    // And one more after the drain: its acks (and every earlier one) must have stuck.
+    server = server.restart(libc::SIGKILL).0;
+    kills += 1;
+    check_durable_metadata(port, kills, &mut metadata_acked);
+    verify_final_state(port, &mut ledger, &mut report, &consumer_log);
+    let violations = &ledger.violations;
+    assert!(
+        violations.is_empty(),
+        "seed {seed}: {} violations (first 50):\n{}\n{report:?}\nserver log tail:\n{}",
+        violations.len(),
+        violations
+            .iter()
+            .take(50)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        tail(&server.log(), 40)
+    );
     println!(
         "queue crash test: {kills} SIGKILLs in {:.1} s; publishes: {} acknowledged, {} \
          unanswered (of which {} delivered); deliveries: {} during load, {} in the final \
@@ -303,28 +332,24 @@ fn run_publisher(
         }
         if !broken {
             for seq in first..log.queue.len() {
-                match c.read_frame() {
-                    Ok((status::OK, payload)) => {
-                        match serde_json::from_slice::<PublishReply>(&payload) {
-                            Ok(r) if r.topic == QUEUES[log.queue[seq]] && is_message_id(&r.id) => {
-                                log.id[seq] = Some(r.id);
-                                progress.mark(p as usize, sent_us);
-                            }
-                            _ => log.errors.push(format!(
-                                "publish ({p},{seq}): malformed reply {}",
-                                String::from_utf8_lossy(&payload)
-                            )),
-                        }
-                    }
-                    Ok((code, payload)) => log.errors.push(format!(
-                        "publish ({p},{seq}): status {code:#04x} {}",
-                        String::from_utf8_lossy(&payload)
-                    )),
-                    Err(_) => {
-                        broken = true;
-                        break;
-                    }
+                let Ok((code, payload)) = c.read_frame() else {
+                    broken = true;
+                    break;
+                };
+                // Any reply counts as progress; wrong ones are reported at the end.
+                progress.mark(p as usize, sent_us);
+                let reply = serde_json::from_slice::<PublishReply>(&payload);
+                let wanted_topic = QUEUES[log.queue[seq]];
+                if let Some(r) = reply.ok().filter(|r| {
+                    code == status::OK && r.topic == wanted_topic && is_message_id(&r.id)
+                }) {
+                    log.id[seq] = Some(r.id);
+                    continue;
                 }
+                log.errors.push(format!(
+                    "publish ({p},{seq}): status {code:#04x} {}",
+                    String::from_utf8_lossy(&payload)
+                ));
             }
         }
         if broken {
@@ -369,73 +394,134 @@ struct ConsumerLog {
     errors: Vec<String>,
 }
 
-fn run_consumer(port: u16, stop: &AtomicBool, progress: &Progress, me: usize) -> ConsumerLog {
+/// Consumes in pipelined batches (one CONSUME per queue, round robin, up to
+/// `CONSUME_BATCH_MAX`), then ACKs the batch's deliveries pipelined. ACKs whose reply did not
+/// come are re-sent on the next connection until answered, before anything else.
+fn run_consumer(
+    port: u16,
+    seed: u64,
+    stop: &AtomicBool,
+    progress: &Progress,
+    me: usize,
+) -> ConsumerLog {
+    let mut rng = Rng::new(seed);
     let mut log = ConsumerLog::default();
     let mut conn: Option<Client> = None;
-    // The delivered message still to ack, and whether an ACK for it already went unanswered.
-    let mut to_ack: Option<(String, bool)> = None;
+    // Delivered messages still to ack, and whether an ACK for each already went unanswered.
+    let mut to_ack: Vec<(String, bool)> = Vec::new();
     let never_stop = AtomicBool::new(false);
     let mut next_queue = 0;
     loop {
-        if to_ack.is_none() && stop.load(Ordering::SeqCst) {
+        if to_ack.is_empty() && stop.load(Ordering::SeqCst) {
             break;
         }
         let Some(c) = conn.as_mut() else {
-            // An unresolved ack keeps the consumer going even after `stop`.
-            let gate = if to_ack.is_some() { &never_stop } else { stop };
+            // Unresolved acks keep the consumer going even after `stop`.
+            let gate = if to_ack.is_empty() { stop } else { &never_stop };
             conn = connect_retrying(port, gate);
             continue;
         };
         let sent_us = progress.now_us();
-        if let Some((id, resent)) = to_ack.take() {
-            match c.ack(&id) {
-                Ok(()) => {
-                    let how = if resent {
-                        AckHow::AnsweredOnResend
-                    } else {
-                        AckHow::Answered
+        if !to_ack.is_empty() {
+            let bodies: Vec<String> = to_ack
+                .iter()
+                .map(|(id, _)| format!(r#"{{"id":"{id}"}}"#))
+                .collect();
+            let mut sent = 0;
+            for body in &bodies {
+                if c.send_frame(op::ACK, body.as_bytes()).is_err() {
+                    break;
+                }
+                sent += 1;
+            }
+            let mut answered = 0;
+            if sent == bodies.len() {
+                while answered < sent {
+                    let Ok((code, payload)) = c.read_frame() else {
+                        break;
                     };
-                    log.events.push(Event::Acked { id, how });
+                    let (id, resent) = &to_ack[answered];
+                    let text = String::from_utf8_lossy(&payload);
+                    let how = match (code, text.as_ref()) {
+                        (status::OK, r#"{"status":"acked"}"#) if *resent => {
+                            Some(AckHow::AnsweredOnResend)
+                        }
+                        (status::OK, r#"{"status":"acked"}"#) => Some(AckHow::Answered),
+                        (status::ERROR, t)
+                            if *resent
+                                && t == format!(
+                                    r#"{{"error":"message {id} not found in pending"}}"#
+                                ) =>
+                        {
+                            Some(AckHow::AppliedBeforeKill)
+                        }
+                        _ => None,
+                    };
+                    match how {
+                        Some(how) => log.events.push(Event::Acked {
+                            id: id.clone(),
+                            how,
+                        }),
+                        None => log.errors.push(format!(
+                            "ack {id} (resent: {resent}): status {code:#04x} {text}"
+                        )),
+                    }
+                    answered += 1;
                     progress.mark(me, sent_us);
                 }
-                Err(ClientError::Server(e))
-                    if resent && e == format!("message {id} not found in pending") =>
-                {
-                    log.events.push(Event::Acked {
-                        id,
-                        how: AckHow::AppliedBeforeKill,
-                    });
-                    progress.mark(me, sent_us);
+            }
+            to_ack.drain(..answered);
+            if !to_ack.is_empty() {
+                log.lost_acks += to_ack.len() as u64;
+                for (_, resent) in &mut to_ack {
+                    *resent = true;
                 }
-                Err(ClientError::Server(e)) => {
-                    log.errors.push(format!("ack {id} (resent: {resent}): {e}"));
-                    progress.mark(me, sent_us);
-                }
-                Err(_) => {
-                    log.lost_acks += 1;
-                    to_ack = Some((id, true));
-                    conn = None;
-                }
+                conn = None;
             }
             continue;
         }
-        let queue = QUEUES[next_queue % QUEUES.len()];
-        next_queue += 1;
-        match c.consume(queue) {
-            Ok(Some(m)) => {
-                to_ack = Some((m.id.clone(), false));
-                log.events.push(Event::Delivered(m));
+        let batch = 1 + rng.below(CONSUME_BATCH_MAX) as usize;
+        let queues: Vec<&str> = (0..batch)
+            .map(|i| QUEUES[(next_queue + i) % QUEUES.len()])
+            .collect();
+        next_queue += batch;
+        let mut sent = 0;
+        for queue in &queues {
+            let body = format!(r#"{{"topic":"{queue}"}}"#);
+            if c.send_frame(op::CONSUME, body.as_bytes()).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        let mut answered = 0;
+        if sent == queues.len() {
+            while answered < sent {
+                let Ok((code, payload)) = c.read_frame() else {
+                    break;
+                };
+                let text = String::from_utf8_lossy(&payload);
+                match code {
+                    status::OK => match ConsumedMessage::parse(&text) {
+                        Ok(m) => {
+                            to_ack.push((m.id.clone(), false));
+                            log.events.push(Event::Delivered(m));
+                        }
+                        Err(e) => log.errors.push(format!("consume reply {text}: {e}")),
+                    },
+                    status::EMPTY if payload.is_empty() => {}
+                    _ => log.errors.push(format!(
+                        "consume {}: status {code:#04x} {text}",
+                        queues[answered]
+                    )),
+                }
+                answered += 1;
                 progress.mark(me, sent_us);
             }
-            Ok(None) => progress.mark(me, sent_us),
-            Err(ClientError::Server(e)) => {
-                log.errors.push(format!("consume {queue}: {e}"));
-                progress.mark(me, sent_us);
-            }
-            Err(_) => {
-                log.lost_consumes += 1;
-                conn = None;
-            }
+        }
+        if answered < queues.len() {
+            // Sent (perhaps partly) and unanswered: each may have made a message pending.
+            log.lost_consumes += (queues.len() - answered) as u64;
+            conn = None;
         }
     }
     log
@@ -463,12 +549,19 @@ fn declare_durable_metadata(port: u16) {
     drop(sub);
 }
 
-/// After restart number `round`: publishes through both exchanges land in exactly the
-/// bound queues, and a PUBLISH_TOPIC made while the durable subscriber is offline reaches it
-/// as catch-up when it subscribes again — exactly that one message, so an earlier round's
-/// message coming back (an ack or a catch-up that did not stick) fails here.
-fn check_durable_metadata(port: u16, round: usize) {
+/// After restart number `round`: the messages this check acked in earlier rounds stay acked
+/// (not pending again); publishes through both exchanges land in exactly the bound queues;
+/// and a PUBLISH_TOPIC made while the durable subscriber is offline reaches it as catch-up
+/// when it subscribes again — exactly that one message, so an earlier round's message coming
+/// back (an ack or a catch-up that did not stick) fails here.
+fn check_durable_metadata(port: u16, round: usize, acked_before: &mut Vec<String>) {
     let mut c = client(port);
+    for id in acked_before.drain(..) {
+        match c.nack(&id) {
+            Err(ClientError::Server(e)) if e == format!("message {id} not found in pending") => {}
+            other => panic!("round {round}: acked exchange copy {id} is pending again: {other:?}"),
+        }
+    }
     let body = format!(r#"{{"round":{round}}}"#);
     c.publish_exchange(FANOUT, "ignored", &body, None, 0)
         .unwrap_or_else(|e| panic!("round {round}: fanout exchange lost: {e}"));
@@ -498,6 +591,7 @@ fn check_durable_metadata(port: u16, round: usize) {
             "round {round}: queue {queue} holds a stale or foreign message"
         );
         c.ack(&m.id).unwrap();
+        acked_before.push(m.id);
         assert_eq!(
             c.consume(queue).unwrap(),
             None,
@@ -587,8 +681,9 @@ struct Ledger<'a> {
     published: HashMap<Key, (usize, Option<&'a str>)>,
     /// Keys delivered so far (each must be delivered at most once).
     delivered: HashSet<Key>,
-    /// Keys whose ACK was answered (or found applied): they must never come back.
-    acked: HashSet<Key>,
+    /// Keys whose ACK was answered (or found applied), with the acked id: they must never
+    /// come back.
+    acked: HashMap<Key, String>,
     violations: Vec<String>,
 }
 
@@ -627,7 +722,7 @@ impl Ledger<'_> {
                 m.retry
             ));
         }
-        if self.acked.contains(&key) {
+        if self.acked.contains_key(&key) {
             self.violations.push(format!(
                 "{phase}: {key:?} reappeared after its ACK was answered"
             ));
@@ -641,16 +736,18 @@ impl Ledger<'_> {
     }
 }
 
-fn final_drain_and_verify(
-    server: &Server,
-    publishers: &[PublisherLog],
+/// Replays the workers' logs into a ledger, drains every queue, and recovers (by NACK with
+/// the publish id) acknowledged publishes that are neither acked nor ready.
+fn final_drain<'a>(
+    port: u16,
+    publishers: &'a [PublisherLog],
     consumer: &ConsumerLog,
-) -> Report {
+) -> (Ledger<'a>, Report) {
     let mut report = Report::default();
     let mut ledger = Ledger {
         published: HashMap::new(),
         delivered: HashSet::new(),
-        acked: HashSet::new(),
+        acked: HashMap::new(),
         violations: Vec::new(),
     };
     for log in publishers {
@@ -687,35 +784,36 @@ fn final_drain_and_verify(
                     AckHow::Answered | AckHow::AnsweredOnResend => report.acks_answered += 1,
                 }
                 if let Some(&key) = key_of_id.get(id.as_str()) {
-                    ledger.acked.insert(key);
+                    ledger.acked.insert(key, id.clone());
                 }
             }
         }
     }
-    let load_delivered = ledger.delivered.clone();
-    let unacked_after_load: Vec<Key> = load_delivered
+    let mut unacked: Vec<Key> = ledger
+        .delivered
         .iter()
-        .filter(|k| !ledger.acked.contains(k))
+        .filter(|k| !ledger.acked.contains_key(k))
         .copied()
         .collect();
-    if !unacked_after_load.is_empty() {
+    if !unacked.is_empty() {
+        unacked.sort();
         ledger.violations.push(format!(
-            "the consumer left deliveries unacked (it resolves every ack): {unacked_after_load:?}"
+            "the consumer left deliveries unacked (it resolves every ack): {unacked:?}"
         ));
     }
 
     // Everything still ready.
-    let mut c = client(server.tcp_port);
+    let mut c = client(port);
     for queue in QUEUES {
         for m in drain(&mut c, queue) {
             report.final_deliveries += 1;
             if let Some(key) = ledger.delivery(&m, "final drain", 0) {
-                ledger.acked.insert(key);
+                ledger.acked.insert(key, m.id.clone());
             }
         }
     }
 
-    // Acknowledged publishes neither acked nor drained must be pending (taken by a CONSUME
+    // Acknowledged publishes neither delivered nor ready must be pending (taken by a CONSUME
     // whose reply was lost): NACK them by their publish id and drain them.
     let mut missing: Vec<(Key, &str)> = ledger
         .published
@@ -744,27 +842,56 @@ fn final_drain_and_verify(
             for m in drain(&mut c, queue) {
                 report.recovered_by_nack += 1;
                 if let Some(key) = ledger.delivery(&m, "after nack", 1) {
-                    ledger.acked.insert(key);
+                    ledger.acked.insert(key, m.id.clone());
                 }
             }
         }
     }
-
     report.unanswered_delivered = ledger
         .delivered
         .iter()
         .filter(|k| ledger.published.get(k).is_some_and(|(_, id)| id.is_none()))
         .count();
-    let unanswered_undelivered = (report.unanswered - report.unanswered_delivered) as u64;
+    (ledger, report)
+}
 
-    // What is left: nothing ready, nothing dead-lettered or delayed, and pending only what
-    // lost CONSUME replies can explain (unanswered publishes, whose ids nobody knows).
+/// After a restart following the drain: no acked message is ready or pending again (a NACK
+/// of each acked id must answer `not found in pending`), nothing is ready, dead-lettered or
+/// delayed, and what is pending is explained by lost CONSUME replies that took unanswered
+/// publishes (whose ids nobody knows).
+fn verify_final_state(
+    port: u16,
+    ledger: &mut Ledger<'_>,
+    report: &mut Report,
+    consumer: &ConsumerLog,
+) {
+    let mut c = client(port);
+    let mut acked: Vec<(&Key, &String)> = ledger.acked.iter().collect();
+    acked.sort();
+    for chunk in acked.chunks(256) {
+        let bodies: Vec<String> = chunk
+            .iter()
+            .map(|(_, id)| format!(r#"{{"id":"{id}"}}"#))
+            .collect();
+        let frames: Vec<(u8, &[u8])> = bodies.iter().map(|b| (op::NACK, b.as_bytes())).collect();
+        for ((key, id), reply) in chunk.iter().zip(c.pipeline(&frames).unwrap()) {
+            let want = format!(r#"{{"error":"message {id} not found in pending"}}"#);
+            if reply != (status::ERROR, want.into_bytes()) {
+                ledger.violations.push(format!(
+                    "ACK LOST: {key:?} (id {id}) was acked (reply received) but is pending \
+                     again after a restart: NACK answered {:#04x} {}",
+                    reply.0,
+                    String::from_utf8_lossy(&reply.1)
+                ));
+            }
+        }
+    }
     let stats = c.stats().unwrap();
     for queue in QUEUES {
         let ready = stats["Queues"][queue].as_u64().unwrap_or(0);
         if ready != 0 {
             ledger.violations.push(format!(
-                "{queue} still has {ready} ready after the drain: {stats}"
+                "{queue} has {ready} ready after the drain and a restart: {stats}"
             ));
         }
     }
@@ -774,6 +901,7 @@ fn final_drain_and_verify(
         ));
     }
     report.stuck_pending = stats["PendingCount"].as_u64().unwrap_or(u64::MAX);
+    let unanswered_undelivered = (report.unanswered - report.unanswered_delivered) as u64;
     let explainable = consumer.lost_consumes.min(unanswered_undelivered);
     if report.stuck_pending > explainable {
         ledger.violations.push(format!(
@@ -782,21 +910,6 @@ fn final_drain_and_verify(
             report.stuck_pending, consumer.lost_consumes
         ));
     }
-
-    let violations = &ledger.violations;
-    assert!(
-        violations.is_empty(),
-        "{} violations (first 50):\n{}\n{report:?}\nserver log tail:\n{}",
-        violations.len(),
-        violations
-            .iter()
-            .take(50)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        tail(&server.log(), 40)
-    );
-    report
 }
 
 fn tail(text: &str, lines: usize) -> String {

@@ -5,6 +5,7 @@ mod support;
 
 use boltq::client::{Client, ClientError, ClientOptions, PublishOptions};
 use boltq::queue::protocol::frame::{self, op, status};
+use serde_json::json;
 use std::time::Duration;
 use support::Server;
 
@@ -637,4 +638,140 @@ fn long_poll_consume_waits_for_a_publish_on_any_shard() {
     assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
     // A v1 consume (no wait_ms) still never blocks.
     assert_eq!(c.consume("lp-none").unwrap(), None);
+}
+
+#[test]
+fn more_pipelined_requests_than_one_batch_all_get_replies() {
+    let (s, _cfg) = server("");
+    let mut c = raw(&s);
+    let mut frames = Vec::new();
+    for _ in 0..3000 {
+        frame::encode(op::PING, b"{}", &mut frames);
+    }
+    use std::io::Write;
+    c.write_all(&frames).unwrap();
+    for i in 0..3000 {
+        let (code, body) = recv(&mut c).unwrap_or_else(|| panic!("reply {i} missing"));
+        assert_eq!((code, body.as_str()), (status::OK, r#"{"status":"pong"}"#));
+    }
+}
+
+#[test]
+fn pipelined_exchange_changes_apply_before_a_later_publish_routes() {
+    let (s, _cfg) = server("");
+    // Connections land on either shard; only shard 0 applies exchange changes, so try
+    // several connections.
+    for i in 0..6 {
+        let mut c = raw(&s);
+        let mut frames = Vec::new();
+        let ex = format!("px{i}");
+        frame::encode(
+            op::EXCHANGE_DECLARE,
+            format!(r#"{{"name":"{ex}","type":"fanout"}}"#).as_bytes(),
+            &mut frames,
+        );
+        frame::encode(
+            op::BIND_QUEUE,
+            format!(r#"{{"exchange":"{ex}","queue":"pq-{i}"}}"#).as_bytes(),
+            &mut frames,
+        );
+        frame::encode(
+            op::PUBLISH_EXCHANGE,
+            format!(r#"{{"exchange":"{ex}","payload":{i}}}"#).as_bytes(),
+            &mut frames,
+        );
+        frame::encode(
+            op::CONSUME,
+            format!(r#"{{"topic":"pq-{i}"}}"#).as_bytes(),
+            &mut frames,
+        );
+        use std::io::Write;
+        c.write_all(&frames).unwrap();
+        for step in 0..3 {
+            let (code, body) = recv(&mut c).unwrap();
+            assert_eq!(code, status::OK, "connection {i} step {step}: {body}");
+        }
+        let (code, body) = recv(&mut c).unwrap();
+        assert_eq!(
+            code,
+            status::OK,
+            "the routed copy is consumable at once: {body}"
+        );
+        assert!(body.contains(&format!(r#""payload":{i}"#)), "{body}");
+    }
+}
+
+#[test]
+fn a_batch_consume_never_takes_more_than_one_reply_can_carry() {
+    let (s, _cfg) = server_with_ack_timeout("5m", "");
+    let mut c = client(&s);
+    let big = format!(r#""{}""#, "b".repeat(1_500_000));
+    for _ in 0..3 {
+        c.publish("huge", &big, None, PublishOptions::default())
+            .unwrap();
+    }
+    let first = c.consume_wait("huge", 0, 3).unwrap();
+    assert_eq!(
+        first.len(),
+        2,
+        "two 1.5 MB messages fit in one 4 MiB reply, three do not"
+    );
+    let stats = c.stats().unwrap();
+    assert_eq!(
+        (
+            stats["PendingCount"].clone(),
+            stats["Queues"]["huge"].clone()
+        ),
+        (json!(2), json!(1)),
+        "the third stays ready: {stats}"
+    );
+    let rest = c.consume_wait("huge", 0, 3).unwrap();
+    assert_eq!(rest.len(), 1);
+}
+
+#[test]
+fn durable_backlog_survives_restart_and_is_delivered_once() {
+    let (mut s, _cfg) = server_with_ack_timeout("5m", "");
+    let mut sub = raw(&s);
+    send(
+        &mut sub,
+        op::CONSUME,
+        r#"{"topic":"keep","id":"d1","durable":true}"#,
+    );
+    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    let mut p = client(&s);
+    p.publish_topic("keep", "1", None, 0).unwrap();
+    assert!(
+        recv(&mut sub).unwrap().1.contains(r#""payload":1"#),
+        "pushed live"
+    );
+    drop(sub);
+    std::thread::sleep(Duration::from_millis(300));
+    p.publish_topic("keep", "2", None, 0).unwrap();
+    p.publish_topic("keep", "3", None, 0).unwrap();
+    drop(p);
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let (next, _) = s.restart(signal);
+        s = next;
+        let stats = client(&s).stats().unwrap();
+        assert_eq!(
+            stats["Queues"]["keep:d1"], 2,
+            "backlog kept over restart ({signal}): {stats}"
+        );
+    }
+    let mut sub = raw(&s);
+    send(
+        &mut sub,
+        op::CONSUME,
+        r#"{"topic":"keep","id":"d1","durable":true}"#,
+    );
+    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    assert!(recv(&mut sub).unwrap().1.contains(r#""payload":2"#));
+    assert!(recv(&mut sub).unwrap().1.contains(r#""payload":3"#));
+    sub.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    assert!(
+        recv(&mut sub).is_none(),
+        "nothing delivered twice (message 1 was pushed live)"
+    );
 }

@@ -1,6 +1,6 @@
 //! BoltQ storage: the record codec, segment logs on io_uring direct I/O, the per-shard
 //! group-commit journal, startup recovery, and the small pieces of process plumbing that need
-//! glommio (iopoll warm-up, data-directory lock, shared listeners).
+//! glommio (iopoll warm-up, data-directory lock, shared listeners, TLS on them).
 //!
 //! Layout of a data directory:
 //!
@@ -26,6 +26,7 @@ pub mod segment;
 pub mod store;
 #[doc(hidden)]
 pub mod testutil;
+pub mod tls;
 
 pub use durability::Durability;
 pub use log::{LogConfig, ReadError};

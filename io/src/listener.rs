@@ -4,10 +4,16 @@
 //! port silently and take connections away. So the process binds once with std (no
 //! reuseport: a duplicate gets EADDRINUSE), and every shard accepts from a `dup` of that
 //! one socket; the kernel hands each connection to whichever shard accepts first.
+//!
+//! A listener given a [`TlsConfig`] yields TLS connections behind the same [`Conn`] type, so
+//! the protocol handlers do not know or care which they serve.
 
+use crate::tls::{TlsConfig, TlsConn};
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// A bound listening socket, shareable across shard threads by descriptor.
 pub struct SharedListener {
@@ -44,70 +50,106 @@ pub fn shard_listener(fd: RawFd) -> glommio::net::TcpListener {
     unsafe { glommio::net::TcpListener::from_raw_fd(fd) }
 }
 
-/// A shard's accepting end of a [`SharedListener`].
-pub struct Listener(glommio::net::TcpListener);
+/// A shard's accepting end of a [`SharedListener`], plain or TLS.
+pub struct Listener {
+    tcp: glommio::net::TcpListener,
+    tls: Option<TlsConfig>,
+}
 
 impl Listener {
-    pub fn for_shard(shared: &SharedListener) -> io::Result<Listener> {
-        Ok(Listener(shard_listener(shared.dup_fd()?)))
+    /// With `tls`, every accepted connection is a TLS server connection.
+    pub fn for_shard(shared: &SharedListener, tls: Option<&TlsConfig>) -> io::Result<Listener> {
+        Ok(Listener {
+            tcp: shard_listener(shared.dup_fd()?),
+            tls: tls.cloned(),
+        })
     }
 
     /// Accepts the next connection, with `TCP_NODELAY` set: replies are coalesced by the
     /// server itself, so Nagle's delay would only add latency.
+    ///
+    /// An error here is about the listening socket (e.g. out of descriptors), never about
+    /// one client: with TLS the handshake has not run yet. It runs on the connection's first
+    /// read or write, in the task serving it (see [`crate::tls`]), so a failed handshake
+    /// shows up as an I/O error on that connection alone.
     pub async fn accept(&self) -> io::Result<Conn> {
         let stream = self
-            .0
+            .tcp
             .accept()
             .await
             .map_err(|e| io::Error::other(format!("accept: {e}")))?;
         stream
             .set_nodelay(true)
             .map_err(|e| io::Error::other(format!("set TCP_NODELAY: {e}")))?;
-        Ok(Conn(stream))
+        Ok(Conn(match &self.tls {
+            None => Stream::Plain(stream),
+            Some(tls) => {
+                let peer = stream.peer_addr().ok();
+                Stream::Tls(Box::new(tls.start(stream, peer)))
+            }
+        }))
     }
 }
 
-/// An accepted connection: futures-io `AsyncRead + AsyncWrite`.
-pub struct Conn(glommio::net::TcpStream);
+/// An accepted connection: futures-io `AsyncRead + AsyncWrite`, in plain text or TLS.
+pub struct Conn(Stream);
+
+enum Stream {
+    Plain(glommio::net::TcpStream),
+    /// Boxed: a TLS session is large, and connections are moved into their tasks.
+    Tls(Box<TlsConn>),
+}
 
 impl Conn {
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        self.0
-            .peer_addr()
-            .map_err(|e| io::Error::other(e.to_string()))
+        match &self.0 {
+            Stream::Plain(s) => s.peer_addr().map_err(|e| io::Error::other(e.to_string())),
+            Stream::Tls(s) => s.peer_addr(),
+        }
+    }
+
+    /// Whether this connection came from a TLS listener.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.0, Stream::Tls(_))
     }
 }
 
 impl futures_lite::AsyncRead for Conn {
     fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &mut [u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
     }
 }
 
 impl futures_lite::AsyncWrite for Conn {
     fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
         buf: &[u8],
-    ) -> std::task::Poll<io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    ) -> Poll<io::Result<usize>> {
+        match &mut self.get_mut().0 {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
     }
 
-    fn poll_close(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_close(cx)
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match &mut self.get_mut().0 {
+            Stream::Plain(s) => Pin::new(s).poll_close(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+        }
     }
 }

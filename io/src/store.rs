@@ -240,6 +240,11 @@ impl Store {
         Ok(r)
     }
 
+    /// Bytes held by every open log (segments on disk and tails in memory).
+    pub fn size_bytes(&self) -> u64 {
+        self.logs.borrow().values().map(|l| l.size_bytes()).sum()
+    }
+
     /// Names of every log this store has open.
     pub fn open_log_names(&self) -> Vec<String> {
         self.logs.borrow().keys().cloned().collect()

@@ -1,5 +1,6 @@
-//! The HTTP admin server. This foundation serves the health routes only; the admin issue
-//! adds the full route table, metrics and the dashboard.
+//! The HTTP admin server: health, the queue plane's admin routes, the dashboard.
 
+pub mod dashboard;
 pub mod http;
-pub mod routes;
+pub mod queue_routes;
+pub mod router;

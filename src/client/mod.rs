@@ -15,9 +15,8 @@
 //!   or a protocol error the connection is out of step, so every later call fails fast; make
 //!   a new client. There is no automatic reconnect or resend (v1's Go SDK resends after I/O
 //!   errors and so can publish twice).
-//! - TLS is not supported yet: the server's TLS listener needs a rustls client here (planned
-//!   with the server's `server.tls.*`). Connecting to a TLS port fails with a protocol or I/O
-//!   error.
+//! - TLS ([`ClientOptions::tls`], see [`ClientTls`]) runs over the same blocking socket with
+//!   rustls; the handshake is done inside `connect`, bounded by `timeout_ms`.
 //! - The raw API ([`Client::send_frame`], [`Client::read_frame`], [`Client::pipeline`],
 //!   [`Client::send_bytes`], [`Client::read_wire_frame`]) is for tests that need exact bytes.
 //! - [`fake_server`] is a scripted stand-in for the server, for unit tests of clients.
@@ -25,6 +24,7 @@
 mod error;
 pub mod fake_server;
 pub mod json;
+mod tls;
 mod types;
 mod wire;
 
@@ -32,6 +32,7 @@ mod wire;
 mod tests;
 
 pub use error::{ClientError, Result};
+pub use tls::{ClientCertificate, ClientTls};
 pub use types::{ConsumedMessage, Headers, PublishOptions, PublishReply, Push, CONSUME_BATCH_KEY};
 pub use wire::{RawFrame, PUSH_QUEUE_BYTES_MAX, PUSH_QUEUE_FRAMES_MAX};
 
@@ -41,6 +42,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
+use tls::Stream;
 use types::Body;
 
 /// Default reply timeout, as v1's Go SDK.
@@ -55,14 +57,17 @@ pub const OP_DLQ_REQUEUE: u8 = 0x1B;
 /// DLQ_PURGE `{"queue"}` (BoltQ additive).
 pub const OP_DLQ_PURGE: u8 = 0x1C;
 
-/// How to connect. Build with `..Default::default()` so fields added later (TLS) don't
-/// break callers.
+/// How to connect. Build with `..Default::default()` so fields added later don't break
+/// callers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Sent with AUTH (0x08) right after connecting; `None` or empty sends nothing, as v1.
     pub api_key: Option<String>,
-    /// Bound on connecting and on each wait for a reply; 0 waits forever.
+    /// Bound on connecting (TLS handshake included) and on each wait for a reply; 0 waits
+    /// forever.
     pub timeout_ms: u64,
+    /// `Some`: speak TLS (the server's `server.tls.enabled`). Default `None`, plain TCP.
+    pub tls: Option<ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -70,6 +75,7 @@ impl Default for ClientOptions {
         ClientOptions {
             api_key: None,
             timeout_ms: DEFAULT_TIMEOUT_MS,
+            tls: None,
         }
     }
 }
@@ -77,7 +83,7 @@ impl Default for ClientOptions {
 /// One connection to a BoltQ server. Not thread-safe by design: a connection carries one
 /// conversation; use one client per thread.
 pub struct Client {
-    stream: TcpStream,
+    stream: Stream,
     /// Bytes read but not yet decoded start at `read_pos`.
     read_buf: Vec<u8>,
     read_pos: usize,
@@ -97,10 +103,22 @@ impl Client {
     pub fn connect(addr: &str, options: ClientOptions) -> Result<Client> {
         let reply_timeout =
             (options.timeout_ms > 0).then(|| Duration::from_millis(options.timeout_ms));
-        let stream = open_stream(addr, reply_timeout)?;
+        let tls = match &options.tls {
+            Some(t) => Some(tls::Prepared::new(t, addr)?),
+            None => None,
+        };
+        let socket = open_stream(addr, reply_timeout)?;
         // Requests are small and each waits for its reply: don't let Nagle hold them back.
-        stream.set_nodelay(true)?;
-        stream.set_write_timeout(reply_timeout)?;
+        socket.set_nodelay(true)?;
+        socket.set_write_timeout(reply_timeout)?;
+        let stream = match tls {
+            None => Stream::Plain(socket),
+            Some(tls) => {
+                // Reads are bounded per wait later on; the handshake needs its own bound.
+                socket.set_read_timeout(reply_timeout)?;
+                tls.handshake(socket)?
+            }
+        };
         let mut client = Client {
             stream,
             read_buf: Vec::new(),

@@ -135,6 +135,19 @@ impl Message {
         self.priority.clamp(0, 9) as usize
     }
 
+    /// An upper bound of the bytes this message takes in a JSON reply: the payload verbatim,
+    /// strings at worst 6 bytes per byte when escaped (`\u00XX`), and room for the fixed
+    /// keys and numbers.
+    pub fn reply_bytes_max(&self) -> u64 {
+        let strings: usize = self.topic.len()
+            + self
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 6)
+                .sum::<usize>();
+        (self.payload.len() + 6 * strings + 256) as u64
+    }
+
     pub fn is_expired(&self, now_ns: i64) -> bool {
         self.expires_at_ns != 0 && self.expires_at_ns <= now_ns
     }

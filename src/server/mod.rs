@@ -6,6 +6,7 @@ pub mod state;
 
 use crate::config::{Config, FsyncPolicy, StorageMode};
 use boltq_io::listener::SharedListener;
+use boltq_io::tls::TlsConfig;
 use boltq_io::{Durability, LogConfig, StoreConfig};
 use state::ServerState;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -32,24 +33,24 @@ pub struct Plan {
     pub http: SharedListener,
     pub state: Arc<ServerState>,
     pub broker: crate::queue::broker::BrokerConfig,
+    /// `server.tls.*` loaded, for both the TCP and HTTP listeners; `None` when TLS is off.
+    pub tls: Option<TlsConfig>,
     /// `None` when `security.api_key` is empty (auth off).
     pub api_key: Option<String>,
     /// Per-process randomness for id and connection prefixes.
     pub random: u64,
     /// Command-log bytes per queue slot that make a snapshot due (0 = never).
     pub slot_compaction_bytes: u64,
+    /// When the process started serving (uptime in `/overview` and `/readyz`).
+    pub started: std::time::Instant,
 }
 
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
-/// gets plaintext when they asked for TLS, or a lone node when they asked for a cluster.
+/// gets a lone node when they asked for a cluster, or a server without the messaging plane
+/// they enabled.
 /// Returns the one-line error to print (exit code 2, like any configuration error).
 pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
     let unbuilt = [
-        (
-            config.server.tls.enabled,
-            "server.tls.enabled = true",
-            "TLS",
-        ),
         (
             config.cluster.enabled,
             "cluster.enabled = true",
@@ -94,8 +95,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         ),
         None => None,
     };
-    let tcp = bind(&config.server.host, config.server.tcp_port, "tcp")?;
-    let http = bind(&config.server.host, config.http_port(), "http")?;
+    // Before binding: a bad certificate must stop the start, not surface per connection.
+    let tls = load_tls(&config)?;
+    let host = &config.server.host;
+    let tcp = bind(host, config.server.tcp_port, "tcp", tls.as_ref())?;
+    let http = bind(host, config.http_port(), "http", tls.as_ref())?;
     if let Some(s) = &store {
         recover(s)?;
     }
@@ -105,9 +109,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .map_err(|e| ServerError(format!("queue configuration: {e}")))?;
     let api_key = Some(config.security.api_key.clone()).filter(|k| !k.is_empty());
     let plan = Arc::new(Plan {
+        tls,
         broker,
         api_key,
         random: process_random(),
+        started: std::time::Instant::now(),
         slot_compaction_bytes: slot_compaction_bytes(config.storage.compaction_threshold),
         config,
         store,
@@ -198,7 +204,25 @@ fn store_config(config: &Config) -> StoreConfig {
     c
 }
 
-fn bind(host: &str, port: u16, what: &str) -> Result<SharedListener, ServerError> {
+/// Loads `server.tls.*` when enabled (config validation has made sure both files are named).
+/// `ca_file`, when set, makes client certificates mandatory (mTLS).
+fn load_tls(config: &Config) -> Result<Option<TlsConfig>, ServerError> {
+    let t = &config.server.tls;
+    if !t.enabled {
+        return Ok(None);
+    }
+    let ca_file = Some(t.ca_file.as_path()).filter(|p| !p.as_os_str().is_empty());
+    TlsConfig::load(&t.cert_file, &t.key_file, ca_file)
+        .map(Some)
+        .map_err(|e| ServerError(format!("server.tls: {e}")))
+}
+
+fn bind(
+    host: &str,
+    port: u16,
+    what: &str,
+    tls: Option<&TlsConfig>,
+) -> Result<SharedListener, ServerError> {
     let addr: SocketAddr = (host, port)
         .to_socket_addrs()
         .map_err(|e| ServerError(format!("cannot resolve {what} address {host}:{port}: {e}")))?
@@ -206,7 +230,12 @@ fn bind(host: &str, port: u16, what: &str) -> Result<SharedListener, ServerError
         .ok_or_else(|| ServerError(format!("no address for {host}:{port}")))?;
     let l = SharedListener::bind(addr).map_err(|e| ServerError(format!("{what} listener: {e}")))?;
     let local = l.local_addr().map_err(|e| ServerError(e.to_string()))?;
-    log::info!("listening {what} on {local}");
+    let security = match tls {
+        None => "",
+        Some(t) if t.client_certificates_required() => " (tls, client certificates required)",
+        Some(_) => " (tls)",
+    };
+    log::info!("listening {what} on {local}{security}");
     Ok(l)
 }
 

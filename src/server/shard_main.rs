@@ -46,8 +46,8 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         let plane = Rc::clone(&plane);
         shard.set_handler(move |_from, incoming| plane.on_mesh(incoming));
     }
-    let tcp = Listener::for_shard(&plan.tcp).map_err(|e| e.to_string())?;
-    let http = Listener::for_shard(&plan.http).map_err(|e| e.to_string())?;
+    let tcp = Listener::for_shard(&plan.tcp, plan.tls.as_ref()).map_err(|e| e.to_string())?;
+    let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
         let plane = Rc::clone(&plane);
@@ -60,10 +60,18 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             )
         }
     }));
+    let admin_ctx = Rc::new(admin::router::AdminCtx {
+        plane: Rc::clone(&plane),
+        state: Arc::clone(&plan.state),
+        api_key: plan.api_key.clone(),
+        allow_query_api_key: plan.config.security.allow_query_api_key,
+        started: plan.started,
+        storage_mode: plan.config.storage.mode.as_str(),
+        compaction_threshold_bytes: plan.config.storage.compaction_threshold,
+    });
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
-        let state = Arc::clone(&plan.state);
         let shard = shard.clone();
-        move |conn| admin::http::serve(conn, Arc::clone(&state), shard.shutdown_requested())
+        move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));
     if plan.state.shard_started() {
         log::info!("ready: {} shards", plan.state.shard_count);

@@ -22,6 +22,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// How [`Server::start_until`] tells that the server is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyBy {
+    /// `GET /readyz` over plain HTTP answers 200 (the default).
+    PlainReadyz,
+    /// The log has the line the last shard writes once every listener accepts
+    /// ([`READY_LOG_MARK`]); for servers whose HTTP port is not plain HTTP (TLS).
+    LogLine,
+}
+
+/// Start of the log line written when every shard serves.
+pub const READY_LOG_MARK: &str = "ready: ";
+
 pub struct Server {
     child: Option<Child>,
     args: Vec<String>,
@@ -29,6 +42,8 @@ pub struct Server {
     pub http_port: u16,
     data_dir: PathBuf,
     log_path: PathBuf,
+    /// Kept for [`Server::restart`].
+    ready_by: ReadyBy,
     _tmp: Option<TempDir>,
 }
 
@@ -36,6 +51,11 @@ impl Server {
     /// Starts a server on fresh loopback ports and a fresh data dir, with 2 shards, and waits
     /// until `/readyz` answers 200.
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_until(extra, ReadyBy::PlainReadyz)
+    }
+
+    /// [`Server::start`], waiting for readiness as `ready_by` says.
+    pub fn start_until(extra: &[&str], ready_by: ReadyBy) -> Server {
         let tmp = TempDir::new("server");
         let (tcp, http) = (free_port(), free_port());
         let data = tmp.path().join("data");
@@ -51,13 +71,24 @@ impl Server {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut s = Server::start_raw(&refs, tcp, http, &data);
+        let mut s = Server::start_raw_until(&refs, tcp, http, &data, ready_by);
         s._tmp = Some(tmp);
         s
     }
 
     /// Starts with exactly `args`; the caller says which ports and data dir they imply.
     pub fn start_raw(args: &[&str], tcp_port: u16, http_port: u16, data_dir: &Path) -> Server {
+        Server::start_raw_until(args, tcp_port, http_port, data_dir, ReadyBy::PlainReadyz)
+    }
+
+    /// [`Server::start_raw`], waiting for readiness as `ready_by` says.
+    pub fn start_raw_until(
+        args: &[&str],
+        tcp_port: u16,
+        http_port: u16,
+        data_dir: &Path,
+        ready_by: ReadyBy,
+    ) -> Server {
         let log_path = data_dir.with_extension("log");
         std::fs::create_dir_all(log_path.parent().unwrap()).unwrap();
         let log = std::fs::File::create(&log_path).unwrap();
@@ -69,23 +100,28 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("spawn boltq");
-        let server = Server {
+        let mut server = Server {
             child: Some(child),
             args: args.iter().map(|a| a.to_string()).collect(),
             tcp_port,
             http_port,
             data_dir: data_dir.to_path_buf(),
             log_path,
+            ready_by,
             _tmp: None,
         };
-        server.wait_ready();
+        server.wait_ready(ready_by);
         server
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&self, ready_by: ReadyBy) {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {
-            if let Ok((200, _)) = http_get(self.http_port, "/readyz") {
+            let ready = match ready_by {
+                ReadyBy::PlainReadyz => matches!(http_get(self.http_port, "/readyz"), Ok((200, _))),
+                ReadyBy::LogLine => self.log().contains(READY_LOG_MARK),
+            };
+            if ready {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -116,7 +152,7 @@ impl Server {
         let (tcp, http, data) = (self.tcp_port, self.http_port, self.data_dir.clone());
         let (code, _) = self.stop_inner(signal);
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut next = Server::start_raw(&refs, tcp, http, &data);
+        let mut next = Server::start_raw_until(&refs, tcp, http, &data, self.ready_by);
         next._tmp = tmp;
         (next, code)
     }
@@ -202,4 +238,66 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
         .ok_or_else(|| std::io::Error::other(format!("bad response: {resp:?}")))?;
     let body = resp.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
     Ok((status, body))
+}
+
+/// A response as a test sees it.
+pub struct HttpResponse {
+    pub status: u16,
+    /// Header lines, lower-cased names.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {:?}", self.body))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; returns status, headers and body.
+pub fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> HttpResponse {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    }
 }

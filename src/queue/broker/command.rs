@@ -74,7 +74,9 @@ pub enum Command {
     /// Discards every dead letter of work queue `queue`.
     /// Discards the ready messages of work queue `queue` (not pending, delayed or retry-
     /// waiting ones, as v1's HTTP purge). An unknown queue is an error naming it.
-    Purge { queue: String },
+    Purge {
+        queue: String,
+    },
     DeadLetterPurge {
         queue: String,
     },

@@ -185,6 +185,11 @@ pub struct Broker {
 }
 
 /// `queue "<q>" is full (capacity N)`.
+/// Bytes a consumed batch may take in its reply: one protocol frame (4 MiB) less room for
+/// the envelope. Bounded with `Message::reply_bytes_max`, an upper bound, so the batch
+/// always fits.
+pub const CONSUME_BATCH_BYTES_MAX: u64 = 4 * 1024 * 1024 - 64 * 1024;
+
 pub fn queue_full_error(queue: &str, capacity: usize) -> String {
     format!("queue \"{queue}\" is full (capacity {capacity})")
 }
@@ -313,7 +318,17 @@ impl Broker {
         }
         let want = max.clamp(1, CONSUME_MESSAGES_MAX) as usize;
         let mut delivered = Vec::new();
+        let mut batch_bytes = 0u64;
         while delivered.len() < want {
+            // A batch must fit one reply frame: stop before the message that would not fit
+            // (it stays first in line), rather than take it and be unable to send it.
+            let next_bytes = match self.queues.get(queue).and_then(|q| q.iter_ready().next()) {
+                Some((_, r)) => r.msg.reply_bytes_max(),
+                None => break,
+            };
+            if !delivered.is_empty() && batch_bytes + next_bytes > CONSUME_BATCH_BYTES_MAX {
+                break;
+            }
             let Some(msg) = self.pop_ready(queue) else {
                 break;
             };
@@ -322,6 +337,7 @@ impl Broker {
                 continue;
             }
             self.make_pending(msg.clone(), consumer, now_ns);
+            batch_bytes += next_bytes;
             delivered.push(msg);
         }
         self.counters.consumed += delivered.len() as u64;
@@ -567,6 +583,12 @@ impl Broker {
         }
         self.counters.dead_letters_purged += purged.len() as u64;
         Outcome::Purged(purged.len() as u64)
+    }
+
+    /// True while any subscription is registered on a connection (after recovery these
+    /// belong to connections of an earlier process: apply `DisconnectAll`).
+    pub fn has_live_subscriptions(&self) -> bool {
+        self.pubsub.has_live()
     }
 
     pub fn stats(&self) -> BrokerStats {

@@ -148,11 +148,23 @@ impl PubSub {
         topic: &str,
         sub_id: &str,
         backlog: VecDeque<Message>,
+        live: Option<ConsumerRef>,
     ) -> Result<(), String> {
+        if live.is_some() && !backlog.is_empty() {
+            return Err(format!(
+                "durable subscription {topic}/{sub_id} is live but has a backlog"
+            ));
+        }
+        if let Some(consumer) = live {
+            self.by_consumer
+                .entry(consumer)
+                .or_default()
+                .insert((topic.to_string(), sub_id.to_string()));
+        }
         let subs = self.topics.entry(topic.to_string()).or_default();
         let sub = Subscription {
             durable: true,
-            live: None,
+            live,
             backlog,
         };
         if subs.insert(sub_id.to_string(), sub).is_some() {
@@ -169,6 +181,11 @@ impl PubSub {
     }
 
     /// `(topic, sub_id, subscription)` of every durable registration.
+    /// True while any subscription is registered on a connection.
+    pub fn has_live(&self) -> bool {
+        !self.by_consumer.is_empty()
+    }
+
     pub fn durable(&self) -> impl Iterator<Item = (&String, &String, &Subscription)> {
         self.topics.iter().flat_map(|(topic, subs)| {
             subs.iter()

@@ -3,8 +3,9 @@
 //! It keeps the exact timer keys and enqueue counters, so a restored broker is
 //! indistinguishable from the original: same delivery order, same timer firing order, same
 //! future keys (the determinism test checks `restore(snapshot()) + commands` against the
-//! original). Live subscriptions are not kept — their connections are gone — so restoring is
-//! equivalent to the original followed by `Command::DisconnectAll`. Counters are process
+//! original). Durable subscriptions keep the connection they were live on, so commands
+//! replayed after the snapshot behave as they did originally; recovery applies
+//! `Command::DisconnectAll` after the replay. Live non-durable subscriptions are not kept. Counters are process
 //! metrics and start again from zero.
 
 use super::pending::PendingEntry;
@@ -72,6 +73,11 @@ pub struct DeadLetterSnapshot {
 pub struct DurableSnapshot {
     pub topic: String,
     pub sub_id: String,
+    /// The connection it was live on when the snapshot was taken. Kept so that commands
+    /// replayed after the snapshot treat it exactly as the original did (pushed live, not
+    /// backlogged); recovery then applies `DisconnectAll`, since that connection is gone.
+    #[serde(default)]
+    pub live: Option<ConsumerRef>,
     /// Oldest first.
     pub backlog: Vec<Message>,
 }
@@ -109,6 +115,7 @@ impl Broker {
                 .map(|(topic, sub_id, sub)| DurableSnapshot {
                     topic: topic.clone(),
                     sub_id: sub_id.clone(),
+                    live: sub.live,
                     backlog: sub.backlog.iter().cloned().collect(),
                 })
                 .collect(),
@@ -262,7 +269,7 @@ impl Broker {
             return Err("durable subscription with an empty topic or id".into());
         }
         self.pubsub
-            .restore_durable(&s.topic, &s.sub_id, VecDeque::from(s.backlog))
+            .restore_durable(&s.topic, &s.sub_id, VecDeque::from(s.backlog), s.live)
     }
 }
 

@@ -9,7 +9,7 @@
 use super::dispatch::{self, ConnState, Pending};
 use super::outbound::Outbound;
 use super::plane::Plane;
-use crate::queue::protocol::frame::{self, FrameError};
+use crate::queue::protocol::frame::{self, op, FrameError};
 use boltq_io::listener::Conn;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::future::Future;
@@ -23,6 +23,8 @@ const BATCH_FRAMES_MAX: usize = 1024;
 
 enum Wake {
     Read(std::io::Result<usize>),
+    /// Complete frames are already buffered.
+    Buffered,
     Pushes,
     Stop,
 }
@@ -46,33 +48,50 @@ pub async fn serve(mut conn: Conn, plane: Rc<Plane>, stop: impl Future<Output = 
             }
             continue;
         }
-        let wake = futures_lite::future::or(
-            async { Wake::Read(conn.read(&mut chunk).await) },
+        // Frames left over from the last batch (a batch stops at BATCH_FRAMES_MAX or at an
+        // exchange barrier) are handled before waiting for more bytes.
+        let have_frame = matches!(frame::decode(&inbuf), Ok(Some(_)) | Err(_));
+        let wake = if have_frame {
+            Wake::Buffered
+        } else {
             futures_lite::future::or(
-                async {
-                    out.push_event.wait(ticket).await;
-                    Wake::Pushes
-                },
-                async {
-                    stop.as_mut().await;
-                    Wake::Stop
-                },
-            ),
-        )
-        .await;
+                async { Wake::Read(conn.read(&mut chunk).await) },
+                futures_lite::future::or(
+                    async {
+                        out.push_event.wait(ticket).await;
+                        Wake::Pushes
+                    },
+                    async {
+                        stop.as_mut().await;
+                        Wake::Stop
+                    },
+                ),
+            )
+            .await
+        };
         match wake {
             Wake::Stop | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => break,
             Wake::Pushes => continue,
             Wake::Read(Ok(n)) => inbuf.extend_from_slice(&chunk[..n]),
+            Wake::Buffered => {}
         }
         // Decode and dispatch every complete frame; replies are awaited in order below.
         let mut pending: Vec<Pending> = Vec::new();
         let mut used_total = 0usize;
         let mut close_after = false;
+        let mut exchange_change_in_batch = false;
         while pending.len() < BATCH_FRAMES_MAX {
             match frame::decode(&inbuf[used_total..]) {
                 Ok(None) => break,
                 Ok(Some((f, used))) => {
+                    if f.code == op::PUBLISH_EXCHANGE && exchange_change_in_batch {
+                        // Exchange changes are applied by shard 0; routing happens here, at
+                        // dispatch. End the batch so the change is answered (and this
+                        // shard's table updated) before this publish is routed.
+                        break;
+                    }
+                    exchange_change_in_batch |=
+                        (op::EXCHANGE_DECLARE..=op::UNBIND_QUEUE).contains(&f.code);
                     used_total += used;
                     let p = dispatch::dispatch(&plane, &mut state, f);
                     let closes = p.closes_connection();

@@ -62,7 +62,7 @@ pub enum Pending {
     },
     /// PUBLISH_EXCHANGE: one publish per routed queue.
     PublishCopies {
-        parts: Vec<(String, Submitted)>,
+        parts: Copies,
         id: MessageId,
         topic: String,
         confirm_seq: Option<u64>,
@@ -117,21 +117,10 @@ impl Pending {
                 id,
                 topic,
                 confirm_seq,
-            } => {
-                let mut failed = None;
-                for (queue, s) in parts {
-                    let outcome = s.outcome(plane).await;
-                    if failed.is_none() {
-                        if let Outcome::Error(e) = outcome {
-                            failed = Some(format!("publish to queue {queue}: {e}"));
-                        }
-                    }
-                }
-                match failed {
-                    Some(e) => reply::error(&e, out),
-                    None => reply::publish_ok(&id, &topic, confirm_seq, out),
-                }
-            }
+            } => match copies_outcome(plane, parts).await {
+                Ok(()) => reply::publish_ok(&id, &topic, confirm_seq, out),
+                Err(e) => reply::error(&e, out),
+            },
             Pending::Consume { submitted, batch } => {
                 let outcome = submitted.outcome(plane).await;
                 st.consumes_in_flight -= 1;
@@ -170,7 +159,7 @@ impl Pending {
                 Outcome::Purged(n) => reply::dlq_purged(&queue, n, out),
                 other => error_reply(other, out),
             },
-            Pending::Stats(gather) => reply::stats(&gather.merged().await, out),
+            Pending::Stats(gather) => reply::stats(&gather.merged().await.stats, out),
             Pending::Exchange(ex) => match ex.result(plane).await {
                 Ok(()) => reply::ok(out),
                 Err(e) => reply::error(&e, out),
@@ -382,7 +371,13 @@ fn new_message(plane: &Plane, topic: String, p_payload: bytes::Bytes, now: i64) 
     }
 }
 
-fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic: bool) -> Pending {
+/// The command of a PUBLISH (work queue) or PUBLISH_TOPIC, with the new message's id and
+/// the slot it goes to. Shared by the TCP and HTTP front ends.
+pub fn publish_command(
+    plane: &Plane,
+    p: request::Publish,
+    to_topic: bool,
+) -> (Command, MessageId, u16) {
     let now = now_ns();
     let mut msg = new_message(plane, p.topic, p.payload, now);
     msg.headers = p.headers;
@@ -397,13 +392,18 @@ fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic:
             msg.expires_at_ns = now.saturating_add(p.ttl_ns);
         }
     }
-    let (id, topic) = (msg.id, msg.topic.clone());
-    let slot = slot_of_name(&topic);
+    let (id, slot) = (msg.id, slot_of_name(&msg.topic));
     let cmd = if to_topic {
         Command::PublishTopic { msg }
     } else {
         Command::Publish { msg }
     };
+    (cmd, id, slot)
+}
+
+fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic: bool) -> Pending {
+    let topic = p.topic.clone();
+    let (cmd, id, slot) = publish_command(plane, p, to_topic);
     Pending::Publish {
         submitted: plane.submit(slot, cmd),
         id,
@@ -412,20 +412,20 @@ fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic:
     }
 }
 
-fn publish_exchange(plane: &Rc<Plane>, st: &mut ConnState, p: request::PublishExchange) -> Pending {
+/// The publishes of one exchange publish, by target queue.
+pub type Copies = Vec<(String, Submitted)>;
+
+/// Routes a PUBLISH_EXCHANGE and submits one publish per matched queue. Returns the
+/// submitted copies, the id and topic the reply names (v1: for a named exchange the
+/// template's id and ""; for the default exchange the stored message's id and the routing
+/// key), or the routing error. Shared by the TCP and HTTP front ends.
+pub fn submit_exchange_publish(
+    plane: &Plane,
+    p: request::PublishExchange,
+) -> Result<(Copies, MessageId, String), String> {
     let now = now_ns();
-    let queues = match plane.route(&p.exchange, &p.routing_key, &p.headers) {
-        Ok(q) => q,
-        Err(e) => {
-            let mut out = Vec::new();
-            reply::error(&e, &mut out);
-            return Pending::Ready(out);
-        }
-    };
+    let queues = plane.route(&p.exchange, &p.routing_key, &p.headers)?;
     let default_exchange = p.exchange.is_empty();
-    // The reply names the template message: for the default exchange that is the one stored
-    // message (same id, topic = routing key); for a named exchange each copy has its own id
-    // and the reply's topic is "" (v1).
     let template = new_message(plane, p.routing_key.clone(), p.payload.clone(), now);
     let mut parts = Vec::with_capacity(queues.len());
     for queue in queues {
@@ -440,15 +440,38 @@ fn publish_exchange(plane: &Rc<Plane>, st: &mut ConnState, p: request::PublishEx
         let slot = slot_of_name(&queue);
         parts.push((queue, plane.submit(slot, Command::Publish { msg })));
     }
-    Pending::PublishCopies {
-        parts,
-        id: template.id,
-        topic: if default_exchange {
-            p.routing_key
-        } else {
-            String::new()
+    let topic = if default_exchange {
+        p.routing_key
+    } else {
+        String::new()
+    };
+    Ok((parts, template.id, topic))
+}
+
+/// Awaits every copy of an exchange publish; the first failure, worded as v1.
+pub async fn copies_outcome(plane: &Plane, parts: Copies) -> Result<(), String> {
+    let mut failed = None;
+    for (queue, s) in parts {
+        if let Outcome::Error(e) = s.outcome(plane).await {
+            failed.get_or_insert(format!("publish to queue {queue}: {e}"));
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+fn publish_exchange(plane: &Rc<Plane>, st: &mut ConnState, p: request::PublishExchange) -> Pending {
+    match submit_exchange_publish(plane, p) {
+        Ok((parts, id, topic)) => Pending::PublishCopies {
+            parts,
+            id,
+            topic,
+            confirm_seq: st.next_confirm_seq(),
         },
-        confirm_seq: st.next_confirm_seq(),
+        Err(e) => {
+            let mut out = Vec::new();
+            reply::error(&e, &mut out);
+            Pending::Ready(out)
+        }
     }
 }
 

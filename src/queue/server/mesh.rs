@@ -2,7 +2,7 @@
 
 use super::exchanges::ExchangeOp;
 use crate::queue::broker::exchange::ExchangesSnapshot;
-use crate::queue::broker::{Command, ConsumerRef, Effect, Outcome};
+use crate::queue::broker::{BrokerCounters, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::Message;
 use crate::queue::protocol::reply::Stats;
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ pub enum QueueMsg {
     Effect(Effect),
     /// One-way: a connection closed; end its live subscriptions on the receiving shard.
     Disconnect { consumer: ConsumerRef },
-    /// Request: this shard's stats.
+    /// Request: this shard's report.
     Stats,
     /// Request to the metadata shard: change the exchange table.
     Exchange(ExchangeOp),
@@ -40,10 +40,29 @@ pub enum QueueMsg {
     },
 }
 
+/// One shard's numbers for STATS, `/stats`, `/overview` and `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct ShardReport {
+    pub stats: Stats,
+    pub counters: BrokerCounters,
+    /// Bytes of this shard's logs on disk and in memory.
+    pub storage_bytes: u64,
+    pub connections: u64,
+}
+
+impl ShardReport {
+    pub fn merge(&mut self, other: &ShardReport) {
+        self.stats.merge(&other.stats);
+        self.counters.merge(&other.counters);
+        self.storage_bytes += other.storage_bytes;
+        self.connections += other.connections;
+    }
+}
+
 #[derive(Debug)]
 pub enum QueueReply {
     Applied(Outcome),
-    Stats(Stats),
+    Report(ShardReport),
     Exchange(Result<(), String>),
     DlqCounts(BTreeMap<String, u64>),
     DlqMessages(Vec<Message>),

@@ -7,7 +7,7 @@
 //! mesh and their replies go back the same way once durable.
 
 use super::exchanges::{self, ExchangeOp, META_SHARD};
-use super::mesh::{QueueMsg, QueueReply};
+use super::mesh::{QueueMsg, QueueReply, ShardReport};
 use super::outbound::Outbound;
 use super::waiters::{Answer, Waiter, Waiters};
 use super::{snapshot, wal};
@@ -45,6 +45,37 @@ struct SlotLogs {
     last_snapshot_bytes: u64,
     last_snapshot_number: u64,
     snapshotting: bool,
+    /// Connections with a durable subscription in this slot: their disconnect changes
+    /// durable state (the subscription starts backlogging), so it is logged.
+    durable_consumers: std::collections::HashSet<ConsumerRef>,
+    /// Set by `track_durable_consumers` for the command being applied.
+    disconnect_is_durable: bool,
+}
+
+/// Keeps `durable_consumers` current and says whether this command is the disconnect of
+/// one of them (which must then be logged).
+fn track_durable_consumers(logs: &mut SlotLogs, cmd: &Command, outcome: &Outcome) {
+    logs.disconnect_is_durable = false;
+    match (cmd, outcome) {
+        (
+            Command::Subscribe {
+                durable: true,
+                consumer,
+                ..
+            },
+            Outcome::Subscribed { .. },
+        ) => {
+            logs.durable_consumers.insert(*consumer);
+        }
+        (Command::Disconnect { consumer }, _) => {
+            logs.disconnect_is_durable = logs.durable_consumers.remove(consumer);
+        }
+        (Command::DisconnectAll, _) => {
+            logs.disconnect_is_durable = !logs.durable_consumers.is_empty();
+            logs.durable_consumers.clear();
+        }
+        _ => {}
+    }
 }
 
 impl SlotLogs {
@@ -159,17 +190,17 @@ impl DlqReadSubmitted {
     }
 }
 
-/// Stats of this shard plus the answers of the others.
+/// This shard's report plus the answers of the others.
 pub struct StatsGather {
-    local: reply::Stats,
+    local: ShardReport,
     remote: Vec<RemoteReply>,
 }
 
 impl StatsGather {
-    pub async fn merged(self) -> reply::Stats {
+    pub async fn merged(self) -> ShardReport {
         let mut total = self.local;
         for r in self.remote {
-            if let Ok(ShardMsg::QueueReply(QueueReply::Stats(s))) = r.await {
+            if let Ok(ShardMsg::QueueReply(QueueReply::Report(s))) = r.await {
                 total.merge(&s);
             }
         }
@@ -307,8 +338,8 @@ impl Plane {
                 None => (Broker::new(self.cfg.clone()), 1, 0, 0),
             };
         let replayed = wal::replay(store, &wal, from, &mut broker).await?;
-        if replayed.saw_subscriptions {
-            // Subscriptions replayed from the log belonged to connections of an earlier
+        if broker.has_live_subscriptions() {
+            // Subscriptions restored or replayed live belonged to connections of an earlier
             // process. Logged, so that later replays see the same offline period.
             let cmd = Command::DisconnectAll;
             broker.apply(&cmd);
@@ -323,6 +354,8 @@ impl Plane {
                 last_snapshot_bytes: snapshot_bytes,
                 last_snapshot_number: number,
                 snapshotting: false,
+                durable_consumers: Default::default(),
+                disconnect_is_durable: false,
             },
         ))
     }
@@ -421,8 +454,13 @@ impl Plane {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
             let (outcome, effects) = st.broker.apply(&cmd);
+            if let Some(logs) = st.logs.as_mut() {
+                track_durable_consumers(logs, &cmd, &outcome);
+            }
             let lsn = match (&self.store, &mut st.logs) {
-                (Some(store), Some(logs)) if wal::must_log(&cmd, &outcome) => {
+                (Some(store), Some(logs))
+                    if wal::must_log(&cmd, &outcome) || logs.disconnect_is_durable =>
+                {
                     match wal::append(store, &logs.wal, &cmd) {
                         Ok((lsn, bytes)) => {
                             logs.bytes_since_snapshot += bytes;
@@ -708,9 +746,9 @@ impl Plane {
                 msg: ShardMsg::Queue(QueueMsg::Stats),
                 token,
             } => {
-                let stats = self.local_stats();
+                let report = self.local_report();
                 self.shard
-                    .reply(token, ShardMsg::QueueReply(QueueReply::Stats(stats)));
+                    .reply(token, ShardMsg::QueueReply(QueueReply::Report(report)));
             }
             Incoming::Request {
                 msg: ShardMsg::Queue(QueueMsg::Exchange(op)),
@@ -766,7 +804,21 @@ impl Plane {
         }
     }
 
+    /// The consumer that HTTP `/consume` records: no connection, so its messages are acked
+    /// from anywhere and released only by their ack timeout.
+    pub fn http_consumer(&self) -> ConsumerRef {
+        ConsumerRef {
+            shard: self.shard.id() as u16,
+            conn: self.boot_id,
+        }
+    }
+
     // --- exchanges ----------------------------------------------------------------------
+
+    /// This shard's replica of the exchange table.
+    pub fn exchanges_snapshot(&self) -> crate::queue::broker::exchange::ExchangesSnapshot {
+        self.exchanges.borrow().snapshot()
+    }
 
     /// Queues a publish to `exchange` goes to, by this shard's replica of the table.
     pub fn route(
@@ -901,19 +953,23 @@ impl Plane {
 
     // --- stats --------------------------------------------------------------------------
 
-    pub fn local_stats(&self) -> reply::Stats {
-        let mut total = reply::Stats::default();
+    pub fn local_report(&self) -> ShardReport {
+        let mut report = ShardReport::default();
         for cell in self.slots.borrow().values() {
-            total.merge(&cell.borrow().broker.stats());
+            let st = cell.borrow();
+            report.stats.merge(&st.broker.stats());
+            report.counters.merge(&st.broker.counters());
         }
-        total
+        report.storage_bytes = self.store.as_ref().map_or(0, |s| s.size_bytes());
+        report.connections = self.conns.borrow().len() as u64;
+        report
     }
 
     /// Asks every other shard for its stats now; await [`StatsGather::merged`].
     pub fn gather_stats(&self) -> StatsGather {
         let remote = self.ask_other_shards(|| QueueMsg::Stats);
         StatsGather {
-            local: self.local_stats(),
+            local: self.local_report(),
             remote,
         }
     }

@@ -18,7 +18,9 @@ pub fn must_log(cmd: &Command, outcome: &Outcome) -> bool {
         // Live (non-durable) subscriptions and disconnects only touch connection state,
         // which does not survive a restart anyway.
         (Command::Subscribe { durable, .. }, _) => *durable,
-        (Command::Disconnect { .. }, _) => false,
+        // A disconnect changes durable state only for a connection with a durable
+        // subscription; the plane knows which (and logs those), the broker does not say.
+        (Command::Disconnect { .. }, _) | (Command::DisconnectAll, _) => false,
         _ => true,
     }
 }
@@ -43,9 +45,6 @@ pub struct Replayed {
     pub commands: u64,
     /// Payload bytes replayed: the log's size past the snapshot, for the compaction rule.
     pub bytes: u64,
-    /// A durable subscription was replayed: its connection belonged to an earlier process,
-    /// so the caller must apply (and log) `DisconnectAll`.
-    pub saw_subscriptions: bool,
 }
 
 /// Applies every command of the slot's log from `from` on to `broker`.
@@ -66,7 +65,6 @@ pub async fn replay(
     let mut done = Replayed {
         commands: 0,
         bytes: 0,
-        saw_subscriptions: false,
     };
     loop {
         let records = store
@@ -78,7 +76,6 @@ pub async fn replay(
         for r in &records {
             let cmd: Command = serde_json::from_slice(&r.payload)
                 .map_err(|e| format!("record {} of {} does not decode: {e}", r.seq, log.name()))?;
-            done.saw_subscriptions |= matches!(cmd, Command::Subscribe { .. });
             broker.apply(&cmd);
             done.commands += 1;
             done.bytes += r.payload.len() as u64;

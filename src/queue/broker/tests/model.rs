@@ -513,6 +513,8 @@ fn run_seed(seed: u64) {
                 let json = serde_json::to_string(&broker.snapshot()).unwrap();
                 let snapshot: BrokerSnapshot = serde_json::from_str(&json).unwrap();
                 broker = Broker::restore(snapshot, cfg.clone());
+                // As recovery does: the connections of the earlier process are gone.
+                broker.apply(&Command::DisconnectAll);
                 model.reboot();
             }
             Step::Cmd(cmd) => {

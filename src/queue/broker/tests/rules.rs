@@ -715,7 +715,11 @@ fn purge_drops_ready_messages_only_and_frees_their_places() {
     let purge = |b: &mut Broker, q: &str| run(b, Command::Purge { queue: q.into() }).0;
     assert_eq!(purge(&mut b, "q"), Outcome::Purged(3));
     assert_eq!(b.stats().queues.get("q"), Some(&0));
-    assert_eq!(b.stats().pending_count, 1, "pending messages are not purged");
+    assert_eq!(
+        b.stats().pending_count,
+        1,
+        "pending messages are not purged"
+    );
     assert_eq!(
         purge(&mut b, "nope"),
         Outcome::Error("queue nope not found".into())

@@ -1,0 +1,144 @@
+//! The admin route table (v1 spec §4.2 plus the routes v1 documented but lacked): auth,
+//! method checks, and dispatch to one handler per route.
+
+use super::http::{Request, Response};
+use super::queue_routes as q;
+use crate::queue::server::plane::Plane;
+use crate::server::state::ServerState;
+use serde_json::json;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What the admin handlers of one shard reach.
+pub struct AdminCtx {
+    pub plane: Rc<Plane>,
+    pub state: Arc<ServerState>,
+    /// `None`: auth off.
+    pub api_key: Option<String>,
+    /// Accept the key as `?api_key=` too (v1 always did; off by default: query strings end
+    /// up in access logs).
+    pub allow_query_api_key: bool,
+    pub started: std::time::Instant,
+    pub storage_mode: &'static str,
+    pub compaction_threshold_bytes: u64,
+}
+
+impl AdminCtx {
+    fn authorised(&self, req: &Request) -> bool {
+        let Some(_) = &self.api_key else { return true };
+        let presented = req.header("x-api-key").or_else(|| {
+            self.allow_query_api_key
+                .then(|| req.query("api_key"))
+                .flatten()
+        });
+        presented.is_some_and(|k| self.plane.key_matches(k))
+    }
+}
+
+/// True when `req` lacks a valid key on a route that needs one.
+pub fn route_auth_failed(req: &Request, ctx: &AdminCtx) -> bool {
+    !is_public(&req.path) && !ctx.authorised(req)
+}
+
+/// Routes open to everyone (health and metrics are scraped by infrastructure).
+fn is_public(path: &str) -> bool {
+    matches!(path, "/health" | "/livez" | "/readyz" | "/metrics")
+        || path == "/"
+        || path.starts_with("/dashboard/")
+}
+
+/// Answers one request.
+pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
+    if req.method == "OPTIONS" {
+        return Response::text(204, "text/plain", Vec::new());
+    }
+    if !is_public(&req.path) && !ctx.authorised(req) {
+        return Response::error(401, "unauthorized");
+    }
+    let get = req.method == "GET" || req.method == "HEAD";
+    let post = req.method == "POST";
+    match req.path.as_str() {
+        "/health" => Response::json(200, &json!({"status": "ok"})),
+        "/livez" => Response::json(200, &json!({"status": "ok"})),
+        "/readyz" => readyz(ctx),
+        "/" if get => super::dashboard::index(),
+        p if p.starts_with("/dashboard/") && get => super::dashboard::asset(p),
+        "/stats" if get => q::stats(ctx).await,
+        "/overview" if get => q::overview(ctx).await,
+        "/publish" if post => q::publish(req, ctx, false).await,
+        "/publish/topic" if post => q::publish(req, ctx, true).await,
+        "/consume" if get => q::consume(req, ctx).await,
+        "/ack" if post => q::ack(req, ctx, false).await,
+        "/nack" if post => q::ack(req, ctx, true).await,
+        "/queues/purge" if post => q::purge(req, ctx).await,
+        "/dead-letters" if get => q::dead_letters(req, ctx).await,
+        "/dead-letters/requeue" if post => q::dead_letters_requeue(req, ctx).await,
+        "/dead-letters/purge" if post => q::dead_letters_purge(req, ctx).await,
+        "/exchanges" if get => q::exchanges(ctx),
+        "/exchange/declare" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Declare).await,
+        "/exchange/delete" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Delete).await,
+        "/exchange/bind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Bind).await,
+        "/exchange/unbind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Unbind).await,
+        "/exchange/publish" if post => q::exchange_publish(req, ctx).await,
+        "/cluster/status" if get => Response::json(200, &json!({"enabled": false})),
+        "/cluster/join" | "/cluster/leave" if post => {
+            Response::error(400, "clustering is not enabled")
+        }
+        p if KNOWN_PATHS.contains(&p) => Response::error(405, "method not allowed"),
+        _ => Response::text(404, "text/plain; charset=utf-8", "404 page not found\n"),
+    }
+}
+
+/// Every path above, for telling 405 from 404.
+const KNOWN_PATHS: &[&str] = &[
+    "/",
+    "/stats",
+    "/overview",
+    "/publish",
+    "/publish/topic",
+    "/consume",
+    "/ack",
+    "/nack",
+    "/queues/purge",
+    "/dead-letters",
+    "/dead-letters/requeue",
+    "/dead-letters/purge",
+    "/exchanges",
+    "/exchange/declare",
+    "/exchange/delete",
+    "/exchange/bind",
+    "/exchange/unbind",
+    "/exchange/publish",
+    "/cluster/status",
+    "/cluster/join",
+    "/cluster/leave",
+    "/subscribe",
+];
+
+fn readyz(ctx: &AdminCtx) -> Response {
+    let ready = ctx.state.is_ready();
+    let mut body = json!({
+        "ready": ready,
+        "clustered": false,
+        "node_id": "",
+        "state": if ready { "Standalone" } else { "Starting" },
+        "uptime_seconds": ctx.started.elapsed().as_secs(),
+    });
+    if !ready {
+        body["reason"] = json!("starting or shutting down");
+    }
+    Response::json(if ready { 200 } else { 503 }, &body)
+}
+
+/// `GET /subscribe?topic=T&id=S`: server-sent events of a pub/sub subscription (v1
+/// documented it; BoltQ implements it). Auth as any route.
+pub async fn serve_events(
+    conn: boltq_io::listener::Conn,
+    req: &Request,
+    ctx: Rc<AdminCtx>,
+    stop: Pin<&mut impl Future<Output = ()>>,
+) {
+    q::serve_events(conn, req, ctx, stop).await
+}

@@ -1,0 +1,262 @@
+//! End-to-end: the admin HTTP API of the queue plane against the real binary.
+
+mod support;
+
+use boltq::client::{Client, ClientOptions, PublishOptions};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::time::Duration;
+use support::{http, Server};
+
+fn post(s: &Server, path: &str, body: serde_json::Value) -> support::HttpResponse {
+    http(
+        s.http_port,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn get(s: &Server, path: &str) -> support::HttpResponse {
+    http(s.http_port, "GET", path, &[], b"")
+}
+
+#[test]
+fn health_cors_routing_and_limits() {
+    let s = Server::start(&[]);
+    assert_eq!(get(&s, "/health").json(), json!({"status": "ok"}));
+    let ready = get(&s, "/readyz");
+    assert_eq!(
+        (ready.status, ready.json()["ready"].clone()),
+        (200, json!(true))
+    );
+    let pre = http(s.http_port, "OPTIONS", "/publish", &[], b"");
+    assert_eq!(pre.status, 204);
+    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(
+        get(&s, "/stats").header("access-control-allow-headers"),
+        Some("Content-Type, X-API-Key")
+    );
+    let missing = get(&s, "/nowhere");
+    assert_eq!(
+        (missing.status, missing.body.as_str()),
+        (404, "404 page not found\n")
+    );
+    assert_eq!(get(&s, "/publish").status, 405);
+    let big = vec![b'x'; 1024 * 1024 + 1];
+    assert_eq!(http(s.http_port, "POST", "/publish", &[], &big).status, 413);
+    assert_eq!(
+        post(&s, "/publish", json!("not an object")).json(),
+        json!({"error": "invalid json"})
+    );
+    let dash = get(&s, "/");
+    assert_eq!(dash.status, 200);
+    assert!(dash
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+}
+
+#[test]
+fn api_key_guards_every_route_but_health_and_metrics() {
+    let dir = boltq_io::testutil::TempDir::new("adminkey");
+    let cfg = dir.path().join("boltq.toml");
+    std::fs::write(&cfg, "[security]\napi_key = \"k3y\"\n").unwrap();
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(get(&s, "/stats").status, 401);
+    assert_eq!(get(&s, "/stats").json(), json!({"error": "unauthorized"}));
+    assert_eq!(
+        http(s.http_port, "GET", "/stats", &[("X-API-Key", "wrong")], b"").status,
+        401
+    );
+    assert_eq!(
+        http(s.http_port, "GET", "/stats", &[("X-API-Key", "k3y")], b"").status,
+        200
+    );
+    assert_eq!(
+        get(&s, "/stats?api_key=k3y").status,
+        401,
+        "query keys are off by default"
+    );
+    assert_eq!(get(&s, "/health").status, 200);
+    assert_eq!(get(&s, "/readyz").status, 200);
+    assert_eq!(http(s.http_port, "OPTIONS", "/stats", &[], b"").status, 204);
+}
+
+#[test]
+fn publish_consume_ack_purge_and_dead_letters_over_http() {
+    let dir = boltq_io::testutil::TempDir::new("admincfg");
+    let cfg = dir.path().join("boltq.toml");
+    std::fs::write(&cfg, "[queue]\nmax_retry = 1\nretry_backoff_base_ms = 0\n").unwrap();
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let p = post(
+        &s,
+        "/publish",
+        json!({"topic": "h", "payload": {"n": 1}, "headers": {"k": "v"}}),
+    );
+    assert_eq!(p.status, 200);
+    let id = p.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(p.json()["status"], "published");
+    // The headers of an HTTP publish are kept (v1 dropped them).
+    let mut tcp = Client::connect(
+        &format!("127.0.0.1:{}", s.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    tcp.publish("h", "2", None, PublishOptions::default())
+        .unwrap();
+    let c = get(&s, "/consume?topic=h");
+    assert_eq!(c.status, 200);
+    let m = c.json();
+    assert_eq!(
+        (m["id"].as_str(), m["headers"]["k"].as_str()),
+        (Some(id.as_str()), Some("v"))
+    );
+    assert_eq!(
+        m["payload"], "eyJuIjoxfQ==",
+        "payload is base64 of the JSON text, as v1"
+    );
+    assert_eq!(
+        post(&s, "/ack", json!({"id": id})).json(),
+        json!({"status": "acked"})
+    );
+    assert_eq!(post(&s, "/ack", json!({"id": id})).status, 500);
+    assert_eq!(
+        post(&s, "/ack", json!({})).json(),
+        json!({"error": "id is required"})
+    );
+    assert_eq!(
+        post(&s, "/queues/purge", json!({"queue": "h"})).json(),
+        json!({"purged_count": 1, "queue": "h", "status": "purged"})
+    );
+    assert_eq!(get(&s, "/consume?topic=h").status, 404);
+    assert_eq!(
+        post(&s, "/queues/purge", json!({"queue": "nope"})).status,
+        500
+    );
+    // max_retry 1: the second nack dead-letters.
+    post(&s, "/publish", json!({"topic": "d", "payload": 5}));
+    let dm = get(&s, "/consume?topic=d").json();
+    for round in 0..2 {
+        if round == 1 {
+            assert_eq!(get(&s, "/consume?topic=d").json()["id"], dm["id"]);
+        }
+        let r = post(&s, "/nack", json!({"id": dm["id"]}));
+        assert_eq!(r.json(), json!({"status": "nacked"}));
+    }
+    let list = get(&s, "/dead-letters").json();
+    assert_eq!(list["dead_letters"][0]["queue"], "d", "{list}");
+    assert_eq!(list["dead_letters"][0]["count"], 1);
+    let read = get(&s, "/dead-letters?queue=d").json();
+    assert_eq!(read["messages"][0]["id"], dm["id"]);
+    assert_eq!(
+        post(&s, "/dead-letters/requeue", json!({"queue": "d"})).json(),
+        json!({"queue": "d", "requeued": 1})
+    );
+    assert_eq!(get(&s, "/consume?topic=d").json()["id"], dm["id"]);
+    let stats = get(&s, "/stats").json();
+    assert_eq!(stats["PendingCount"], 1, "{stats}");
+    let overview = get(&s, "/overview").json();
+    for key in [
+        "health",
+        "stats",
+        "metrics",
+        "storage",
+        "system",
+        "uptime_ms",
+        "cluster",
+        "cache",
+    ] {
+        assert!(
+            overview.get(key).is_some(),
+            "/overview has {key}: {overview}"
+        );
+    }
+    assert!(overview["metrics"]["messages_published"].as_u64().unwrap() >= 3);
+    assert_eq!(overview["storage"]["mode"], "disk");
+    assert!(overview["system"]["goroutines"].as_u64().unwrap() >= 2);
+}
+
+#[test]
+fn exchanges_over_http() {
+    let s = Server::start(&[]);
+    assert_eq!(
+        post(
+            &s,
+            "/exchange/declare",
+            json!({"name": "t", "type": "topic", "durable": true})
+        )
+        .json(),
+        json!({"status": "ok"})
+    );
+    assert_eq!(
+        post(
+            &s,
+            "/exchange/bind",
+            json!({"exchange": "t", "queue": "tq", "binding_key": "a.*"})
+        )
+        .status,
+        200
+    );
+    let listed = get(&s, "/exchanges").json();
+    assert!(listed.to_string().contains("\"tq\""), "{listed}");
+    let p = post(
+        &s,
+        "/exchange/publish",
+        json!({"exchange": "t", "routing_key": "a.b", "payload": 1}),
+    );
+    assert_eq!(p.json()["status"], "published");
+    assert_eq!(get(&s, "/consume?topic=tq").status, 200);
+    assert_eq!(
+        post(
+            &s,
+            "/exchange/publish",
+            json!({"exchange": "none", "routing_key": "x"})
+        )
+        .status,
+        500
+    );
+    assert_eq!(
+        post(&s, "/exchange/bind", json!({"exchange": "t"})).json(),
+        json!({"error": "exchange and queue are required"})
+    );
+    assert_eq!(
+        post(&s, "/exchange/delete", json!({"name": "t"})).json(),
+        json!({"status": "ok"})
+    );
+}
+
+#[test]
+fn subscribe_streams_server_sent_events() {
+    let s = Server::start(&[]);
+    let mut sse = std::net::TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
+    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        sse,
+        "GET /subscribe?topic=ev&id=s1 HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(sse);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+    }
+    let mut p = Client::connect(
+        &format!("127.0.0.1:{}", s.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    p.publish_topic("ev", "9", None, 0).unwrap();
+    line.clear();
+    reader.read_line(&mut line).unwrap();
+    let event: serde_json::Value =
+        serde_json::from_str(line.trim_start_matches("data: ").trim()).unwrap();
+    assert_eq!(
+        (event["payload"].clone(), event["subscriber_id"].clone()),
+        (json!(9), json!("s1"))
+    );
+}
