@@ -1504,12 +1504,8 @@ fn checklist_auth_gate_and_default_http_port() {
     // assume it).
     let tmp = boltq_io::testutil::TempDir::new("compat-ports");
     let data = tmp.path().join("data");
-    let tcp = loop {
-        let p = support::free_port();
-        if p > 1024 && std::net::TcpListener::bind(("127.0.0.1", p - 1)).is_ok() {
-            break p;
-        }
-    };
+    // Two adjacent free ports; the server is told only the upper one.
+    let tcp = support::free_ports_below_ephemeral(2)[1];
     let tcp_arg = tcp.to_string();
     let args = [
         "--data-dir",

@@ -61,6 +61,10 @@ const RECONNECT_DEADLINE: Duration = Duration::from_secs(60);
 /// Bound on every wait for the workers or the server to make progress.
 const PROGRESS_DEADLINE: Duration = Duration::from_secs(30);
 
+/// Payload padding, in 16-hex-digit words: about 1 KiB per message, so the queues' command
+/// logs pass the 1 MiB per-slot compaction threshold and snapshots happen under the kills.
+const PAD_WORDS: usize = 64;
+
 /// Exchanges, bindings and the durable subscription that must survive every kill.
 const FANOUT: &str = "crash-fanout";
 const FANOUT_QUEUES: [&str; 2] = ["crash-fan-a", "crash-fan-b"];
@@ -100,7 +104,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     let cfg_dir = TempDir::new("crash-cfg");
     let cfg = cfg_dir.path().join("boltq.toml");
     std::fs::write(&cfg, CONFIG).unwrap();
-    let mut server = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let mut server = Server::start_restartable(&["--config", cfg.to_str().unwrap()]);
     let port = server.tcp_port;
 
     declare_durable_metadata(port);
@@ -129,6 +133,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         let load_ms = LOAD_MS.0 + rng.below(LOAD_MS.1 - LOAD_MS.0 + 1);
         std::thread::sleep(Duration::from_millis(load_ms));
         server = server.restart(libc::SIGKILL).0;
+        progress.server_restarted();
         kills += 1;
         since = progress.now_us();
         check_durable_metadata(port, kills, &mut metadata_acked);
@@ -143,12 +148,14 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
 
     // One more kill with everything quiet: the drain reads what recovery rebuilt.
     server = server.restart(libc::SIGKILL).0;
+    progress.server_restarted();
     kills += 1;
     check_durable_metadata(port, kills, &mut metadata_acked);
     let (mut ledger, mut report) = final_drain(port, &publisher_logs, &consumer_log);
 
     // And one more after the drain: its acks (and every earlier one) must have stuck.
     server = server.restart(libc::SIGKILL).0;
+    progress.server_restarted();
     kills += 1;
     check_durable_metadata(port, kills, &mut metadata_acked);
     verify_final_state(port, &mut ledger, &mut report, &consumer_log);
@@ -164,6 +171,10 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
             .collect::<Vec<_>>()
             .join("\n"),
         tail(&server.log(), 40)
+    );
+    println!(
+        "queue crash test: command-log snapshots present in {} queue slots",
+        slots_with_snapshots(server.data_dir())
     );
     println!(
         "queue crash test: {kills} SIGKILLs in {:.1} s; publishes: {} acknowledged, {} \
@@ -192,10 +203,12 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
 
 // ---- workers ---------------------------------------------------------------------------
 
-/// Per worker: when (µs since `base`) the request behind its latest reply was sent.
+/// Per worker: when (µs since `base`) the request behind its latest reply was sent; and
+/// which server generation is up (bumped by the main thread after every restart).
 struct Progress {
     base: Instant,
     last_ok_sent_us: Vec<AtomicU64>,
+    server_generation: AtomicU64,
 }
 
 impl Progress {
@@ -203,7 +216,13 @@ impl Progress {
         Progress {
             base: Instant::now(),
             last_ok_sent_us: (0..workers).map(|_| AtomicU64::new(0)).collect(),
+            server_generation: AtomicU64::new(1),
         }
+    }
+
+    /// The main thread's restart returned: the new server listens.
+    fn server_restarted(&self) {
+        self.server_generation.fetch_add(1, Ordering::SeqCst);
     }
 
     fn now_us(&self) -> u64 {
@@ -238,21 +257,50 @@ fn addr(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
-/// Connects, retrying while the server restarts; `None` once `stop` is set.
-fn connect_retrying(port: u16, stop: &AtomicBool) -> Option<Client> {
-    let deadline = Instant::now() + RECONNECT_DEADLINE;
-    loop {
-        if stop.load(Ordering::SeqCst) {
-            return None;
+/// A worker's connection and the server generation it was made to.
+struct Conn {
+    client: Option<Client>,
+    generation: u64,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        Conn {
+            client: None,
+            generation: 0,
         }
-        if let Ok(c) = Client::connect(&addr(port), ClientOptions::default()) {
-            return Some(c);
+    }
+
+    /// The connection, (re)connecting first if needed; `None` once `stop` is set.
+    ///
+    /// After a failure it waits for the next server generation instead of dialling in a
+    /// loop: while nothing listens on the port, a connect to a loopback port in the
+    /// ephemeral range can pick that very port as its source and connect to itself, and
+    /// the restarted server then cannot bind it.
+    fn get(&mut self, port: u16, stop: &AtomicBool, progress: &Progress) -> Option<&mut Client> {
+        let deadline = Instant::now() + RECONNECT_DEADLINE;
+        while self.client.is_none() {
+            if stop.load(Ordering::SeqCst) {
+                return None;
+            }
+            let generation = progress.server_generation.load(Ordering::SeqCst);
+            if generation > self.generation {
+                self.generation = generation;
+                self.client = Client::connect(&addr(port), ClientOptions::default()).ok();
+                continue;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no server to reconnect to for {RECONNECT_DEADLINE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(2));
         }
-        assert!(
-            Instant::now() < deadline,
-            "server unreachable for {RECONNECT_DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+        self.client.as_mut()
+    }
+
+    /// The connection broke (the server died): reconnect only to a newer generation.
+    fn broken(&mut self) {
+        self.client = None;
     }
 }
 
@@ -264,8 +312,8 @@ fn payload_json(p: u32, s: u64) -> String {
 
 fn padding(p: u32, s: u64) -> String {
     let mut x = (u64::from(p) << 48) ^ s ^ 0x5851_f42d_4c95_7f2d;
-    let mut pad = String::with_capacity(128);
-    for _ in 0..8 {
+    let mut pad = String::with_capacity(16 * PAD_WORDS);
+    for _ in 0..PAD_WORDS {
         x = x.wrapping_mul(0x2545_f491_4f6c_dd1d).rotate_left(29) ^ 0x1405_7b7e_f767_814f;
         pad.push_str(&format!("{x:016x}"));
     }
@@ -304,11 +352,10 @@ fn run_publisher(
 ) -> PublisherLog {
     let mut rng = Rng::new(seed);
     let mut log = PublisherLog::default();
-    let mut conn: Option<Client> = None;
+    let mut conn = Conn::new();
     while !stop.load(Ordering::SeqCst) {
-        let Some(c) = conn.as_mut() else {
-            conn = connect_retrying(port, stop);
-            continue;
+        let Some(c) = conn.get(port, stop, progress) else {
+            break;
         };
         let batch = 1 + rng.below(PUBLISH_BATCH_MAX) as usize;
         let sent_us = progress.now_us();
@@ -353,7 +400,7 @@ fn run_publisher(
             }
         }
         if broken {
-            conn = None;
+            conn.broken();
         }
     }
     log
@@ -406,7 +453,7 @@ fn run_consumer(
 ) -> ConsumerLog {
     let mut rng = Rng::new(seed);
     let mut log = ConsumerLog::default();
-    let mut conn: Option<Client> = None;
+    let mut conn = Conn::new();
     // Delivered messages still to ack, and whether an ACK for each already went unanswered.
     let mut to_ack: Vec<(String, bool)> = Vec::new();
     let never_stop = AtomicBool::new(false);
@@ -415,11 +462,10 @@ fn run_consumer(
         if to_ack.is_empty() && stop.load(Ordering::SeqCst) {
             break;
         }
-        let Some(c) = conn.as_mut() else {
-            // Unresolved acks keep the consumer going even after `stop`.
-            let gate = if to_ack.is_empty() { stop } else { &never_stop };
-            conn = connect_retrying(port, gate);
-            continue;
+        // Unresolved acks keep the consumer going even after `stop`.
+        let gate = if to_ack.is_empty() { stop } else { &never_stop };
+        let Some(c) = conn.get(port, gate, progress) else {
+            break;
         };
         let sent_us = progress.now_us();
         if !to_ack.is_empty() {
@@ -476,7 +522,7 @@ fn run_consumer(
                 for (_, resent) in &mut to_ack {
                     *resent = true;
                 }
-                conn = None;
+                conn.broken();
             }
             continue;
         }
@@ -521,7 +567,7 @@ fn run_consumer(
         if answered < queues.len() {
             // Sent (perhaps partly) and unanswered: each may have made a message pending.
             log.lost_consumes += (queues.len() - answered) as u64;
-            conn = None;
+            conn.broken();
         }
     }
     log
@@ -910,6 +956,24 @@ fn verify_final_state(
             report.stuck_pending, consumer.lost_consumes
         ));
     }
+}
+
+/// For the report only (the layout is the server's business): queue slots whose snapshot
+/// log holds data, i.e. that compacted at least once.
+fn slots_with_snapshots(data_dir: &std::path::Path) -> usize {
+    let Ok(slots) = std::fs::read_dir(data_dir.join("logs").join("queue")) else {
+        return 0;
+    };
+    slots
+        .flatten()
+        .filter(|slot| {
+            std::fs::read_dir(slot.path().join("snap")).is_ok_and(|files| {
+                files
+                    .flatten()
+                    .any(|f| f.metadata().is_ok_and(|m| m.len() > 0))
+            })
+        })
+        .count()
 }
 
 fn tail(text: &str, lines: usize) -> String {

@@ -58,6 +58,10 @@ struct State {
     spare_in_progress: bool,
     /// Everything below is durable under the journal's policy.
     durable: u64,
+    /// Everything below is covered by an fdatasync (equal to `durable` under `Always`).
+    synced: u64,
+    /// A caller asked for an fdatasync up to here, whatever the policy (v1's confirm mode).
+    sync_requested: u64,
     failure: Option<String>,
     closing: bool,
 }
@@ -106,6 +110,8 @@ impl Journal {
                 spare: None,
                 spare_in_progress: false,
                 durable: 0,
+                synced: 0,
+                sync_requested: 0,
                 failure: None,
                 closing: false,
             }),
@@ -141,6 +147,11 @@ impl Journal {
 
     pub fn durable(&self) -> u64 {
         self.st.borrow().durable
+    }
+
+    /// Position covered by an fdatasync.
+    pub fn synced(&self) -> u64 {
+        self.st.borrow().synced
     }
 
     pub fn commit_rounds(&self) -> u64 {
@@ -201,6 +212,32 @@ impl Journal {
         }
     }
 
+    /// Resolves once `lsn` is covered by an fdatasync, whatever the durability policy: for
+    /// callers that promise more than the policy (v1's confirm mode fsyncs before replying).
+    pub async fn wait_synced(&self, lsn: u64) -> io::Result<()> {
+        if self.durability.waits_for_sync() {
+            return self.wait_durable(lsn).await;
+        }
+        {
+            let mut st = self.st.borrow_mut();
+            st.sync_requested = st.sync_requested.max(lsn);
+        }
+        self.work.notify();
+        loop {
+            let ticket = self.durable_event.ticket();
+            self.check_failure()?;
+            if self.st.borrow().synced >= lsn {
+                return Ok(());
+            }
+            self.durable_event.wait(ticket).await;
+        }
+    }
+
+    fn sync_wanted(&self) -> bool {
+        let st = self.st.borrow();
+        st.sync_requested > st.synced
+    }
+
     fn check_failure(&self) -> io::Result<()> {
         match &self.st.borrow().failure {
             Some(f) => Err(io::Error::other(format!("journal failed earlier: {f}"))),
@@ -220,7 +257,7 @@ impl Journal {
                 let st = self.st.borrow();
                 (self.appended_locked(&st), st.closing)
             };
-            if target == self.durable() {
+            if target == self.durable() && !self.sync_wanted() {
                 if closing {
                     break;
                 }
@@ -230,12 +267,19 @@ impl Journal {
             if let Durability::Interval { interval_ms } = self.durability {
                 let due = last_sync + Duration::from_millis(interval_ms);
                 let now = std::time::Instant::now();
-                if due > now && !closing {
-                    glommio::timer::sleep(due - now).await;
+                if due > now && !closing && !self.sync_wanted() {
+                    // Sleep out the interval, but wake for a close or a sync request.
+                    let ticket = self.work.ticket();
+                    let sleep = glommio::timer::sleep(due - now);
+                    futures_lite::future::or(sleep, self.work.wait(ticket)).await;
+                    if !self.st.borrow().closing && !self.sync_wanted() && std::time::Instant::now() < due {
+                        continue; // woken by an append: keep gathering until due
+                    }
                 }
             }
             let target = self.appended();
-            if let Err(e) = self.commit_round(target).await {
+            let sync = self.durability != Durability::Never || self.sync_wanted();
+            if let Err(e) = self.commit_round(target, sync).await {
                 log::error!("journal {} commit failed: {e}", self.dir.display());
                 self.st.borrow_mut().failure = Some(e.to_string());
                 self.durable_event.notify();
@@ -243,7 +287,13 @@ impl Journal {
             }
             last_sync = std::time::Instant::now();
             self.commit_rounds.set(self.commit_rounds.get() + 1);
-            self.st.borrow_mut().durable = target;
+            {
+                let mut st = self.st.borrow_mut();
+                st.durable = target;
+                if sync {
+                    st.synced = target;
+                }
+            }
             self.durable_event.notify();
         }
         self.running.set(false);
@@ -255,8 +305,9 @@ impl Journal {
         f.base + f.app.end()
     }
 
-    /// Writes everything below `target` and (unless `Never`) syncs each file touched.
-    async fn commit_round(&self, target: u64) -> io::Result<()> {
+    /// Writes everything below `target` and, when `sync`, fdatasyncs every file holding
+    /// written but unsynced bytes.
+    async fn commit_round(&self, target: u64, sync: bool) -> io::Result<()> {
         let bases: Vec<u64> = {
             let st = self.st.borrow();
             st.files
@@ -265,7 +316,6 @@ impl Journal {
                 .map(|f| f.base)
                 .collect()
         };
-        let mut touched = Vec::with_capacity(bases.len());
         for base in bases {
             let file = self.ensure_file(base).await?;
             loop {
@@ -283,9 +333,16 @@ impl Journal {
                 let f = st.files.iter_mut().find(|f| f.base == base).expect("file");
                 f.app.complete_write(end);
             }
-            touched.push((base, file));
         }
-        if self.durability != Durability::Never {
+        if sync {
+            let touched: Vec<(u64, Rc<DmaFile>)> = {
+                let st = self.st.borrow();
+                st.files
+                    .iter()
+                    .filter(|f| f.app.synced() < f.app.written())
+                    .filter_map(|f| Some((f.base, f.file.clone()?)))
+                    .collect()
+            };
             for (base, file) in &touched {
                 file.fdatasync()
                     .await

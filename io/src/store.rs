@@ -311,6 +311,12 @@ impl Store {
         self.journal.wait_durable(lsn).await
     }
 
+    /// Resolves once `lsn` is covered by an fdatasync whatever `durability` says (for v1's
+    /// confirm mode, which promised an fsync before the reply).
+    pub async fn wait_synced(&self, lsn: u64) -> io::Result<()> {
+        self.journal.wait_synced(lsn).await
+    }
+
     /// Waits until the journal backlog is below its limit.
     pub async fn wait_for_room(&self) -> io::Result<()> {
         while self.journal.backlog_bytes() >= self.cfg.journal_backlog_bytes_max {

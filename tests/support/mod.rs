@@ -100,7 +100,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("spawn boltq");
-        let mut server = Server {
+        let server = Server {
             child: Some(child),
             args: args.iter().map(|a| a.to_string()).collect(),
             tcp_port,
@@ -299,5 +299,81 @@ pub fn http(
         status,
         headers,
         body: body.to_string(),
+    }
+}
+
+/// Lowest port of the kernel's ephemeral range (the source ports of outgoing connections).
+fn ephemeral_port_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// A loopback port that was free a moment ago and lies *below* the kernel's ephemeral range.
+///
+/// For tests that restart a server on the same ports: [`free_port`] hands out ephemeral
+/// ports, and while the server is down any outgoing connection on the machine (this test's
+/// or another process's) may take that port as its source port, so the restarted server
+/// cannot bind it ("Address already in use"). No connection picks a source port outside the
+/// ephemeral range.
+pub fn free_port_below_ephemeral() -> u16 {
+    free_ports_below_ephemeral(1)[0]
+}
+
+/// `n` consecutive free ports below the ephemeral range (e.g. TCP port p and HTTP port
+/// p − 1); see [`free_port_below_ephemeral`].
+pub fn free_ports_below_ephemeral(n: u16) -> Vec<u16> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let high = ephemeral_port_low().saturating_sub(n).max(10_000 + n);
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(1)
+        ^ (u64::from(std::process::id()) << 20)
+        ^ CALLS
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    for _ in 0..10_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let first = 10_000 + (x % u64::from(high - 10_000)) as u16;
+        let ports: Vec<u16> = (first..first + n).collect();
+        let held: Vec<_> = ports
+            .iter()
+            .map_while(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
+            .collect();
+        if held.len() == ports.len() {
+            return ports;
+        }
+    }
+    panic!("no {n} free consecutive ports below the ephemeral range");
+}
+
+impl Server {
+    /// [`Server::start`] on ports below the ephemeral range ([`free_port_below_ephemeral`]),
+    /// for tests that restart the server many times on the same ports.
+    pub fn start_restartable(extra: &[&str]) -> Server {
+        let tmp = TempDir::new("server");
+        let ports = free_ports_below_ephemeral(2);
+        let (tcp, http) = (ports[1], ports[0]);
+        let data = tmp.path().join("data");
+        let (tcp_arg, http_arg) = (tcp.to_string(), http.to_string());
+        let mut args = vec![
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--tcp-port",
+            &tcp_arg,
+            "--http-port",
+            &http_arg,
+            "--shards",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let mut s = Server::start_raw(&args, tcp, http, &data);
+        s._tmp = Some(tmp);
+        s
     }
 }

@@ -241,7 +241,7 @@
     for (const p of panels) if (force || p.always || p.visible || !p.loaded) run(p);
   }
 
-  // Two-step confirmation for destructive buttons (no modal alerts).
+  // Two-step confirmation for destructive buttons (no alerts).
   // The button is never `disabled` while busy, so keyboard focus stays on it.
   function armable(btn, label, action) {
     const aria = btn.getAttribute('aria-label');
@@ -339,9 +339,8 @@
   // == overview + queues ==
   const hist = { pub: [], con: [], ack: [], nack: [], ready: [], dl: [], lat: {} };
   const qHist = new Map();
-  // Recent samples {t, m (metrics), q (queue depths), qm (per-queue metrics)}. Rates compare
-  // against the newest sample at least MIN_DT old, so an extra refresh right after an action
-  // does not produce a bogus 0/s; sparklines grow at most once per MIN_DT.
+  // Rates compare against the newest sample at least MIN_DT old (an extra refresh after an
+  // action must not yield a bogus 0/s); sparklines grow at most once per MIN_DT.
   const MIN_DT = 1.5;
   const samples = [];
   let lastGrow = -Infinity;
@@ -371,7 +370,7 @@
       if (e.status !== 404) throw e;
       ov = { stats: await api('/stats') }; // older servers
     }
-    let m = null;
+    let m = null; // /metrics JSON (counters, gauges, histograms); falls back to ov.metrics
     try { m = await api('/metrics'); } catch (e) { if (e.status === 401) throw e; }
     m = Object.assign({}, ov.metrics, m && typeof m === 'object' ? m : null);
     lastOverview = ov;
@@ -569,8 +568,10 @@
     const msgs = (r && Array.isArray(r.messages)) ? r.messages : [];
     dlb.next = r && typeof r.next_offset === 'number' && msgs.length ? r.next_offset : null;
     setText($('dlb-range'), msgs.length ? (dlb.offset + 1) + '–' + (dlb.offset + msgs.length) : 'offset ' + dlb.offset);
-    $('dlb-prev').disabled = dlb.offset === 0;
-    $('dlb-next').disabled = dlb.next == null;
+    const prev = $('dlb-prev'), next = $('dlb-next'), had = document.activeElement;
+    prev.disabled = dlb.offset === 0;
+    next.disabled = dlb.next == null;
+    if (had && had.disabled) (had === prev ? next : prev).focus(); // keep keyboard focus in the pager
     dlb.msgs.clear();
     msgs.forEach((msg, i) => dlb.msgs.set(msg && msg.id != null ? String(msg.id) : '#' + (dlb.offset + i), msg));
     syncRows($('dlb-body'), [...dlb.msgs.keys()], (k) => k, (k) => {

@@ -404,11 +404,18 @@ pub fn publish_command(
 fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic: bool) -> Pending {
     let topic = p.topic.clone();
     let (cmd, id, slot) = publish_command(plane, p, to_topic);
+    let confirm_seq = st.next_confirm_seq();
+    // v1's confirm mode fsyncs a PUBLISH (0x01) before replying, whatever the policy.
+    let submitted = if confirm_seq.is_some() && !to_topic {
+        plane.submit_synced(slot, cmd)
+    } else {
+        plane.submit(slot, cmd)
+    };
     Pending::Publish {
-        submitted: plane.submit(slot, cmd),
+        submitted,
         id,
         topic,
-        confirm_seq: st.next_confirm_seq(),
+        confirm_seq,
     }
 }
 

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 pub enum QueueMsg {
     /// Request: apply `cmd` on the owner of `slot`; answered with `QueueReply::Applied` once
-    /// the outcome is durable.
-    Apply { slot: u16, cmd: Command },
+    /// the outcome is durable (and fdatasync'ed, with `sync`, whatever the policy).
+    Apply { slot: u16, cmd: Command, sync: bool },
     /// Request: a CONSUME that may long-poll up to `wait_ms` on the owner; answered with
     /// `QueueReply::Applied` when served or at the deadline.
     ConsumeWait {

@@ -97,6 +97,8 @@ type RemoteReply =
 /// owner shard (answer pending).
 pub enum Submitted {
     Local(Outcome, Option<u64>),
+    /// Applied here; the reply waits for an fdatasync whatever the policy (confirm mode).
+    LocalSynced(Outcome, Option<u64>),
     Remote(ShardId, RemoteReply),
     /// A long-poll parked on this shard.
     Parked(Rc<Parked>),
@@ -114,6 +116,7 @@ impl Submitted {
     pub async fn outcome(self, plane: &Plane) -> Outcome {
         match self {
             Submitted::Local(outcome, lsn) => plane.when_durable(outcome, lsn).await,
+            Submitted::LocalSynced(outcome, lsn) => plane.when_synced(outcome, lsn).await,
             Submitted::Parked(parked) => loop {
                 let ticket = parked.ready.ticket();
                 let answer = parked.answer.borrow_mut().take();
@@ -634,16 +637,39 @@ impl Plane {
     /// now; remote ones are queued to their owner now (so pipelined commands keep their
     /// order per owner). Await [`Submitted::outcome`] for the durable result.
     pub fn submit(&self, slot: u16, cmd: Command) -> Submitted {
+        self.submit_with(slot, cmd, false)
+    }
+
+    /// As `submit`, but the outcome waits for an fdatasync even when `storage.fsync` is
+    /// `interval` or `never`: v1's confirm mode promised an fsync before the reply.
+    pub fn submit_synced(&self, slot: u16, cmd: Command) -> Submitted {
+        self.submit_with(slot, cmd, true)
+    }
+
+    fn submit_with(&self, slot: u16, cmd: Command, sync: bool) -> Submitted {
         let owner = self.owner_of(slot);
         if owner == self.shard.id() {
             let (outcome, lsn) = self.apply_local(slot, cmd);
-            return Submitted::Local(outcome, lsn);
+            return if sync {
+                Submitted::LocalSynced(outcome, lsn)
+            } else {
+                Submitted::Local(outcome, lsn)
+            };
         }
-        let req = ShardMsg::Queue(QueueMsg::Apply { slot, cmd });
+        let req = ShardMsg::Queue(QueueMsg::Apply { slot, cmd, sync });
         Submitted::Remote(
             owner,
             Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
         )
+    }
+
+    pub async fn when_synced(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {
+        if let (Some(store), Some(lsn)) = (&self.store, lsn) {
+            if let Err(e) = store.wait_synced(lsn).await {
+                return Outcome::Error(format!("storage write: {e}"));
+            }
+        }
+        outcome
     }
 
     pub async fn when_durable(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {
@@ -728,11 +754,21 @@ impl Plane {
                 self.disconnect_local(consumer)
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::Apply { slot, cmd }),
+                msg: ShardMsg::Queue(QueueMsg::Apply { slot, cmd, sync }),
                 token,
             } => {
                 let (outcome, lsn) = self.apply_local(slot, cmd);
-                self.reply_when_durable(token, outcome, lsn);
+                if sync {
+                    let plane = Rc::clone(self);
+                    boltq_shards::spawn(async move {
+                        let outcome = plane.when_synced(outcome, lsn).await;
+                        let reply = ShardMsg::QueueReply(QueueReply::Applied(outcome));
+                        plane.shard.reply(token, reply);
+                    })
+                    .detach();
+                } else {
+                    self.reply_when_durable(token, outcome, lsn);
+                }
             }
             Incoming::Request {
                 msg: ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms }),
