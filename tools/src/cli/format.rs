@@ -9,7 +9,7 @@ use serde_json::Value;
 /// server binary, so the CLI's own name is used.
 pub const PROGRAM: &str = "boltq-cli";
 
-/// Top-level usage (v1's text, plus the `dlq` command and the TLS note).
+/// Top-level usage (v1's text, plus the `dlq` command and the client-certificate variables).
 pub fn usage() -> String {
     format!(
         "BoltQ CLI
@@ -29,9 +29,11 @@ Commands:
 Environment:
   BOLTQ_ADDR          TCP server address (default: localhost:9091)
   BOLTQ_API_KEY       API key for authentication
-  BOLTQ_TLS_ENABLED   Enable TLS (true/false; not supported by this build yet)
+  BOLTQ_TLS_ENABLED   Enable TLS (true/false)
   BOLTQ_CA_FILE       Path to CA certificate file
-  BOLTQ_TLS_INSECURE  Skip TLS verification (true/false)"
+  BOLTQ_TLS_INSECURE  Skip TLS verification (true/false)
+  BOLTQ_TLS_CERT_FILE Client certificate file, for servers that require one
+  BOLTQ_TLS_KEY_FILE  Private key file of the client certificate"
     )
 }
 
@@ -277,6 +279,8 @@ mod tests {
             "BOLTQ_TLS_ENABLED",
             "BOLTQ_CA_FILE",
             "BOLTQ_TLS_INSECURE",
+            "BOLTQ_TLS_CERT_FILE",
+            "BOLTQ_TLS_KEY_FILE",
         ] {
             assert!(u.contains(word), "{word}");
         }

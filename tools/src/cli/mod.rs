@@ -3,8 +3,8 @@
 //!
 //! Like v1 it connects before looking at the command, so every command except a bare
 //! invocation (which prints the usage) needs a reachable server, `server` and `-h` included.
-//! TLS (`BOLTQ_TLS_ENABLED=true`) is not supported yet: the CLI then exits 1 with a message
-//! rather than silently connecting in plain text.
+//! With `BOLTQ_TLS_ENABLED=true` it speaks TLS, trusting `BOLTQ_CA_FILE`'s CAs (else the
+//! system's), or anything with `BOLTQ_TLS_INSECURE=true` (v1's rules, see [`settings`]).
 //!
 //! Exit codes: 0 success (and `-h`), 1 every failure v1 reports with 1 (no command, unknown
 //! command, missing flag, command error, connection failure, unhealthy), 2 flag syntax errors
@@ -19,8 +19,8 @@ pub mod settings;
 #[cfg(test)]
 mod tests;
 
-use boltq::client::{Client, ClientError, ClientOptions};
-use settings::Settings;
+use boltq::client::{Client, ClientCertificate, ClientError, ClientOptions, ClientTls};
+use settings::{Settings, TlsSettings};
 use std::io::Write;
 
 /// Where a command writes. Write errors are ignored, as Go's `fmt.Println` ignores them (a
@@ -72,13 +72,9 @@ pub fn run(
 }
 
 fn connect(settings: &Settings) -> Result<Client, String> {
-    if settings.tls.is_some() {
-        return Err("TLS is not supported by this boltq-cli build yet \
-             (BOLTQ_TLS_ENABLED=true); unset BOLTQ_TLS_ENABLED to connect without TLS"
-            .to_string());
-    }
     let options = ClientOptions {
         api_key: settings.api_key.clone(),
+        tls: settings.tls.as_ref().map(client_tls).transpose()?,
         ..ClientOptions::default()
     };
     Client::connect(&settings.addr, options).map_err(|e| {
@@ -88,6 +84,27 @@ fn connect(settings: &Settings) -> Result<Client, String> {
             other => other.to_string(),
         };
         format!("failed to connect to {}: {detail}", settings.addr)
+    })
+}
+
+fn client_tls(tls: &TlsSettings) -> Result<ClientTls, String> {
+    let client_certificate = match (&tls.cert_file, &tls.key_file) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(ClientCertificate {
+            cert_file: cert.into(),
+            key_file: key.into(),
+        }),
+        _ => {
+            return Err(
+                "BOLTQ_TLS_CERT_FILE and BOLTQ_TLS_KEY_FILE must be set together".to_string(),
+            )
+        }
+    };
+    Ok(ClientTls {
+        ca_file: tls.ca_file.as_ref().map(Into::into),
+        insecure: tls.insecure,
+        client_certificate,
+        ..ClientTls::default()
     })
 }
 

@@ -1,5 +1,7 @@
 //! The CLI's environment (v1 names and rules): `BOLTQ_ADDR`, `BOLTQ_API_KEY`,
-//! `BOLTQ_TLS_ENABLED`, `BOLTQ_CA_FILE`, `BOLTQ_TLS_INSECURE`.
+//! `BOLTQ_TLS_ENABLED`, `BOLTQ_CA_FILE`, `BOLTQ_TLS_INSECURE`; and BoltQ's
+//! `BOLTQ_TLS_CERT_FILE` / `BOLTQ_TLS_KEY_FILE`, a client certificate for servers that
+//! require one (`server.tls.ca_file`).
 
 pub const DEFAULT_ADDR: &str = "localhost:9091";
 
@@ -18,6 +20,9 @@ pub struct TlsSettings {
     pub ca_file: Option<String>,
     /// Skip verification; v1 consults it only when no CA file is given.
     pub insecure: bool,
+    /// Client certificate chain and key (PEM); both or neither.
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
 }
 
 impl Settings {
@@ -27,7 +32,12 @@ impl Settings {
             let ca_file = non_empty("BOLTQ_CA_FILE");
             let insecure =
                 ca_file.is_none() && env("BOLTQ_TLS_INSECURE").as_deref() == Some("true");
-            TlsSettings { ca_file, insecure }
+            TlsSettings {
+                ca_file,
+                insecure,
+                cert_file: non_empty("BOLTQ_TLS_CERT_FILE"),
+                key_file: non_empty("BOLTQ_TLS_KEY_FILE"),
+            }
         });
         Settings {
             addr: non_empty("BOLTQ_ADDR").unwrap_or_else(|| DEFAULT_ADDR.to_string()),
@@ -71,7 +81,9 @@ mod tests {
             s.tls,
             Some(TlsSettings {
                 ca_file: None,
-                insecure: true
+                insecure: true,
+                cert_file: None,
+                key_file: None,
             })
         );
         assert_eq!((s.addr.as_str(), s.api_key.as_deref()), ("h:1", Some("k")));
@@ -84,8 +96,25 @@ mod tests {
             s.tls,
             Some(TlsSettings {
                 ca_file: Some("/ca.pem".into()),
-                insecure: false
+                insecure: false,
+                cert_file: None,
+                key_file: None,
             })
+        );
+    }
+
+    #[test]
+    fn client_certificate_only_with_tls() {
+        let pairs = [
+            ("BOLTQ_TLS_CERT_FILE", "/c.pem"),
+            ("BOLTQ_TLS_KEY_FILE", "/k.pem"),
+        ];
+        assert_eq!(settings(&pairs).tls, None);
+        let with_tls = [pairs[0], pairs[1], ("BOLTQ_TLS_ENABLED", "true")];
+        let tls = settings(&with_tls).tls.unwrap();
+        assert_eq!(
+            (tls.cert_file.as_deref(), tls.key_file.as_deref()),
+            (Some("/c.pem"), Some("/k.pem"))
         );
     }
 }

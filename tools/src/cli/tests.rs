@@ -289,17 +289,59 @@ fn connect_failure_is_fatal_with_a_timestamp() {
 }
 
 #[test]
-fn tls_is_refused_clearly_until_supported() {
+fn tls_file_problems_are_fatal_and_name_the_file() {
     let ran = run_cli(
         &["health"],
-        &[("BOLTQ_ADDR", &dead_addr()), ("BOLTQ_TLS_ENABLED", "true")],
+        &[
+            ("BOLTQ_ADDR", &dead_addr()),
+            ("BOLTQ_TLS_ENABLED", "true"),
+            ("BOLTQ_CA_FILE", "/nonexistent/ca.pem"),
+        ],
+    );
+    assert_eq!((ran.code, ran.out.as_str()), (1, ""));
+    assert!(
+        ran.err.contains("cannot read CA file /nonexistent/ca.pem"),
+        "{}",
+        ran.err
+    );
+    let ran = run_cli(
+        &["health"],
+        &[
+            ("BOLTQ_ADDR", &dead_addr()),
+            ("BOLTQ_TLS_ENABLED", "true"),
+            ("BOLTQ_TLS_CERT_FILE", "/c.pem"),
+        ],
     );
     assert_eq!(ran.code, 1);
     assert!(
         ran.err
-            .contains("TLS is not supported by this boltq-cli build yet"),
+            .contains("BOLTQ_TLS_CERT_FILE and BOLTQ_TLS_KEY_FILE must be set together"),
         "{}",
         ran.err
+    );
+}
+
+#[test]
+fn tls_settings_become_client_options() {
+    use super::settings::TlsSettings;
+    let tls = super::client_tls(&TlsSettings {
+        ca_file: Some("/ca.pem".into()),
+        insecure: false,
+        cert_file: Some("/c.pem".into()),
+        key_file: Some("/k.pem".into()),
+    })
+    .unwrap();
+    assert_eq!(
+        tls.ca_file.as_deref(),
+        Some(std::path::Path::new("/ca.pem"))
+    );
+    assert!(!tls.insecure);
+    // The server name comes from BOLTQ_ADDR's host, as v1's Go client does.
+    assert_eq!(tls.server_name, None);
+    let cert = tls.client_certificate.unwrap();
+    assert_eq!(
+        (cert.cert_file.to_str(), cert.key_file.to_str()),
+        (Some("/c.pem"), Some("/k.pem"))
     );
 }
 
