@@ -260,3 +260,71 @@ fn subscribe_streams_server_sent_events() {
         (json!(9), json!("s1"))
     );
 }
+
+#[test]
+fn metrics_move_when_their_events_happen() {
+    let s = Server::start(&[]);
+    let mut c = Client::connect(
+        &format!("127.0.0.1:{}", s.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    for _ in 0..3 {
+        c.publish("m", "1", None, PublishOptions::default())
+            .unwrap();
+    }
+    let m = c.consume("m").unwrap().unwrap();
+    c.ack(&m.id).unwrap();
+    let text = get(&s, "/metrics");
+    assert!(text
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    for line in [
+        "boltq_messages_published 3",
+        "boltq_messages_consumed 1",
+        "boltq_messages_acked 1",
+        "boltq_ready_messages 2",
+        "boltq_publish_reply_latency_us_count 3",
+        "boltq_queue_ready_messages{queue=\"m\"} 2",
+    ] {
+        assert!(
+            text.body.lines().any(|l| l == line),
+            "missing {line:?} in:\n{}",
+            text.body
+        );
+    }
+    assert!(
+        text.body
+            .contains("boltq_http_requests_total{code=\"200\",route=\"/metrics\"}")
+            || text.body.contains("boltq_http_requests_total"),
+        "{}",
+        text.body
+    );
+    let j = http(
+        s.http_port,
+        "GET",
+        "/metrics",
+        &[("Accept", "application/json")],
+        b"",
+    )
+    .json();
+    assert_eq!(
+        (j["messages_published"].clone(), j["messages_acked"].clone()),
+        (json!(3), json!(1))
+    );
+    assert_eq!(j["publish_latency_us"]["count"], 3);
+    for key in [
+        "retry_count",
+        "dead_letter_count",
+        "raft_apply_count",
+        "snapshot_count",
+        "leader_changes",
+        "cache_hits",
+        "cache_misses",
+        "cache_sets",
+        "cache_deletes",
+    ] {
+        assert!(j.get(key).is_some(), "v1 key {key} present");
+    }
+}

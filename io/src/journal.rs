@@ -272,7 +272,10 @@ impl Journal {
                     let ticket = self.work.ticket();
                     let sleep = glommio::timer::sleep(due - now);
                     futures_lite::future::or(sleep, self.work.wait(ticket)).await;
-                    if !self.st.borrow().closing && !self.sync_wanted() && std::time::Instant::now() < due {
+                    if !self.st.borrow().closing
+                        && !self.sync_wanted()
+                        && std::time::Instant::now() < due
+                    {
                         continue; // woken by an append: keep gathering until due
                     }
                 }

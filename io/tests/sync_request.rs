@@ -8,7 +8,12 @@ use bytes::Bytes;
 
 #[test]
 fn wait_synced_syncs_under_never_and_interval() {
-    for durability in [Durability::Never, Durability::Interval { interval_ms: 10_000 }] {
+    for durability in [
+        Durability::Never,
+        Durability::Interval {
+            interval_ms: 10_000,
+        },
+    ] {
         let tmp = TempDir::new("syncreq");
         let dir = tmp.path().to_path_buf();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -28,9 +33,15 @@ fn wait_synced_syncs_under_never_and_interval() {
                 store.wait_durable(a.lsn).await.unwrap();
                 // Give the commit task time to run a round on its own.
                 glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
-                assert!(store.journal().synced() < a.lsn, "{durability:?} did not sync by itself");
+                assert!(
+                    store.journal().synced() < a.lsn,
+                    "{durability:?} did not sync by itself"
+                );
                 store.wait_synced(a.lsn).await.unwrap();
-                assert!(store.journal().synced() >= a.lsn, "{durability:?}: synced on request");
+                assert!(
+                    store.journal().synced() >= a.lsn,
+                    "{durability:?}: synced on request"
+                );
                 store.close().await.unwrap();
             })
             .unwrap()

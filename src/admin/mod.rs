@@ -2,5 +2,6 @@
 
 pub mod dashboard;
 pub mod http;
+pub mod metrics;
 pub mod queue_routes;
 pub mod router;

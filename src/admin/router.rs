@@ -51,6 +51,32 @@ fn is_public(path: &str) -> bool {
 
 /// Answers one request.
 pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
+    let response = route_inner(req, ctx).await;
+    count_request(req, ctx, response.status);
+    response
+}
+
+/// `boltq_http_requests_total{route, code}`; unknown paths share one label so a scanner
+/// cannot create unbounded series.
+fn count_request(req: &Request, ctx: &AdminCtx, status: u16) {
+    let known = KNOWN_PATHS.contains(&req.path.as_str())
+        || matches!(
+            req.path.as_str(),
+            "/health" | "/livez" | "/readyz" | "/metrics"
+        );
+    let route = if known { req.path.as_str() } else { "other" };
+    let code = status.to_string();
+    ctx.plane
+        .shard
+        .metrics()
+        .counter(
+            "boltq_http_requests_total",
+            &[("route", route), ("code", &code)],
+        )
+        .inc();
+}
+
+async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
     if req.method == "OPTIONS" {
         return Response::text(204, "text/plain", Vec::new());
     }
@@ -63,6 +89,13 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
         "/health" => Response::json(200, &json!({"status": "ok"})),
         "/livez" => Response::json(200, &json!({"status": "ok"})),
         "/readyz" => readyz(ctx),
+        "/metrics" => {
+            let report = ctx.plane.gather_stats().merged().await;
+            let json = req
+                .header("accept")
+                .is_some_and(|a| a.contains("application/json"));
+            super::metrics::render(&report, json)
+        }
         "/" if get => super::dashboard::index(),
         p if p.starts_with("/dashboard/") && get => super::dashboard::asset(p),
         "/stats" if get => q::stats(ctx).await,

@@ -14,6 +14,9 @@ use crate::queue::protocol::reply;
 use crate::queue::protocol::request::{self, Request};
 use std::rc::Rc;
 
+/// Histogram of TCP publish-to-reply latency in µs (including the group commit).
+pub const PUBLISH_LATENCY_METRIC: &str = "boltq_publish_reply_latency_us";
+
 /// Per-connection protocol state (v1 §2.2); lost on disconnect.
 pub struct ConnState {
     pub me: ConsumerRef,
@@ -59,6 +62,8 @@ pub enum Pending {
         id: MessageId,
         topic: String,
         confirm_seq: Option<u64>,
+        /// When the request was dispatched: publish-to-reply latency.
+        started: std::time::Instant,
     },
     /// PUBLISH_EXCHANGE: one publish per routed queue.
     PublishCopies {
@@ -108,8 +113,17 @@ impl Pending {
                 id,
                 topic,
                 confirm_seq,
+                started,
             } => match submitted.outcome(plane).await {
-                Outcome::Published => reply::publish_ok(&id, &topic, confirm_seq, out),
+                Outcome::Published => {
+                    let micros = started.elapsed().as_micros() as u64;
+                    plane
+                        .shard
+                        .metrics()
+                        .histogram(PUBLISH_LATENCY_METRIC, &[])
+                        .record(micros);
+                    reply::publish_ok(&id, &topic, confirm_seq, out)
+                }
                 other => error_reply(other, out),
             },
             Pending::PublishCopies {
@@ -416,6 +430,7 @@ fn publish(plane: &Rc<Plane>, st: &mut ConnState, p: request::Publish, to_topic:
         id,
         topic,
         confirm_seq,
+        started: std::time::Instant::now(),
     }
 }
 

@@ -48,6 +48,8 @@ pub struct ShardReport {
     /// Bytes of this shard's logs on disk and in memory.
     pub storage_bytes: u64,
     pub connections: u64,
+    /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
+    pub metrics: boltq_shards::MetricsSnapshot,
 }
 
 impl ShardReport {
@@ -56,6 +58,10 @@ impl ShardReport {
         self.counters.merge(&other.counters);
         self.storage_bytes += other.storage_bytes;
         self.connections += other.connections;
+        self.metrics = boltq_shards::MetricsSnapshot::merge([
+            std::mem::take(&mut self.metrics),
+            other.metrics.clone(),
+        ]);
     }
 }
 

@@ -602,6 +602,10 @@ impl Plane {
             let wal_seq = logs.wal.next_seq() - 1;
             match snapshot::write(&store, &logs.snap, &st.broker, wal_seq, number) {
                 Ok(w) => {
+                    self.shard
+                        .metrics()
+                        .counter("boltq_snapshots_total", &[])
+                        .inc();
                     logs.snapshotting = true;
                     logs.bytes_since_snapshot = 0;
                     logs.last_snapshot_bytes = w.bytes;
@@ -998,6 +1002,7 @@ impl Plane {
         }
         report.storage_bytes = self.store.as_ref().map_or(0, |s| s.size_bytes());
         report.connections = self.conns.borrow().len() as u64;
+        report.metrics = self.shard.metrics().snapshot();
         report
     }
 
