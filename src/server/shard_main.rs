@@ -13,6 +13,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Messages between shards, one variant family per plane.
+///
+/// The large variant (a queue command) is also the common one, so it stays unboxed:
+/// boxing would add a heap allocation per cross-shard command, and batches already carry
+/// these by value in one `Vec`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ShardMsg {
     Queue(QueueMsg),

@@ -68,7 +68,8 @@ impl ShardReport {
 #[derive(Debug)]
 pub enum QueueReply {
     Applied(Outcome),
-    Report(ShardReport),
+    /// Boxed: a report is large and rare, applies are small and frequent.
+    Report(Box<ShardReport>),
     Exchange(Result<(), String>),
     DlqCounts(BTreeMap<String, u64>),
     DlqMessages(Vec<Message>),

@@ -786,7 +786,7 @@ impl Plane {
                 msg: ShardMsg::Queue(QueueMsg::Stats),
                 token,
             } => {
-                let report = self.local_report();
+                let report = Box::new(self.local_report());
                 self.shard
                     .reply(token, ShardMsg::QueueReply(QueueReply::Report(report)));
             }
