@@ -328,3 +328,98 @@ fn metrics_move_when_their_events_happen() {
         assert!(j.get(key).is_some(), "v1 key {key} present");
     }
 }
+
+#[test]
+fn cache_routes_keep_json_types_and_span_shards() {
+    let s = Server::start(&[]);
+    for i in 0..20 {
+        let r = post(
+            &s,
+            "/cache/set",
+            json!({"key": format!("k{i}"), "value": i}),
+        );
+        assert_eq!(r.json(), json!({"key": format!("k{i}"), "status": "ok"}));
+    }
+    post(&s, "/cache/set", json!({"key": "str", "value": "123"}));
+    let got = get(&s, "/cache/get?key=str").json();
+    assert_eq!(
+        (got["value"].clone(), got["ttl"].clone()),
+        (json!("123"), json!(-1)),
+        "a string stays a string"
+    );
+    assert_eq!(
+        get(&s, "/cache/get?key=nope").json(),
+        json!({"error": "key not found"})
+    );
+    assert_eq!(
+        get(&s, "/cache/get").json(),
+        json!({"error": "key is required"})
+    );
+    let keys = get(&s, "/cache/keys?pattern=k*").json();
+    assert_eq!(keys["count"], 20, "keys of every shard: {keys}");
+    assert_eq!(
+        post(&s, "/cache/incr", json!({"key": "k5", "delta": 10})).json(),
+        json!({"key": "k5", "value": 15})
+    );
+    assert_eq!(
+        post(&s, "/cache/incr", json!({"key": "str", "delta": 1})).json(),
+        json!({"key": "str", "value": 124}),
+        "a decimal string counts (v1 counters)"
+    );
+    post(&s, "/cache/set", json!({"key": "obj", "value": {"a": 1}}));
+    assert_eq!(post(&s, "/cache/incr", json!({"key": "obj"})).status, 400);
+    assert_eq!(
+        get(&s, "/cache/exists?key=k1").json(),
+        json!({"exists": true, "key": "k1"})
+    );
+    assert_eq!(
+        post(&s, "/cache/expire", json!({"key": "k1", "ttl": 1})).json()["found"],
+        true
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        get(&s, "/cache/exists?key=k1").json()["exists"],
+        false,
+        "expired"
+    );
+    let entries = get(&s, "/cache/entries?pattern=k1*").json();
+    assert_eq!(entries["total"], 10, "k10..k19 remain: {entries}");
+    assert_eq!(
+        post(&s, "/cache/del", json!({"key": "k2"})).json(),
+        json!({"deleted": true, "status": "ok"})
+    );
+    let stats = get(&s, "/cache/stats").json();
+    assert_eq!(stats["enabled"], true);
+    assert!(stats["stats"]["key_count"].as_u64().unwrap() >= 19);
+    let m = http(
+        s.http_port,
+        "GET",
+        "/metrics",
+        &[("Accept", "application/json")],
+        b"",
+    )
+    .json();
+    assert_eq!(
+        (m["cache_hits"].clone(), m["cache_misses"].clone()),
+        (json!(1), json!(1)),
+        "{m}"
+    );
+    assert_eq!(m["cache_deletes"], 1);
+    let flushed = post(&s, "/cache/flush", json!(null)).json();
+    assert_eq!(flushed["status"], "flushed");
+    assert_eq!(get(&s, "/cache/keys").json()["count"], 0);
+}
+
+#[test]
+fn cache_disabled_answers_503_except_stats() {
+    let dir = boltq_io::testutil::TempDir::new("nocache");
+    let cfg = dir.path().join("boltq.toml");
+    std::fs::write(&cfg, "[cache]\nenabled = false\n").unwrap();
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        get(&s, "/cache/get?key=a").json(),
+        json!({"error": "cache not enabled"})
+    );
+    assert_eq!(get(&s, "/cache/get?key=a").status, 503);
+    assert_eq!(get(&s, "/cache/stats").json(), json!({"enabled": false}));
+}

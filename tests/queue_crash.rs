@@ -132,7 +132,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         progress.wait_all_since(since);
         let load_ms = LOAD_MS.0 + rng.below(LOAD_MS.1 - LOAD_MS.0 + 1);
         std::thread::sleep(Duration::from_millis(load_ms));
-        server = server.restart(libc::SIGKILL).0;
+        server = server.restart_when_ports_free(libc::SIGKILL).0;
         progress.server_restarted();
         kills += 1;
         since = progress.now_us();
@@ -147,14 +147,14 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     let consumer_log = consumer.join().expect("consumer thread");
 
     // One more kill with everything quiet: the drain reads what recovery rebuilt.
-    server = server.restart(libc::SIGKILL).0;
+    server = server.restart_when_ports_free(libc::SIGKILL).0;
     progress.server_restarted();
     kills += 1;
     check_durable_metadata(port, kills, &mut metadata_acked);
     let (mut ledger, mut report) = final_drain(port, &publisher_logs, &consumer_log);
 
     // And one more after the drain: its acks (and every earlier one) must have stuck.
-    server = server.restart(libc::SIGKILL).0;
+    server = server.restart_when_ports_free(libc::SIGKILL).0;
     progress.server_restarted();
     kills += 1;
     check_durable_metadata(port, kills, &mut metadata_acked);

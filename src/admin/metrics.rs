@@ -19,7 +19,8 @@ pub const QUEUE_SERIES_MAX: usize = 1000;
 /// The v1 counters, in v1's order, with their values.
 fn v1_counters(r: &ShardReport) -> [(&'static str, &'static str, u64); 13] {
     let c = &r.counters;
-    let snapshots = r.metrics.counter("boltq_snapshots_total", &[]).unwrap_or(0);
+    let metric = |name: &str| r.metrics.counter(name, &[]).unwrap_or(0);
+    let snapshots = metric("boltq_snapshots_total");
     [
         (
             "messages_published",
@@ -58,10 +59,22 @@ fn v1_counters(r: &ShardReport) -> [(&'static str, &'static str, u64); 13] {
             "Raft leader changes (clustering not enabled)",
             0,
         ),
-        ("cache_hits", "Cache reads that found their key", 0),
-        ("cache_misses", "Cache reads that did not", 0),
-        ("cache_sets", "Cache writes", 0),
-        ("cache_deletes", "Cache deletes that removed a key", 0),
+        (
+            "cache_hits",
+            "Cache reads that found their key",
+            metric("boltq_cache_hits"),
+        ),
+        (
+            "cache_misses",
+            "Cache reads that did not",
+            metric("boltq_cache_misses"),
+        ),
+        ("cache_sets", "Cache writes", metric("boltq_cache_sets")),
+        (
+            "cache_deletes",
+            "Cache deletes that removed a key",
+            metric("boltq_cache_deletes"),
+        ),
     ]
 }
 
@@ -162,8 +175,8 @@ fn text_form(r: &ShardReport) -> String {
         );
     }
     for (key, value) in &r.metrics.counters {
-        if key.name == "boltq_snapshots_total" {
-            continue; // reported as v1's snapshot_count
+        if key.name == "boltq_snapshots_total" || key.name.starts_with("boltq_cache_") {
+            continue; // reported under their v1 names above
         }
         let _ = writeln!(
             out,

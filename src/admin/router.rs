@@ -21,6 +21,8 @@ pub struct AdminCtx {
     /// up in access logs).
     pub allow_query_api_key: bool,
     pub started: std::time::Instant,
+    /// `None` when `cache.enabled` is false.
+    pub cache: Option<Rc<crate::cache::service::CacheService>>,
     pub storage_mode: &'static str,
     pub compaction_threshold_bytes: u64,
 }
@@ -115,6 +117,7 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         "/exchange/bind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Bind).await,
         "/exchange/unbind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Unbind).await,
         "/exchange/publish" if post => q::exchange_publish(req, ctx).await,
+        p if p.starts_with("/cache/") => super::cache_routes::route(req, ctx).await,
         "/cluster/status" if get => Response::json(200, &json!({"enabled": false})),
         "/cluster/join" | "/cluster/leave" if post => {
             Response::error(400, "clustering is not enabled")

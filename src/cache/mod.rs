@@ -48,6 +48,7 @@
 
 mod limits;
 mod pattern;
+pub mod service;
 mod store;
 mod value;
 

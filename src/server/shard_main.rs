@@ -22,6 +22,8 @@ use std::time::Duration;
 pub enum ShardMsg {
     Queue(QueueMsg),
     QueueReply(QueueReply),
+    Cache(crate::cache::service::CacheOp),
+    CacheAnswer(crate::cache::service::CacheAnswer),
 }
 
 pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
@@ -47,9 +49,24 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         plan.slot_compaction_bytes,
     )
     .await?;
+    let cache = plan.config.cache.enabled.then(|| {
+        let limits =
+            crate::cache::CacheLimits::for_shard(&plan.config.cache, shard.id(), shard.count());
+        crate::cache::service::CacheService::start(shard.clone(), limits)
+    });
     {
         let plane = Rc::clone(&plane);
-        shard.set_handler(move |_from, incoming| plane.on_mesh(incoming));
+        let cache = cache.clone();
+        shard.set_handler(move |_from, incoming| match (&incoming, &cache) {
+            (
+                boltq_shards::Incoming::Request {
+                    msg: ShardMsg::Cache(_),
+                    ..
+                },
+                Some(cache),
+            ) => cache.on_mesh(incoming),
+            _ => plane.on_mesh(incoming),
+        });
     }
     let tcp = Listener::for_shard(&plan.tcp, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
@@ -71,6 +88,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         api_key: plan.api_key.clone(),
         allow_query_api_key: plan.config.security.allow_query_api_key,
         started: plan.started,
+        cache,
         storage_mode: plan.config.storage.mode.as_str(),
         compaction_threshold_bytes: plan.config.storage.compaction_threshold,
     });

@@ -377,3 +377,36 @@ impl Server {
         s
     }
 }
+
+/// Waits (up to 10 s) until every port can be bound on loopback again.
+pub fn wait_until_bindable(ports: &[u16]) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for &port in ports {
+        while std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "port {port} still in use 10 s after the server exited"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl Server {
+    /// [`Server::restart`], starting the new process only once the old one's ports can be
+    /// bound again. After a SIGKILL the listening sockets outlive the reaped process by a
+    /// few milliseconds (io_uring releases the files its requests hold asynchronously), and
+    /// a server started in that window fails with "Address already in use".
+    pub fn restart_when_ports_free(mut self, signal: i32) -> (Server, Option<i32>) {
+        let tmp = self._tmp.take();
+        let args = self.args.clone();
+        let (tcp, http, data) = (self.tcp_port, self.http_port, self.data_dir.clone());
+        let ready_by = self.ready_by;
+        let (code, _) = self.stop_inner(signal);
+        wait_until_bindable(&[tcp, http]);
+        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
+        let mut next = Server::start_raw_until(&refs, tcp, http, &data, ready_by);
+        next._tmp = tmp;
+        (next, code)
+    }
+}
