@@ -66,6 +66,13 @@ fn stats_json(stats: &crate::queue::broker::BrokerStats) -> Value {
 
 pub async fn overview(ctx: &AdminCtx) -> Response {
     let r = ctx.plane.gather_stats().merged().await;
+    let cache = match &ctx.cache {
+        None => json!({"enabled": false}),
+        Some(c) => match c.run(crate::cache::service::CacheOp::Stats).await {
+            crate::cache::service::CacheAnswer::Stats(s) => json!({"enabled": true, "stats": s}),
+            _ => json!({"enabled": true}),
+        },
+    };
     let c = &r.counters;
     Response::json(
         200,
@@ -95,7 +102,7 @@ pub async fn overview(ctx: &AdminCtx) -> Response {
             },
             "uptime_ms": ctx.started.elapsed().as_millis() as u64,
             "cluster": {"enabled": false},
-            "cache": {"enabled": false},
+            "cache": cache,
         }),
     )
 }

@@ -144,8 +144,8 @@ pub struct TlsConfig {
     pub cert_file: PathBuf,
     /// PEM private key.
     pub key_file: PathBuf,
-    /// PEM CA bundle. Unused by v1 and not yet used by us; reserved for
-    /// client-certificate verification (mTLS).
+    /// PEM CA bundle. When set, clients of both listeners must present a
+    /// certificate signed by it (mTLS); v1 read it nowhere.
     pub ca_file: PathBuf,
 }
 
