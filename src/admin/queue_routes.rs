@@ -238,20 +238,24 @@ fn queue_field(req: &Request) -> Result<String, Response> {
     }
 }
 
-pub async fn purge(req: &Request, ctx: &AdminCtx) -> Response {
+/// `/queues/purge` (ready messages) and `/dead-letters/purge` (dead letters): same body,
+/// same reply shape.
+pub async fn purge(req: &Request, ctx: &AdminCtx, dead_letters: bool) -> Response {
     let queue = match queue_field(req) {
         Ok(q) => q,
         Err(r) => return r,
     };
-    let cmd = Command::Purge {
-        queue: queue.clone(),
+    let cmd = if dead_letters {
+        Command::DeadLetterPurge {
+            queue: queue.clone(),
+        }
+    } else {
+        Command::Purge {
+            queue: queue.clone(),
+        }
     };
-    match ctx
-        .plane
-        .submit(slot_of_name(&queue), cmd)
-        .outcome(&ctx.plane)
-        .await
-    {
+    let slot = slot_of_name(&queue);
+    match ctx.plane.submit(slot, cmd).outcome(&ctx.plane).await {
         Outcome::Purged(n) => purged(&queue, n),
         other => refused(other),
     }
@@ -316,25 +320,6 @@ pub async fn dead_letters_requeue(req: &Request, ctx: &AdminCtx) -> Response {
         .await
     {
         Outcome::Requeued(n) => Response::json(200, &json!({"queue": queue, "requeued": n})),
-        other => refused(other),
-    }
-}
-
-pub async fn dead_letters_purge(req: &Request, ctx: &AdminCtx) -> Response {
-    let queue = match queue_field(req) {
-        Ok(q) => q,
-        Err(r) => return r,
-    };
-    let cmd = Command::DeadLetterPurge {
-        queue: queue.clone(),
-    };
-    match ctx
-        .plane
-        .submit(slot_of_name(&queue), cmd)
-        .outcome(&ctx.plane)
-        .await
-    {
-        Outcome::Purged(n) => purged(&queue, n),
         other => refused(other),
     }
 }
