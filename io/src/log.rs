@@ -119,19 +119,22 @@ impl FileSource {
 /// `(base_seq, data, index, data_upto, index_upto)`.
 pub type SyncJob = (u64, Rc<DmaFile>, Rc<DmaFile>, u64, u64);
 
+/// Which of a segment's two files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentFile {
+    Data,
+    Index,
+}
+
 /// One unit of flush work.
 pub enum FlushJob {
     CreateFiles {
         base_seq: u64,
         dir: PathBuf,
     },
-    WriteData {
+    Write {
         base_seq: u64,
-        file: Rc<DmaFile>,
-        job: WriteJob,
-    },
-    WriteIndex {
-        base_seq: u64,
+        part: SegmentFile,
         file: Rc<DmaFile>,
         job: WriteJob,
     },
@@ -241,15 +244,17 @@ impl Log {
                 });
             };
             if let Some(job) = seg.data.plan_write() {
-                return Some(FlushJob::WriteData {
+                return Some(FlushJob::Write {
                     base_seq: seg.base_seq,
+                    part: SegmentFile::Data,
                     file: data,
                     job,
                 });
             }
             if let Some(job) = seg.index_app.plan_write() {
-                return Some(FlushJob::WriteIndex {
+                return Some(FlushJob::Write {
                     base_seq: seg.base_seq,
+                    part: SegmentFile::Index,
                     file: index,
                     job,
                 });
@@ -278,20 +283,16 @@ impl Log {
         }
     }
 
-    pub fn complete_data_write(&mut self, base_seq: u64, end: Option<u64>) {
+    /// Records a finished (`Some(end)`) or failed (`None`, planned again later) write.
+    pub fn complete_write(&mut self, base_seq: u64, part: SegmentFile, end: Option<u64>) {
         if let Some(seg) = self.segment_mut(base_seq) {
+            let app = match part {
+                SegmentFile::Data => &mut seg.data,
+                SegmentFile::Index => &mut seg.index_app,
+            };
             match end {
-                Some(end) => seg.data.complete_write(end),
-                None => seg.data.abort_write(),
-            }
-        }
-    }
-
-    pub fn complete_index_write(&mut self, base_seq: u64, end: Option<u64>) {
-        if let Some(seg) = self.segment_mut(base_seq) {
-            match end {
-                Some(end) => seg.index_app.complete_write(end),
-                None => seg.index_app.abort_write(),
+                Some(end) => app.complete_write(end),
+                None => app.abort_write(),
             }
         }
     }
@@ -739,24 +740,15 @@ pub async fn flush(log: &RefCell<Log>) -> io::Result<()> {
                 let (d, i) = create_segment_files(&dir, base_seq).await?;
                 log.borrow_mut().complete_create(base_seq, d, i);
             }
-            FlushJob::WriteData {
+            FlushJob::Write {
                 base_seq,
+                part,
                 file,
                 job,
             } => {
                 let r = job.run(&file).await;
                 log.borrow_mut()
-                    .complete_data_write(base_seq, r.as_ref().ok().copied());
-                r?;
-            }
-            FlushJob::WriteIndex {
-                base_seq,
-                file,
-                job,
-            } => {
-                let r = job.run(&file).await;
-                log.borrow_mut()
-                    .complete_index_write(base_seq, r.as_ref().ok().copied());
+                    .complete_write(base_seq, part, r.as_ref().ok().copied());
                 r?;
             }
             FlushJob::SyncSealed {
