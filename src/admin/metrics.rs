@@ -7,7 +7,7 @@
 //! scrape `boltq_messages_published` and friends by their exact v1 names.
 
 use super::http::Response;
-use crate::queue::server::dispatch::PUBLISH_LATENCY_METRIC;
+use crate::queue::server::dispatch::{CONSUME_WAIT_METRIC, PUBLISH_LATENCY_METRIC};
 use crate::queue::server::mesh::ShardReport;
 use serde_json::{json, Map, Value};
 use std::fmt::Write;
@@ -236,9 +236,15 @@ fn json_form(r: &ShardReport) -> Value {
         o.insert(name.trim_start_matches("boltq_").to_string(), json!(value));
     }
     o.insert("connections".into(), json!(r.connections));
-    if let Some(h) = r.metrics.histogram(PUBLISH_LATENCY_METRIC, &[]) {
+    for (metric, key) in [
+        (PUBLISH_LATENCY_METRIC, "publish_latency_us"),
+        (CONSUME_WAIT_METRIC, "consume_wait_us"),
+    ] {
+        let Some(h) = r.metrics.histogram(metric, &[]) else {
+            continue;
+        };
         o.insert(
-            "publish_latency_us".into(),
+            key.into(),
             json!({
                 "count": h.len(),
                 "p50": h.value_at_quantile(0.5),

@@ -17,6 +17,9 @@ use std::rc::Rc;
 /// Histogram of TCP publish-to-reply latency in µs (including the group commit).
 pub const PUBLISH_LATENCY_METRIC: &str = "boltq_publish_reply_latency_us";
 
+/// Histogram of TCP CONSUME request-to-reply time in µs (long polls included).
+pub const CONSUME_WAIT_METRIC: &str = "boltq_consume_wait_us";
+
 /// Per-connection protocol state (v1 §2.2); lost on disconnect.
 pub struct ConnState {
     pub me: ConsumerRef,
@@ -75,6 +78,7 @@ pub enum Pending {
     Consume {
         submitted: Submitted,
         batch: bool,
+        started: std::time::Instant,
     },
     Ack {
         submitted: Submitted,
@@ -135,8 +139,18 @@ impl Pending {
                 Ok(()) => reply::publish_ok(&id, &topic, confirm_seq, out),
                 Err(e) => reply::error(&e, out),
             },
-            Pending::Consume { submitted, batch } => {
+            Pending::Consume {
+                submitted,
+                batch,
+                started,
+            } => {
                 let outcome = submitted.outcome(plane).await;
+                let micros = started.elapsed().as_micros() as u64;
+                plane
+                    .shard
+                    .metrics()
+                    .histogram(CONSUME_WAIT_METRIC, &[])
+                    .record(micros);
                 st.consumes_in_flight -= 1;
                 consume_reply(outcome, batch, st, out);
             }
@@ -518,6 +532,7 @@ fn consume(plane: &Rc<Plane>, st: &mut ConnState, c: request::Consume) -> Pendin
     Pending::Consume {
         submitted: plane.submit_consume(slot, cmd, c.wait_ms),
         batch: c.max.is_some(),
+        started: std::time::Instant::now(),
     }
 }
 
