@@ -217,6 +217,28 @@ fn load_tls(config: &Config) -> Result<Option<TlsConfig>, ServerError> {
         .map_err(|e| ServerError(format!("server.tls: {e}")))
 }
 
+/// How long startup keeps retrying a port that is still in use.
+pub const BIND_RETRY_MS: u64 = 2_000;
+
+/// Binds, retrying "address in use" for up to `BIND_RETRY_MS`: the sockets of a process
+/// that was just killed stay bound for a few milliseconds after it is reaped (io_uring
+/// releases them asynchronously), so an immediate restart would otherwise fail. A port held
+/// by a live process still fails, after the retry period, with the same clear error.
+fn bind_retrying(addr: SocketAddr) -> std::io::Result<SharedListener> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(BIND_RETRY_MS);
+    loop {
+        match SharedListener::bind(addr) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 fn bind(
     host: &str,
     port: u16,
@@ -228,7 +250,7 @@ fn bind(
         .map_err(|e| ServerError(format!("cannot resolve {what} address {host}:{port}: {e}")))?
         .next()
         .ok_or_else(|| ServerError(format!("no address for {host}:{port}")))?;
-    let l = SharedListener::bind(addr).map_err(|e| ServerError(format!("{what} listener: {e}")))?;
+    let l = bind_retrying(addr).map_err(|e| ServerError(format!("{what} listener: {e}")))?;
     let local = l.local_addr().map_err(|e| ServerError(e.to_string()))?;
     let security = match tls {
         None => "",
