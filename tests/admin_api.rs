@@ -431,3 +431,37 @@ fn cache_disabled_answers_503_except_stats() {
     assert_eq!(get(&s, "/cache/get?key=a").status, 503);
     assert_eq!(get(&s, "/cache/stats").json(), json!({"enabled": false}));
 }
+
+#[test]
+fn an_sse_subscription_ends_when_its_client_leaves() {
+    let s = Server::start(&[]);
+    let mut sse = std::net::TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
+    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        sse,
+        "GET /subscribe?topic=gone&id=s1&durable=true HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    .unwrap();
+    let mut reader = BufReader::new(sse);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    assert_eq!(get(&s, "/stats").json()["Topics"]["gone"], 1);
+    drop(reader);
+    // No publish needed to notice: the server sees the closed socket.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut p = Client::connect(
+        &format!("127.0.0.1:{}", s.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    loop {
+        p.publish_topic("gone", "1", None, 0).unwrap();
+        let stats = get(&s, "/stats").json();
+        if stats["Queues"]["gone:s1"].as_u64().unwrap_or(0) >= 1 {
+            break; // offline: the durable subscription backlogs instead of pushing
+        }
+        assert!(std::time::Instant::now() < deadline, "still live: {stats}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

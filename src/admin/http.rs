@@ -131,14 +131,23 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
         close: req.version == Some(0),
     };
     let mut content_length = 0usize;
+    let mut seen_length = false;
     for h in req.headers.iter() {
         let name = h.name.to_ascii_lowercase();
         let value = String::from_utf8_lossy(h.value).trim().to_string();
         match name.as_str() {
             "connection" if value.eq_ignore_ascii_case("close") => out.close = true,
             "connection" if value.eq_ignore_ascii_case("keep-alive") => out.close = false,
+            "content-length" if seen_length || !is_digits(&value) => {
+                // Two lengths, or a signed or non-decimal one, could be read differently by
+                // a proxy in front of us: refuse rather than guess (request smuggling).
+                return Parsed::Refused(Response::error(400, "bad Content-Length"));
+            }
             "content-length" => match value.parse::<usize>() {
-                Ok(n) if n <= BODY_BYTES_MAX => content_length = n,
+                Ok(n) if n <= BODY_BYTES_MAX => {
+                    content_length = n;
+                    seen_length = true;
+                }
                 Ok(_) => {
                     return Parsed::Refused(Response::error(
                         413,
@@ -163,6 +172,10 @@ pub fn parse_request(buf: &[u8]) -> Parsed {
     }
     out.body = buf[head_len..total].to_vec();
     Parsed::Request(out, total)
+}
+
+fn is_digits(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_query(q: &str) -> Vec<(String, String)> {
@@ -291,6 +304,10 @@ async fn read_request(
     mut stop: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<Option<Request>, Response> {
     let mut chunk = vec![0u8; 16 * 1024];
+    // The whole request must arrive within READ_TIMEOUT_MS of its first byte, however it
+    // trickles in (a per-read timeout would let one byte every few seconds hold a task).
+    let mut request_deadline = (!buf.is_empty())
+        .then(|| std::time::Instant::now() + Duration::from_millis(READ_TIMEOUT_MS));
     loop {
         if !buf.is_empty() {
             match parse_request(buf) {
@@ -322,7 +339,13 @@ async fn read_request(
             None if idle => return Ok(None),
             None => return Err(Response::error(408, "request not received in time")),
             Some(Ok(0)) | Some(Err(_)) => return Ok(None),
-            Some(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Some(Ok(n)) => {
+                if buf.is_empty() {
+                    request_deadline =
+                        Some(std::time::Instant::now() + Duration::from_millis(READ_TIMEOUT_MS));
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
         }
     }
 }
@@ -371,6 +394,17 @@ mod tests {
         assert!(
             matches!(parse_request(b"\x00\x01 garbage\r\n\r\n"), Parsed::Refused(r) if r.status == 400)
         );
+        for bad in [
+            "Content-Length: +10",
+            "Content-Length: 1\r\nContent-Length: 2",
+            "Content-Length: 0x5",
+        ] {
+            let req = format!("POST / HTTP/1.1\r\n{bad}\r\n\r\n");
+            assert!(
+                matches!(parse_request(req.as_bytes()), Parsed::Refused(r) if r.status == 400),
+                "{bad}"
+            );
+        }
         let huge_head = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(HEAD_BYTES_MAX));
         assert!(
             matches!(parse_request(huge_head.as_bytes()), Parsed::Refused(r) if r.status == 431)

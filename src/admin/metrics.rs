@@ -174,29 +174,28 @@ fn text_form(r: &ShardReport) -> String {
             escape_label(queue)
         );
     }
+    let mut last = String::new();
+    let mut type_line = |out: &mut String, name: &str, kind: &str| {
+        if last != name {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            last = name.to_string();
+        }
+    };
+    // Series of one name are adjacent (the maps are ordered by name, then labels), so each
+    // name gets exactly one TYPE line, as strict parsers require.
     for (key, value) in &r.metrics.counters {
         if key.name == "boltq_snapshots_total" || key.name.starts_with("boltq_cache_") {
             continue; // reported under their v1 names above
         }
-        let _ = writeln!(
-            out,
-            "# TYPE {} counter\n{}{} {value}",
-            key.name,
-            key.name,
-            labels(&key.labels)
-        );
+        type_line(&mut out, &key.name, "counter");
+        let _ = writeln!(out, "{}{} {value}", key.name, labels(&key.labels));
     }
     for (key, value) in &r.metrics.gauges {
-        let _ = writeln!(
-            out,
-            "# TYPE {} gauge\n{}{} {value}",
-            key.name,
-            key.name,
-            labels(&key.labels)
-        );
+        type_line(&mut out, &key.name, "gauge");
+        let _ = writeln!(out, "{}{} {value}", key.name, labels(&key.labels));
     }
     for (key, h) in &r.metrics.histograms {
-        let _ = writeln!(out, "# TYPE {} summary", key.name);
+        type_line(&mut out, &key.name, "summary");
         for q in [0.5, 0.9, 0.99, 0.999] {
             let mut l = key.labels.clone();
             l.push(("quantile".into(), q.to_string()));
@@ -278,6 +277,11 @@ mod tests {
         assert_eq!(names[0], "boltq_messages_published");
         assert_eq!(names[12], "boltq_cache_deletes");
         assert!(text.contains("\nboltq_messages_published 5\n"));
+        let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let n = types.len();
+        types.sort();
+        types.dedup();
+        assert_eq!(types.len(), n, "one TYPE line per metric name");
         assert!(text.contains("boltq_queue_ready_messages{queue=\"a\\\"b\"} 7"));
         let json = json_form(&r);
         assert_eq!(json["messages_published"], 5);

@@ -415,17 +415,27 @@ pub async fn serve_events(
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
                 Access-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n";
     out.extend_from_slice(head.as_bytes());
-    if let Outcome::Subscribed { catch_up } = &outcome {
-        for m in catch_up {
-            let mut frame = Vec::new();
-            if crate::queue::protocol::reply::push(m, &sub_id, &mut frame).is_ok() {
-                sse_events(&frame, &mut out);
-            }
-        }
-    } else {
+    let Outcome::Subscribed { catch_up } = &outcome else {
+        let refusal = match outcome {
+            Outcome::Error(e) => Response::error(500, &e),
+            other => Response::error(
+                500,
+                &format!("internal error: unexpected outcome {other:?}"),
+            ),
+        };
+        out.clear();
+        super::http::encode_response(&refusal, false, true, &mut out);
+        let _ = conn.write_all(&out).await;
         ctx.plane.unregister_conn(me);
         return;
+    };
+    for m in catch_up {
+        let mut frame = Vec::new();
+        if crate::queue::protocol::reply::push(m, &sub_id, &mut frame).is_ok() {
+            sse_events(&frame, &mut out);
+        }
     }
+    let mut probe = [0u8; 64];
     loop {
         if conn.write_all(&out).await.is_err() {
             break;
@@ -438,22 +448,39 @@ pub async fn serve_events(
             sse_events(&frames, &mut out);
             continue;
         }
-        let stopped = futures_lite::future::or(
+        // Wait for a push, the server stopping, or the client going away (a read that ends
+        // or fails): an SSE client sends nothing, so any read result but more bytes ends it.
+        let wake = futures_lite::future::or(
             async {
                 outbound.push_event.wait(ticket).await;
-                false
+                SseWake::Push
             },
-            async {
-                stop.as_mut().await;
-                true
-            },
+            futures_lite::future::or(
+                async {
+                    stop.as_mut().await;
+                    SseWake::Stop
+                },
+                async {
+                    use futures_lite::AsyncReadExt;
+                    match conn.read(&mut probe).await {
+                        Ok(n) if n > 0 => SseWake::Push, // stray bytes: ignore, loop again
+                        _ => SseWake::Gone,
+                    }
+                },
+            ),
         )
         .await;
-        if stopped {
+        if !matches!(wake, SseWake::Push) {
             break;
         }
     }
     ctx.plane.unregister_conn(me);
+}
+
+enum SseWake {
+    Push,
+    Stop,
+    Gone,
 }
 
 /// Turns encoded push frames into SSE events (one `data:` line each: push JSON has no

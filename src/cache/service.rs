@@ -86,6 +86,9 @@ pub struct CacheService {
     shard: Shard<ShardMsg>,
     store: RefCell<CacheStore>,
     expiry_changed: Event,
+    /// Least time between two sweeps (`cache.cleanup_sec`): expired keys are invisible at
+    /// once; sweeping only frees their memory, so it may wait.
+    sweep_interval_ms: u64,
 }
 
 fn now_ms() -> u64 {
@@ -96,11 +99,16 @@ fn now_ms() -> u64 {
 }
 
 impl CacheService {
-    pub fn start(shard: Shard<ShardMsg>, limits: CacheLimits) -> Rc<CacheService> {
+    pub fn start(
+        shard: Shard<ShardMsg>,
+        limits: CacheLimits,
+        sweep_interval_ms: u64,
+    ) -> Rc<CacheService> {
         let service = Rc::new(CacheService {
             shard,
             store: RefCell::new(CacheStore::new(limits)),
             expiry_changed: Event::default(),
+            sweep_interval_ms,
         });
         boltq_shards::spawn(Rc::clone(&service).sweep_loop()).detach();
         service
@@ -182,9 +190,11 @@ impl CacheService {
     }
 
     async fn sweep_loop(self: Rc<Self>) {
+        let mut last_sweep_ms = 0u64;
         loop {
             let ticket = self.expiry_changed.ticket();
             let next = self.store.borrow().next_expiry_ms();
+            let next = next.map(|at| at.max(last_sweep_ms + self.sweep_interval_ms));
             let Some(at_ms) = next else {
                 self.expiry_changed.wait(ticket).await;
                 continue;
@@ -196,6 +206,7 @@ impl CacheService {
                 continue;
             }
             self.store.borrow_mut().sweep_expired(now);
+            last_sweep_ms = now;
         }
     }
 }

@@ -52,7 +52,8 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let cache = plan.config.cache.enabled.then(|| {
         let limits =
             crate::cache::CacheLimits::for_shard(&plan.config.cache, shard.id(), shard.count());
-        crate::cache::service::CacheService::start(shard.clone(), limits)
+        let sweep_interval_ms = plan.config.cache.cleanup_sec.max(1) * 1000;
+        crate::cache::service::CacheService::start(shard.clone(), limits, sweep_interval_ms)
     });
     {
         let plane = Rc::clone(&plane);

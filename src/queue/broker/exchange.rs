@@ -74,6 +74,8 @@ pub struct Binding {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Exchange {
     pub name: String,
+    /// Serialised as `type`, the name clients use to declare it.
+    #[serde(rename = "type")]
     pub kind: ExchangeType,
     pub durable: bool,
     /// In insertion order: routing evaluates them in this order.
