@@ -320,12 +320,12 @@ async fn read_request(
             }
         }
         let idle = buf.is_empty();
-        let timeout_ms = if idle {
-            IDLE_TIMEOUT_MS
-        } else {
-            READ_TIMEOUT_MS
+        let wait = match request_deadline {
+            _ if idle => Duration::from_millis(IDLE_TIMEOUT_MS),
+            Some(d) => d.saturating_duration_since(std::time::Instant::now()),
+            None => Duration::from_millis(READ_TIMEOUT_MS),
         };
-        let read = boltq_shards::timeout(Duration::from_millis(timeout_ms), conn.read(&mut chunk));
+        let read = boltq_shards::timeout(wait, conn.read(&mut chunk));
         let outcome = if idle {
             futures_lite::future::or(read, async {
                 stop.as_mut().await;
