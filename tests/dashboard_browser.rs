@@ -1,6 +1,7 @@
 //! Browser test of the built-in dashboard: headless Chromium loads `/` from the real binary,
 //! the page shows the queues and the dead letter the test created, and "Requeue" clicked on
-//! the page moves the dead letter back to its queue (checked through the API).
+//! the page moves the dead letter back to its queue (checked through the API). A second test
+//! checks that the Exchanges panel shows each exchange's type and bindings.
 //!
 //! Screenshots (full page, 1280 px wide) are written to the test output folder,
 //! `target/test-output/` (under `$CARGO_TARGET_DIR` when that is set):
@@ -285,11 +286,14 @@ fn png_ok(p: &Path) -> bool {
 fn chromium_or_fail() -> Option<PathBuf> {
     if std::env::var("BOLTQ_SKIP_BROWSER").as_deref() == Ok("1") {
         println!("dashboard browser test SKIPPED (BOLTQ_SKIP_BROWSER=1)");
-        eprintln!("dashboard browser test SKIPPED (BOLTQ_SKIP_BROWSER=1)");
         return None;
     }
     let chromium = match std::env::var_os("BOLTQ_CHROMIUM") {
-        Some(p) => Some(PathBuf::from(p)),
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "BOLTQ_CHROMIUM={} is not a file", p.display());
+            Some(p)
+        }
         None => find_on_path("chromium"),
     };
     let Some(chromium) = chromium.filter(|p| p.is_file()) else {
@@ -372,6 +376,7 @@ impl Browser {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/cdp_driver.py");
         let driver_log = std::fs::File::create(b.profile.path().join("driver.log")).unwrap();
         let mut driver = Command::new("python3")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
             .arg(&script)
             .arg(port.to_string())
             .stdin(Stdio::piped())

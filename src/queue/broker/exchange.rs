@@ -75,7 +75,7 @@ pub struct Binding {
 pub struct Exchange {
     pub name: String,
     /// Serialised as `type`, the name clients use to declare it.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", alias = "kind")]
     pub kind: ExchangeType,
     pub durable: bool,
     /// In insertion order: routing evaluates them in this order.

@@ -143,13 +143,19 @@ impl PubSub {
     }
 
     /// Restores an offline durable registration with its backlog.
-    pub fn restore_durable(
+    pub fn restore_subscription(
         &mut self,
         topic: &str,
         sub_id: &str,
+        durable: bool,
         backlog: VecDeque<Message>,
         live: Option<ConsumerRef>,
     ) -> Result<(), String> {
+        if !durable && (live.is_none() || !backlog.is_empty()) {
+            return Err(format!(
+                "non-durable subscription {topic}/{sub_id} must be live with no backlog"
+            ));
+        }
         if live.is_some() && !backlog.is_empty() {
             return Err(format!(
                 "durable subscription {topic}/{sub_id} is live but has a backlog"
@@ -163,7 +169,7 @@ impl PubSub {
         }
         let subs = self.topics.entry(topic.to_string()).or_default();
         let sub = Subscription {
-            durable: true,
+            durable,
             live,
             backlog,
         };
@@ -184,6 +190,13 @@ impl PubSub {
     /// True while any subscription is registered on a connection.
     pub fn has_live(&self) -> bool {
         !self.by_consumer.is_empty()
+    }
+
+    /// Every registration that outlives a snapshot: durable ones and live ones.
+    pub fn all(&self) -> impl Iterator<Item = (&String, &String, &Subscription)> {
+        self.topics
+            .iter()
+            .flat_map(|(topic, subs)| subs.iter().map(move |(id, s)| (topic, id, s)))
     }
 
     pub fn durable(&self) -> impl Iterator<Item = (&String, &String, &Subscription)> {

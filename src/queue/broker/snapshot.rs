@@ -18,6 +18,10 @@ use std::collections::VecDeque;
 
 pub const BROKER_SNAPSHOT_VERSION: u32 = 1;
 
+fn durable_default() -> bool {
+    true
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BrokerSnapshot {
     pub version: u32,
@@ -73,6 +77,10 @@ pub struct DeadLetterSnapshot {
 pub struct DurableSnapshot {
     pub topic: String,
     pub sub_id: String,
+    /// False for a live non-durable subscription (kept so that commands replayed after
+    /// the snapshot push where they pushed originally).
+    #[serde(default = "durable_default")]
+    pub durable: bool,
     /// The connection it was live on when the snapshot was taken. Kept so that commands
     /// replayed after the snapshot treat it exactly as the original did (pushed live, not
     /// backlogged); recovery then applies `DisconnectAll`, since that connection is gone.
@@ -111,10 +119,11 @@ impl Broker {
                 .collect(),
             durable_subscriptions: self
                 .pubsub
-                .durable()
+                .all()
                 .map(|(topic, sub_id, sub)| DurableSnapshot {
                     topic: topic.clone(),
                     sub_id: sub_id.clone(),
+                    durable: sub.durable,
                     live: sub.live,
                     backlog: sub.backlog.iter().cloned().collect(),
                 })
@@ -268,8 +277,13 @@ impl Broker {
         if s.topic.is_empty() || s.sub_id.is_empty() {
             return Err("durable subscription with an empty topic or id".into());
         }
-        self.pubsub
-            .restore_durable(&s.topic, &s.sub_id, VecDeque::from(s.backlog), s.live)
+        self.pubsub.restore_subscription(
+            &s.topic,
+            &s.sub_id,
+            s.durable,
+            VecDeque::from(s.backlog),
+            s.live,
+        )
     }
 }
 

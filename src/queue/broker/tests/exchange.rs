@@ -274,7 +274,7 @@ fn snapshot_round_trips_and_keeps_the_default_exchange() {
     x.bind("t", "q", "a.#", &headers(&[("k", "v")]), true)
         .unwrap();
     let json = serde_json::to_string(&x.snapshot()).unwrap();
-    assert!(json.contains("\"kind\":\"topic\""), "{json}");
+    assert!(json.contains("\"type\":\"topic\""), "{json}");
     let back = Exchanges::restore(serde_json::from_str(&json).unwrap()).unwrap();
     assert_eq!(back, x);
     let durable = Exchanges::restore(x.snapshot().durable_only()).unwrap();

@@ -141,10 +141,19 @@ fn durable_registration_is_sticky_and_survives_restore() {
     subscribe(&mut b, "news", "d", false, C1);
     subscribe(&mut b, "news", "live", false, C2);
     let mut r = Broker::restore(b.snapshot(), cfg());
+    // A restore keeps the live connections (commands replayed after the snapshot must push
+    // where they pushed originally); recovery then disconnects them all.
+    let m0 = f.msg("news", 0, 0);
+    assert_eq!(
+        publish_topic(&mut r, &m0).len(),
+        2,
+        "restored as they were: live"
+    );
+    run(&mut r, Command::DisconnectAll);
     let m = f.msg("news", 0, 0);
     assert!(
         publish_topic(&mut r, &m).is_empty(),
-        "restored subscriptions are offline"
+        "after DisconnectAll nothing is live"
     );
     assert_eq!(r.stats().topics["news"], 1, "the non-durable one is gone");
     assert_eq!(subscribe(&mut r, "news", "d", false, C2), vec![m]);
