@@ -465,3 +465,29 @@ fn an_sse_subscription_ends_when_its_client_leaves() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn connections_lists_open_tcp_clients_of_every_shard() {
+    let s = Server::start(&[]);
+    let clients: Vec<Client> = (0..4)
+        .map(|_| {
+            Client::connect(
+                &format!("127.0.0.1:{}", s.tcp_port),
+                ClientOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let list = get(&s, "/connections").json();
+    assert_eq!(list["count"], 4, "{list}");
+    let entry = &list["connections"][0];
+    assert!(
+        entry["peer"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "{list}"
+    );
+    assert!(
+        entry["since_ms"].as_u64().unwrap() > 1_600_000_000_000,
+        "Unix ms: {list}"
+    );
+    drop(clients);
+}

@@ -775,3 +775,17 @@ fn durable_backlog_survives_restart_and_is_delivered_once() {
         "nothing delivered twice (message 1 was pushed live)"
     );
 }
+
+/// One connection, 40,000 requests one at a time: every read races a push wait, and each
+/// dropped wait must deregister (glommio counts waker clones in an i16: 32,767 leaked
+/// clones used to kill the shard).
+#[test]
+fn a_long_lived_connection_survives_tens_of_thousands_of_reads() {
+    let (s, _cfg) = server("[storage]\nmode = \"memory\"\n");
+    let mut c = raw(&s);
+    for i in 0..40_000 {
+        send(&mut c, op::PING, "{}");
+        let (code, _) = recv(&mut c).unwrap_or_else(|| panic!("no reply to request {i}"));
+        assert_eq!(code, status::OK);
+    }
+}

@@ -195,3 +195,39 @@ fn idle_keep_alive_connection_does_not_hold_up_shutdown() {
     );
     drop(idle);
 }
+
+#[test]
+fn a_relative_data_dir_works() {
+    let dir = boltq_io::testutil::TempDir::new("reldir");
+    let tcp = free_port();
+    let http = free_port();
+    let mut child = std::process::Command::new(support::BIN)
+        .args(["--data-dir", "rel/data", "--host", "127.0.0.1"])
+        .args([
+            "--tcp-port",
+            &tcp.to_string(),
+            "--http-port",
+            &http.to_string(),
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(http, "/readyz").map(|r| r.0).ok() != Some(200) {
+        assert!(Instant::now() < deadline, "not ready");
+        assert!(child.try_wait().unwrap().is_none(), "exited early");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut c =
+        boltq::client::Client::connect(&format!("127.0.0.1:{tcp}"), Default::default()).unwrap();
+    c.publish("q", "1", None, Default::default()).unwrap();
+    // SAFETY: kill(2) on our own unreaped child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(
+        dir.path().join("rel/data/logs").is_dir(),
+        "data went under the working dir"
+    );
+}

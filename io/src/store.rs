@@ -262,15 +262,7 @@ impl Store {
         if record.flags & FLAG_EPHEMERAL != 0 {
             return Err(AppendError::Ephemeral);
         }
-        if let Some(f) = self.journal.failure() {
-            return Err(AppendError::Failed(f));
-        }
-        let backlog = self.journal.backlog_bytes();
-        if backlog >= self.cfg.journal_backlog_bytes_max {
-            return Err(AppendError::Backlogged {
-                backlog_bytes: backlog,
-            });
-        }
+        self.check_room()?;
         let mut l = log.log.borrow_mut();
         record.seq = l.next_seq();
         if record.timestamp_ns == 0 {
@@ -309,6 +301,22 @@ impl Store {
 
     pub async fn wait_durable(&self, lsn: u64) -> io::Result<()> {
         self.journal.wait_durable(lsn).await
+    }
+
+    /// Whether an append now would be accepted: callers that change state before appending
+    /// (a broker applying a command) ask first, so a refused append never leaves memory
+    /// ahead of the log.
+    pub fn check_room(&self) -> Result<(), AppendError> {
+        if let Some(f) = self.journal.failure() {
+            return Err(AppendError::Failed(f));
+        }
+        let backlog = self.journal.backlog_bytes();
+        if backlog >= self.cfg.journal_backlog_bytes_max {
+            return Err(AppendError::Backlogged {
+                backlog_bytes: backlog,
+            });
+        }
+        Ok(())
     }
 
     /// Resolves once `lsn` is covered by an fdatasync whatever `durability` says (for v1's

@@ -324,6 +324,17 @@ pub async fn dead_letters_requeue(req: &Request, ctx: &AdminCtx) -> Response {
     }
 }
 
+/// `GET /connections`: every open TCP (and SSE) connection of every shard.
+pub async fn connections(ctx: &AdminCtx) -> Response {
+    let report = ctx.plane.gather_stats().merged().await;
+    let list: Vec<Value> = report
+        .connection_list
+        .iter()
+        .map(|(shard, peer, since_ms)| json!({"shard": shard, "peer": peer, "since_ms": since_ms}))
+        .collect();
+    Response::json(200, &json!({"count": list.len(), "connections": list}))
+}
+
 pub fn exchanges(ctx: &AdminCtx) -> Response {
     let snapshot = ctx.plane.exchanges_snapshot();
     Response::json(200, &json!({ "exchanges": snapshot.exchanges }))
@@ -401,7 +412,11 @@ pub async fn serve_events(
         return;
     }
     let durable = req.query("durable") == Some("true");
-    let outbound = Rc::new(Outbound::default());
+    let peer = conn
+        .peer_addr()
+        .map(|a| format!("{a} (sse)"))
+        .unwrap_or_default();
+    let outbound = Rc::new(Outbound::for_peer(peer));
     let me = ctx.plane.register_conn(Rc::clone(&outbound));
     let cmd = Command::Subscribe {
         topic: topic.clone(),

@@ -187,7 +187,12 @@ fn process_random() -> u64 {
 
 fn store_config(config: &Config) -> StoreConfig {
     let s = &config.storage;
-    let mut c = StoreConfig::new(&s.data_dir);
+    // Absolute: glommio opens some files relative to directory descriptors, and a relative
+    // data dir (the default is ./data) failed there with "Bad file descriptor".
+    let data_dir = std::env::current_dir()
+        .map(|cwd| cwd.join(&s.data_dir))
+        .unwrap_or_else(|_| s.data_dir.clone());
+    let mut c = StoreConfig::new(&data_dir);
     c.durability = match config.fsync_policy() {
         FsyncPolicy::Always => Durability::Always,
         FsyncPolicy::Interval { interval_ms } => Durability::Interval { interval_ms },

@@ -1,4 +1,6 @@
 //! BoltQ's bundled command-line tools. `boltq-cli` (the v1-compatible client) lives in
-//! [`cli`]; its binary is a thin wrapper so the behaviour is testable in-process.
+//! [`cli`], the load generator `boltq-bench` in [`bench`]; their binaries are thin wrappers
+//! so the behaviour is testable in-process.
 
+pub mod bench;
 pub mod cli;

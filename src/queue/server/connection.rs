@@ -31,7 +31,8 @@ enum Wake {
 
 /// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves.
 pub async fn serve(mut conn: Conn, plane: Rc<Plane>, stop: impl Future<Output = ()>) {
-    let out = Rc::new(Outbound::default());
+    let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+    let out = Rc::new(Outbound::for_peer(peer));
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
     let mut stop = std::pin::pin!(stop);

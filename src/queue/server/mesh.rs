@@ -40,6 +40,9 @@ pub enum QueueMsg {
     },
 }
 
+/// Most connections one shard lists in a report (the count stays exact).
+pub const CONNECTION_LIST_MAX: usize = 1000;
+
 /// One shard's numbers for STATS, `/stats`, `/overview` and `/metrics`.
 #[derive(Debug, Clone, Default)]
 pub struct ShardReport {
@@ -48,6 +51,8 @@ pub struct ShardReport {
     /// Bytes of this shard's logs on disk and in memory.
     pub storage_bytes: u64,
     pub connections: u64,
+    /// (shard, peer address, connected since Unix ms), at most `CONNECTION_LIST_MAX` per shard.
+    pub connection_list: Vec<(usize, String, u64)>,
     /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
     pub metrics: boltq_shards::MetricsSnapshot,
 }
@@ -58,6 +63,8 @@ impl ShardReport {
         self.counters.merge(&other.counters);
         self.storage_bytes += other.storage_bytes;
         self.connections += other.connections;
+        self.connection_list
+            .extend(other.connection_list.iter().cloned());
         self.metrics = boltq_shards::MetricsSnapshot::merge([
             std::mem::take(&mut self.metrics),
             other.metrics.clone(),

@@ -19,12 +19,28 @@ pub struct Outbound {
     /// Wakes the connection task when pushes arrive.
     pub push_event: Event,
     closed: Cell<bool>,
+    /// Who is on the other end and since when, for `/connections`.
+    pub peer: std::cell::RefCell<String>,
+    pub since_ms: Cell<u64>,
     /// Work-queue messages this connection consumed and has not acked or nacked yet
     /// (v1 PREFETCH counts these per connection).
     unacked: Cell<u64>,
 }
 
 impl Outbound {
+    /// An outbound for a client at `peer` (e.g. `127.0.0.1:5555`), connected now.
+    pub fn for_peer(peer: String) -> Outbound {
+        let out = Outbound::default();
+        *out.peer.borrow_mut() = peer;
+        out.since_ms.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        );
+        out
+    }
+
     /// Queues one encoded push frame; false if dropped for lack of room or a closed client.
     pub fn push(&self, frame: &[u8]) -> bool {
         if self.closed.get() {

@@ -453,6 +453,15 @@ impl Plane {
         } else {
             CmdKind::Other
         };
+        // Refuse before applying: a command applied in memory but not logged would be
+        // visible now and gone after a restart (and a client retry would duplicate it).
+        if let Some(store) = &self.store {
+            if let Err(e) = store.check_room() {
+                if !matches!(cmd, Command::Tick { .. } | Command::Disconnect { .. }) {
+                    return (Outcome::Error(format!("storage write: {e}")), None);
+                }
+            }
+        }
         let (outcome, effects, lsn) = {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
@@ -1002,6 +1011,13 @@ impl Plane {
         }
         report.storage_bytes = self.store.as_ref().map_or(0, |s| s.size_bytes());
         report.connections = self.conns.borrow().len() as u64;
+        report.connection_list = self
+            .conns
+            .borrow()
+            .values()
+            .take(super::mesh::CONNECTION_LIST_MAX)
+            .map(|o| (self.shard.id(), o.peer.borrow().clone(), o.since_ms.get()))
+            .collect();
         report.metrics = self.shard.metrics().snapshot();
         report
     }

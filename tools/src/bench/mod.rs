@@ -1,0 +1,742 @@
+//! `boltq-bench`: the bundled load generator (issue 7), TCP scenarios of the queue plane.
+//!
+//! - [`cli`]: the command line (clap).
+//! - [`engine`]: the event loop driving pipelined connections (one thread per `--cpus` CPU).
+//! - [`run`]: timing (warm-up, duration, drain) and the progress line.
+//! - [`report`]: the final report, JSON and text.
+//! - [`wire`]: request templates and reply scanning; [`stats`]: counters and histograms.
+//!
+//! Each scenario below turns its arguments into a [`run::Plan`] (which connections do what),
+//! runs it, and checks the counts that must add up for that scenario.
+
+pub mod cli;
+pub mod cpus;
+pub mod engine;
+pub mod poll;
+pub mod report;
+pub mod run;
+pub mod stats;
+pub mod wire;
+
+use boltq::client::{Client, ClientOptions};
+use boltq::queue::protocol::frame::op;
+use clap::Parser;
+use cli::{Cli, Common, ConsumerArgs, PayloadArgs, Scenario};
+use engine::{ConnSpec, ConsumeMode, ConsumerSpec, ProducerSpec, RoleSpec};
+use report::{Check, ReportInput};
+use run::{Plan, Primary};
+use serde_json::{json, Map, Value};
+use stats::{Counters, Op, Series};
+use std::sync::Arc;
+use wire::{json_str, Template};
+
+/// Exit status when setup failed (bad arguments are clap's 2 as well).
+pub const EXIT_SETUP: i32 = 2;
+/// Default measured duration when neither `--duration-secs` nor `--messages` is given.
+const DEFAULT_DURATION_SECS: f64 = 10.0;
+
+/// Entry point of the binary: parses `args` (program name first), runs, prints the report on
+/// stdout (JSON with `--json`) and returns the exit status.
+pub fn main_with_args(args: Vec<std::ffi::OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code();
+        }
+    };
+    let json_out = common_of(&cli.scenario).json;
+    match run_scenario(cli.scenario) {
+        Ok((report, pass)) => {
+            if json_out {
+                println!("{report}");
+            } else {
+                print!("{}", report::render(&report));
+            }
+            if pass {
+                0
+            } else {
+                1
+            }
+        }
+        Err(e) => {
+            eprintln!("boltq-bench: {e}");
+            EXIT_SETUP
+        }
+    }
+}
+
+fn common_of(s: &Scenario) -> &Common {
+    match s {
+        Scenario::Publish(a) => &a.common,
+        Scenario::Consume(a) => &a.common,
+        Scenario::Queue(a) => &a.common,
+        Scenario::Pubsub(a) => &a.common,
+        Scenario::Exchange(a) => &a.common,
+    }
+}
+
+/// Runs one scenario; returns the report and whether it passed.
+pub fn run_scenario(s: Scenario) -> Result<(Value, bool), String> {
+    match s {
+        Scenario::Publish(a) => publish(a),
+        Scenario::Consume(a) => consume(a),
+        Scenario::Queue(a) => queue(a),
+        Scenario::Pubsub(a) => pubsub(a),
+        Scenario::Exchange(a) => exchange(a),
+    }
+}
+
+// ---- building blocks -----------------------------------------------------------------------
+
+/// `--priority-mix 0:80,9:20` → `[(0, 80), (9, 20)]`; none → one slot without a priority.
+fn priority_mix(spec: Option<&str>) -> Result<Vec<(Option<u8>, u32)>, String> {
+    let Some(spec) = spec else {
+        return Ok(vec![(None, 1)]);
+    };
+    let mut mix = Vec::new();
+    for part in spec.split(',') {
+        let bad = || format!("bad --priority-mix {spec:?}: expected e.g. 0:80,5:15,9:5");
+        let (p, w) = part.trim().split_once(':').ok_or_else(bad)?;
+        let p: u8 = p.trim().parse().map_err(|_| bad())?;
+        let w: u32 = w.trim().parse().map_err(|_| bad())?;
+        if p > 9 || w == 0 {
+            return Err(bad());
+        }
+        mix.push((Some(p), w));
+    }
+    if mix.is_empty() {
+        return Err(format!("bad --priority-mix {spec:?}"));
+    }
+    Ok(mix)
+}
+
+fn cumulative(mix: &[(Option<u8>, u32)]) -> Vec<u32> {
+    mix.iter()
+        .scan(0u32, |acc, &(_, w)| {
+            *acc += w;
+            Some(*acc)
+        })
+        .collect()
+}
+
+/// Templates `[target][priority slot]` for bodies `{<head>"payload":…<priority><tail>}`.
+fn templates(
+    code: u8,
+    head: &str,
+    tails: &[String],
+    mix: &[(Option<u8>, u32)],
+    size: usize,
+) -> Vec<Vec<Template>> {
+    tails
+        .iter()
+        .map(|tail| {
+            mix.iter()
+                .map(|(p, _)| {
+                    let prio = p.map(|p| format!(",\"priority\":{p}")).unwrap_or_default();
+                    Template::new(
+                        code,
+                        &format!("{{{head}\"payload\":"),
+                        &format!("{prio}{tail}}}"),
+                        size,
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+struct Producers<'a> {
+    count: usize,
+    depth: usize,
+    op: Op,
+    templates: Vec<Vec<Template>>,
+    payload: &'a PayloadArgs,
+    rate: Option<f64>,
+}
+
+fn producer_specs(p: Producers<'_>) -> Result<Vec<ConnSpec>, String> {
+    let mix = priority_mix(p.payload.priority_mix.as_deref())?;
+    let templates = Arc::new(p.templates);
+    let cumulative = Arc::new(cumulative(&mix));
+    let padding = Arc::new(wire::padding(p.payload.size as usize));
+    let interval = match p.rate {
+        Some(r) if r > 0.0 => Some(((p.count as f64 * 1e9 / r) as u64).max(1)),
+        Some(r) => return Err(format!("--rate must be positive, got {r}")),
+        None => None,
+    };
+    Ok((0..p.count)
+        .map(|i| ConnSpec {
+            depth: p.depth,
+            role: RoleSpec::Producer(ProducerSpec {
+                op: p.op,
+                templates: templates.clone(),
+                priority_cumulative: cumulative.clone(),
+                padding: padding.clone(),
+                interval_ns: interval,
+                phase_ns: interval.map_or(0, |iv| iv * i as u64 / p.count as u64),
+                first_target: i,
+                seed: 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1),
+            }),
+        })
+        .collect())
+}
+
+fn consumer_specs(
+    count: usize,
+    depth: usize,
+    queues: &[String],
+    c: &ConsumerArgs,
+    mode: ConsumeMode,
+    record_e2e: bool,
+) -> Vec<ConnSpec> {
+    let frames: Vec<Vec<u8>> = queues
+        .iter()
+        .map(|q| {
+            let mut body = String::from("{");
+            if let Some(max) = c.batch {
+                body += &format!("\"max\":{max},");
+            }
+            body += &format!("\"topic\":{}", json_str(q));
+            if let Some(w) = c.wait_ms {
+                body += &format!(",\"wait_ms\":{w}");
+            }
+            body += "}";
+            wire::frame(op::CONSUME, &body)
+        })
+        .collect();
+    let frames = Arc::new(frames);
+    (0..count)
+        .map(|i| ConnSpec {
+            depth,
+            role: RoleSpec::Consumer(ConsumerSpec {
+                frames: frames.clone(),
+                first_queue: i,
+                mode,
+                record_e2e,
+            }),
+        })
+        .collect()
+}
+
+fn queue_names(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}.{i}")).collect()
+}
+
+fn check_counts(common: &Common, what: &str, n: usize) -> Result<(), String> {
+    if n == 0 {
+        return Err(format!("{what} must be at least 1"));
+    }
+    if common.warmup_secs < 0.0 || common.drain_timeout_secs < 0.0 {
+        return Err("durations must not be negative".into());
+    }
+    if common.request_timeout_secs <= 0.0 {
+        return Err("--request-timeout-secs must be positive".into());
+    }
+    if common.duration_secs.is_some_and(|d| d <= 0.0) {
+        return Err("--duration-secs must be positive".into());
+    }
+    Ok(())
+}
+
+fn control_client(common: &Common) -> Result<Client, String> {
+    Client::connect(
+        &common.addr,
+        ClientOptions {
+            api_key: common.api_key.clone(),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("cannot connect to {}: {e}", common.addr))
+}
+
+/// Sum of the ready counts STATS reports for `queues`.
+fn ready_messages(common: &Common, queues: &[String]) -> Result<u64, String> {
+    let stats = control_client(common)?
+        .stats()
+        .map_err(|e| format!("STATS: {e}"))?;
+    Ok(queues
+        .iter()
+        .map(|q| stats["Queues"][q.as_str()].as_u64().unwrap_or(0))
+        .sum())
+}
+
+fn equal_check(name: &'static str, got: u64, want: u64, what: &str) -> Check {
+    Check {
+        name,
+        ok: got == want,
+        detail: format!("{what}: got {got}, expected {want}"),
+        errors: got.abs_diff(want),
+    }
+}
+
+fn sender_duration(common: &Common) -> Option<f64> {
+    common.duration_secs.or(if common.messages.is_none() {
+        Some(DEFAULT_DURATION_SECS)
+    } else {
+        None
+    })
+}
+
+fn plan(common: &Common, conns: Vec<ConnSpec>, senders: usize, primary: Primary) -> Plan {
+    Plan {
+        conns,
+        senders,
+        primary,
+        headline: Series::Publish,
+        budget: None,
+        duration_secs: sender_duration(common),
+        warmup_secs: common.warmup_secs,
+        drain_timeout_secs: common.drain_timeout_secs,
+        request_timeout_secs: common.request_timeout_secs,
+        progress: !common.quiet,
+        label: String::new(),
+    }
+}
+
+/// What a scenario hands to the report besides its configuration.
+struct Outcome<'a> {
+    finished: &'a run::Finished,
+    primary: Primary,
+    payload_bytes: u64,
+    extra: Map<String, Value>,
+    checks: Vec<Check>,
+}
+
+fn finish(
+    scenario: &'static str,
+    common: &Common,
+    mut config: Value,
+    o: Outcome<'_>,
+) -> (Value, bool) {
+    config["addr"] = json!(common.addr);
+    config["loop"] = json!(match common.rate {
+        Some(r) => format!("open ({r} msg/s)"),
+        None => "closed".to_string(),
+    });
+    config["cpus"] = json!(common.cpus.as_ref().map(|c| c.to_string()));
+    config["duration_secs"] = json!(common.duration_secs);
+    config["messages"] = json!(common.messages);
+    report::build(ReportInput {
+        scenario,
+        config,
+        finished: o.finished,
+        primary: o.primary,
+        payload_bytes: o.payload_bytes,
+        warmup_secs: common.warmup_secs,
+        max_errors: common.max_errors,
+        extra: o.extra,
+        checks: o.checks,
+    })
+}
+
+// ---- scenarios -----------------------------------------------------------------------------
+
+fn publish(a: cli::PublishArgs) -> Result<(Value, bool), String> {
+    let c = &a.common;
+    check_counts(c, "--connections", a.connections)?;
+    check_counts(c, "--queues", a.queues)?;
+    let names = queue_names(&c.prefix, a.queues);
+    let mix = priority_mix(a.payload.priority_mix.as_deref())?;
+    let tails: Vec<String> = names
+        .iter()
+        .map(|q| format!(",\"topic\":{}", json_str(q)))
+        .collect();
+    let conns = producer_specs(Producers {
+        count: a.connections,
+        depth: a.depth,
+        op: Op::Publish,
+        templates: templates(op::PUBLISH, "", &tails, &mix, a.payload.size as usize),
+        payload: &a.payload,
+        rate: c.rate,
+    })?;
+    let before = (!c.no_verify)
+        .then(|| ready_messages(c, &names))
+        .transpose()?;
+    let mut p = plan(c, conns, a.connections, Primary::Published);
+    p.budget = c.messages;
+    p.label = "publish".into();
+    let f = run::execute(p, c)?;
+    let mut checks = Vec::new();
+    if let Some(before) = before {
+        let after = ready_messages(c, &names)?;
+        checks.push(equal_check(
+            "server_ready_delta_equals_published",
+            after.saturating_sub(before),
+            f.shared.counters.published(),
+            "messages STATS counts as ready in the run's queues",
+        ));
+    }
+    let config = json!({
+        "connections": a.connections, "depth": a.depth, "size": a.payload.size,
+        "queues": a.queues, "priority_mix": a.payload.priority_mix, "prefix": c.prefix,
+    });
+    let size = a.payload.size as u64;
+    Ok(finish(
+        "publish",
+        c,
+        config,
+        Outcome {
+            finished: &f,
+            primary: Primary::Published,
+            payload_bytes: size,
+            extra: Map::new(),
+            checks,
+        },
+    ))
+}
+
+fn consume(a: cli::ConsumeArgs) -> Result<(Value, bool), String> {
+    let c = &a.common;
+    check_counts(c, "--connections", a.connections)?;
+    check_counts(c, "--queues", a.queues)?;
+    if c.rate.is_some() {
+        return Err("--rate applies to senders; consumers always run closed loop".into());
+    }
+    let names = queue_names(&c.prefix, a.queues);
+    let mut extra = Map::new();
+    if let Some(n) = a.prefill {
+        let prefilled = prefill(c, &names, n, a.size, a.connections)?;
+        extra.insert("prefilled".into(), json!(prefilled));
+    }
+    let target = c.messages.or(a.prefill);
+    let mode = match target {
+        Some(n) => ConsumeMode::Target(n),
+        None => ConsumeMode::UntilEmpty,
+    };
+    let conns = consumer_specs(a.connections, a.depth, &names, &a.consumer, mode, false);
+    let mut p = plan(c, conns, 0, Primary::Consumed);
+    p.request_timeout_secs += a.consumer.wait_ms.unwrap_or(0) as f64 / 1000.0;
+    p.duration_secs = c.duration_secs.or(if target.is_none() {
+        Some(DEFAULT_DURATION_SECS)
+    } else {
+        None
+    });
+    p.headline = Series::Consume;
+    p.label = "consume".into();
+    let f = run::execute(p, c)?;
+    let consumed = Counters::get(&f.shared.counters.consumed);
+    let mut checks = Vec::new();
+    if let Some(n) = target {
+        checks.push(equal_check(
+            "consumed_equals_target",
+            consumed,
+            n,
+            "messages consumed",
+        ));
+    }
+    let config = json!({
+        "connections": a.connections, "depth": a.depth, "queues": a.queues,
+        "batch": a.consumer.batch, "wait_ms": a.consumer.wait_ms, "prefill": a.prefill,
+        "size": a.size, "prefix": c.prefix,
+    });
+    Ok(finish(
+        "consume",
+        c,
+        config,
+        Outcome {
+            finished: &f,
+            primary: Primary::Consumed,
+            payload_bytes: a.size as u64,
+            extra,
+            checks,
+        },
+    ))
+}
+
+/// Publishes `n` messages (not measured) for a drain run; returns how many were stored.
+fn prefill(
+    common: &Common,
+    queues: &[String],
+    n: u64,
+    size: u32,
+    connections: usize,
+) -> Result<u64, String> {
+    let tails: Vec<String> = queues
+        .iter()
+        .map(|q| format!(",\"topic\":{}", json_str(q)))
+        .collect();
+    let payload = PayloadArgs {
+        size,
+        priority_mix: None,
+    };
+    let mix = [(None, 1)];
+    let conns = producer_specs(Producers {
+        count: connections,
+        depth: 64,
+        op: Op::Publish,
+        templates: templates(op::PUBLISH, "", &tails, &mix, size as usize),
+        payload: &payload,
+        rate: None,
+    })?;
+    let mut p = plan(common, conns, connections, Primary::Published);
+    p.budget = Some(n);
+    p.duration_secs = None;
+    p.warmup_secs = 0.0;
+    p.label = "prefill".into();
+    let f = run::execute(p, common)?;
+    let errors = f.shared.counters.errors_total();
+    let published = f.shared.counters.published();
+    if errors > 0 || published != n {
+        let kinds = f.shared.error_kinds.lock().unwrap().clone();
+        return Err(format!(
+            "prefill stored {published} of {n} messages ({errors} errors: {kinds:?})"
+        ));
+    }
+    Ok(published)
+}
+
+fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
+    let c = &a.common;
+    check_counts(c, "--producers", a.producers)?;
+    check_counts(c, "--consumers", a.consumers)?;
+    check_counts(c, "--queues", a.queues)?;
+    let names = queue_names(&c.prefix, a.queues);
+    let mix = priority_mix(a.payload.priority_mix.as_deref())?;
+    let tails: Vec<String> = names
+        .iter()
+        .map(|q| format!(",\"topic\":{}", json_str(q)))
+        .collect();
+    let mut conns = producer_specs(Producers {
+        count: a.producers,
+        depth: a.depth,
+        op: Op::Publish,
+        templates: templates(op::PUBLISH, "", &tails, &mix, a.payload.size as usize),
+        payload: &a.payload,
+        rate: c.rate,
+    })?;
+    let consumer_depth = a.consumer_depth.unwrap_or(a.depth);
+    conns.extend(consumer_specs(
+        a.consumers,
+        consumer_depth,
+        &names,
+        &a.consumer,
+        ConsumeMode::Follow,
+        true,
+    ));
+    let mut p = plan(c, conns, a.producers, Primary::Consumed);
+    p.request_timeout_secs += a.consumer.wait_ms.unwrap_or(0) as f64 / 1000.0;
+    p.budget = c.messages;
+    p.headline = Series::EndToEnd;
+    p.label = "queue".into();
+    let f = run::execute(p, c)?;
+    let counters = &f.shared.counters;
+    let checks = vec![equal_check(
+        "consumed_equals_published",
+        Counters::get(&counters.consumed),
+        counters.published(),
+        "messages consumed vs published",
+    )];
+    let config = json!({
+        "producers": a.producers, "consumers": a.consumers, "depth": a.depth,
+        "consumer_depth": consumer_depth, "size": a.payload.size, "queues": a.queues,
+        "batch": a.consumer.batch, "wait_ms": a.consumer.wait_ms,
+        "priority_mix": a.payload.priority_mix, "prefix": c.prefix,
+    });
+    Ok(finish(
+        "queue",
+        c,
+        config,
+        Outcome {
+            finished: &f,
+            primary: Primary::Consumed,
+            payload_bytes: a.payload.size as u64,
+            extra: Map::new(),
+            checks,
+        },
+    ))
+}
+
+fn pubsub(a: cli::PubsubArgs) -> Result<(Value, bool), String> {
+    let c = &a.common;
+    check_counts(c, "--subscribers", a.subscribers)?;
+    let topic = format!("{}.topic", c.prefix);
+    let mix = priority_mix(a.payload.priority_mix.as_deref())?;
+    let tails = vec![format!(",\"topic\":{}", json_str(&topic))];
+    let mut conns: Vec<ConnSpec> = (0..a.subscribers)
+        .map(|k| ConnSpec {
+            depth: 1,
+            role: RoleSpec::Subscriber {
+                topic: topic.clone(),
+                sub_id: format!("{}.sub.{k}", c.prefix),
+            },
+        })
+        .collect();
+    // Subscribers first: they are connected and subscribed before any thread starts
+    // sending, so every message published counts as expected at every subscriber.
+    conns.extend(producer_specs(Producers {
+        count: 1,
+        depth: a.depth,
+        op: Op::PublishTopic,
+        templates: templates(op::PUBLISH_TOPIC, "", &tails, &mix, a.payload.size as usize),
+        payload: &a.payload,
+        rate: c.rate,
+    })?);
+    let mut p = plan(c, conns, 1, Primary::Delivered);
+    p.budget = c.messages;
+    p.headline = Series::Delivery;
+    p.label = "pubsub".into();
+    let f = run::execute(p, c)?;
+    let counters = &f.shared.counters;
+    let expected = counters.published() * a.subscribers as u64;
+    let delivered = Counters::get(&counters.delivered);
+    let out_of_order = Counters::get(&counters.out_of_order);
+    let checks = vec![
+        equal_check(
+            "delivered_equals_published_times_subscribers",
+            delivered,
+            expected,
+            "pushes received",
+        ),
+        Check {
+            name: "deliveries_in_order",
+            ok: out_of_order == 0,
+            detail: format!("{out_of_order} pushes repeated or out of order"),
+            errors: out_of_order,
+        },
+    ];
+    let mut extra = Map::new();
+    extra.insert("expected_deliveries".into(), json!(expected));
+    let config = json!({
+        "subscribers": a.subscribers, "depth": a.depth, "size": a.payload.size,
+        "topic": topic, "priority_mix": a.payload.priority_mix,
+    });
+    Ok(finish(
+        "pubsub",
+        c,
+        config,
+        Outcome {
+            finished: &f,
+            primary: Primary::Delivered,
+            payload_bytes: a.payload.size as u64,
+            extra,
+            checks,
+        },
+    ))
+}
+
+fn exchange(a: cli::ExchangeArgs) -> Result<(Value, bool), String> {
+    let c = &a.common;
+    check_counts(c, "--bindings", a.bindings)?;
+    check_counts(c, "--connections", a.connections)?;
+    let name = format!("{}.x", c.prefix);
+    let queues: Vec<String> = (0..a.bindings)
+        .map(|b| format!("{}.x.{b}", c.prefix))
+        .collect();
+    {
+        let mut admin = control_client(c)?;
+        // A leftover exchange of an earlier run would keep its bindings, and BIND appends
+        // duplicates: start from a fresh one.
+        let _ = admin.exchange_delete(&name);
+        admin
+            .exchange_declare(&name, "topic", false)
+            .map_err(|e| format!("EXCHANGE_DECLARE {name}: {e}"))?;
+        for (b, q) in queues.iter().enumerate() {
+            admin
+                .bind_queue(&name, q, &format!("r.{b}.*"), None, false)
+                .map_err(|e| format!("BIND_QUEUE {q}: {e}"))?;
+        }
+    }
+    let mix = priority_mix(a.payload.priority_mix.as_deref())?;
+    let head = format!("\"exchange\":{},", json_str(&name));
+    let tails: Vec<String> = (0..a.bindings)
+        .map(|b| format!(",\"routing_key\":\"r.{b}.k\""))
+        .collect();
+    let conns = producer_specs(Producers {
+        count: a.connections,
+        depth: a.depth,
+        op: Op::PublishExchange,
+        templates: templates(
+            op::PUBLISH_EXCHANGE,
+            &head,
+            &tails,
+            &mix,
+            a.payload.size as usize,
+        ),
+        payload: &a.payload,
+        rate: c.rate,
+    })?;
+    let before = (!c.no_verify)
+        .then(|| ready_messages(c, &queues))
+        .transpose()?;
+    let mut p = plan(c, conns, a.connections, Primary::Published);
+    p.budget = c.messages;
+    p.label = "exchange".into();
+    let outcome = run::execute(p, c);
+    let cleanup = control_client(c).and_then(|mut admin| {
+        admin
+            .exchange_delete(&name)
+            .map_err(|e| format!("EXCHANGE_DELETE {name}: {e}"))
+    });
+    let f = outcome?;
+    let mut checks = Vec::new();
+    if let Some(before) = before {
+        let after = ready_messages(c, &queues)?;
+        checks.push(equal_check(
+            "routed_equals_published",
+            after.saturating_sub(before),
+            f.shared.counters.published(),
+            "messages STATS counts as ready in the bound queues",
+        ));
+    }
+    if let Err(e) = cleanup {
+        f.shared.error(None, &format!("cleanup: {e}"), 1);
+    }
+    let config = json!({
+        "bindings": a.bindings, "connections": a.connections, "depth": a.depth,
+        "size": a.payload.size, "exchange": name, "priority_mix": a.payload.priority_mix,
+    });
+    Ok(finish(
+        "exchange",
+        c,
+        config,
+        Outcome {
+            finished: &f,
+            primary: Primary::Published,
+            payload_bytes: a.payload.size as u64,
+            extra: Map::new(),
+            checks,
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn priority_mixes() {
+        assert_eq!(priority_mix(None).unwrap(), vec![(None, 1)]);
+        let m = priority_mix(Some("0:80, 9:20")).unwrap();
+        assert_eq!(m, vec![(Some(0), 80), (Some(9), 20)]);
+        assert_eq!(cumulative(&m), vec![80, 100]);
+        for bad in ["", "10:1", "1:0", "x", "1:2,"] {
+            assert!(priority_mix(Some(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn help_mentions_the_transport_limits() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("WebSocket scenarios"), "{help}");
+        for s in ["publish", "consume", "queue", "pubsub", "exchange"] {
+            assert!(help.contains(s), "{s} missing from help");
+        }
+    }
+
+    #[test]
+    fn every_scenario_parses_its_options() {
+        let ok = |args: &str| {
+            Cli::try_parse_from(std::iter::once("boltq-bench").chain(args.split_whitespace()))
+                .unwrap_or_else(|e| panic!("{args}: {e}"))
+        };
+        ok("publish --connections 50 --depth 1 --size 100 --queues 4 --priority-mix 0:9,9:1");
+        ok("consume --batch 100 --wait-ms 50 --prefill 1000 --json");
+        ok("queue --producers 1 --consumers 1 --depth 64 --size 1024 --cpus 1 --warmup-secs 1");
+        ok("pubsub --subscribers 10 --rate 1000 --messages 10");
+        ok("exchange --bindings 100 --duration-secs 1 --max-errors 5");
+        assert!(Cli::try_parse_from(["boltq-bench", "publish", "--size", "10"]).is_err());
+        assert!(Cli::try_parse_from(["boltq-bench", "chat"]).is_err());
+    }
+}

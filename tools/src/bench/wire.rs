@@ -1,0 +1,387 @@
+//! Request frames built without a JSON library, and the few fields the generator reads out of
+//! replies. The generator has to outrun the server on one core, so request bodies are
+//! templates with the per-message part (the stamp) written in place, and replies are scanned
+//! rather than parsed into values.
+//!
+//! The payload of every published message is a JSON string of exactly `size` bytes:
+//!
+//! ```text
+//! "<send time: 16 hex digits><sequence: 16 hex digits>xxxx…"
+//! ```
+//!
+//! The send time is nanoseconds of CLOCK_MONOTONIC (the intended send time in open loop), so
+//! a consumer in the same process gets the end-to-end latency by subtraction.
+
+use boltq::client::json::write_string;
+use boltq::queue::protocol::frame::HEADER_BYTES;
+
+/// Bytes of the stamp inside the payload string (without the quotes).
+pub const STAMP_BYTES: usize = 32;
+/// Smallest payload: the quotes around the stamp.
+pub const PAYLOAD_BYTES_MIN: usize = STAMP_BYTES + 2;
+
+/// A JSON string literal for `s`, quotes included.
+pub fn json_str(s: &str) -> String {
+    let mut out = String::new();
+    write_string(&mut out, s);
+    out
+}
+
+/// One request frame whose body is `head + <payload string> + tail`.
+#[derive(Clone, Debug)]
+pub struct Template {
+    /// Frame header (command and length) and the JSON before the payload value.
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+impl Template {
+    /// `body_head`/`body_tail` surround the payload value in the JSON body.
+    pub fn new(code: u8, body_head: &str, body_tail: &str, payload_bytes: usize) -> Template {
+        let body_len = body_head.len() + payload_bytes + body_tail.len();
+        let mut head = Vec::with_capacity(HEADER_BYTES + body_head.len());
+        head.push(code);
+        head.extend_from_slice(&(body_len as u32).to_le_bytes());
+        head.extend_from_slice(body_head.as_bytes());
+        Template {
+            head,
+            tail: body_tail.as_bytes().to_vec(),
+        }
+    }
+
+    /// Appends the frame for one message: `padding` is the payload after the stamp (the
+    /// `x…"` part, closing quote included).
+    pub fn write(&self, out: &mut Vec<u8>, sent_ns: u64, seq: u64, padding: &[u8]) {
+        out.extend_from_slice(&self.head);
+        out.push(b'"');
+        put_hex(out, sent_ns);
+        put_hex(out, seq);
+        out.extend_from_slice(padding);
+        out.extend_from_slice(&self.tail);
+    }
+}
+
+/// The payload's tail after the stamp for a payload of `payload_bytes`: filler and the
+/// closing quote.
+pub fn padding(payload_bytes: usize) -> Vec<u8> {
+    let mut p = vec![b'x'; payload_bytes.saturating_sub(PAYLOAD_BYTES_MIN)];
+    p.push(b'"');
+    p
+}
+
+/// A complete frame with a fixed body.
+pub fn frame(code: u8, body: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_BYTES + body.len());
+    boltq::queue::protocol::frame::encode(code, body.as_bytes(), &mut out);
+    out
+}
+
+fn put_hex(out: &mut Vec<u8>, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for shift in (0..16).rev() {
+        out.push(DIGITS[((v >> (shift * 4)) & 0xf) as usize]);
+    }
+}
+
+fn parse_hex(s: &[u8]) -> Option<u64> {
+    let mut v = 0u64;
+    for &b in s {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return None,
+        };
+        v = (v << 4) | d as u64;
+    }
+    Some(v)
+}
+
+/// The (send time, sequence) stamp of a payload value as it appears in a reply (a JSON string
+/// written by [`Template::write`]); `None` for any other payload.
+pub fn read_stamp(payload_value: &[u8]) -> Option<(u64, u64)> {
+    if payload_value.len() < PAYLOAD_BYTES_MIN || payload_value[0] != b'"' {
+        return None;
+    }
+    let t = parse_hex(&payload_value[1..17])?;
+    let seq = parse_hex(&payload_value[17..33])?;
+    Some((t, seq))
+}
+
+// ---- reply scanning ---------------------------------------------------------------------
+
+/// Index just past the JSON string starting at `s[i] == '"'`.
+fn skip_string(s: &[u8], mut i: usize) -> Option<usize> {
+    i += 1;
+    while i < s.len() {
+        match s[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+fn skip_ws(s: &[u8], mut i: usize) -> usize {
+    while i < s.len() && matches!(s[i], b' ' | b'\t' | b'\n' | b'\r') {
+        i += 1;
+    }
+    i
+}
+
+/// Index just past the JSON value starting at `s[i]` (no validation beyond nesting).
+fn skip_value(s: &[u8], i: usize) -> Option<usize> {
+    match *s.get(i)? {
+        b'"' => skip_string(s, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while j < s.len() {
+                match s[j] {
+                    b'"' => {
+                        j = skip_string(s, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let mut j = i;
+            while j < s.len() && !matches!(s[j], b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t')
+            {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+/// Calls `f(key, raw value)` for each member of the JSON object `obj` (keys as written,
+/// without quotes; escapes are not decoded, which is fine for the ASCII keys the protocol
+/// uses). Returns false when `obj` is not a well-nested object.
+pub fn for_each_member<'a>(obj: &'a [u8], mut f: impl FnMut(&'a [u8], &'a [u8])) -> bool {
+    let mut i = skip_ws(obj, 0);
+    if obj.get(i) != Some(&b'{') {
+        return false;
+    }
+    i = skip_ws(obj, i + 1);
+    if obj.get(i) == Some(&b'}') {
+        return true;
+    }
+    loop {
+        if obj.get(i) != Some(&b'"') {
+            return false;
+        }
+        let Some(key_end) = skip_string(obj, i) else {
+            return false;
+        };
+        let key = &obj[i + 1..key_end - 1];
+        i = skip_ws(obj, key_end);
+        if obj.get(i) != Some(&b':') {
+            return false;
+        }
+        i = skip_ws(obj, i + 1);
+        let Some(value_end) = skip_value(obj, i) else {
+            return false;
+        };
+        f(key, &obj[i..value_end]);
+        i = skip_ws(obj, value_end);
+        match obj.get(i) {
+            Some(b',') => i = skip_ws(obj, i + 1),
+            Some(b'}') => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// Calls `f(raw element)` for each element of the JSON array `arr`; false if malformed.
+pub fn for_each_element<'a>(arr: &'a [u8], mut f: impl FnMut(&'a [u8])) -> bool {
+    let mut i = skip_ws(arr, 0);
+    if arr.get(i) != Some(&b'[') {
+        return false;
+    }
+    i = skip_ws(arr, i + 1);
+    if arr.get(i) == Some(&b']') {
+        return true;
+    }
+    loop {
+        let Some(end) = skip_value(arr, i) else {
+            return false;
+        };
+        f(&arr[i..end]);
+        i = skip_ws(arr, end);
+        match arr.get(i) {
+            Some(b',') => i = skip_ws(arr, i + 1),
+            Some(b']') => return true,
+            _ => return false,
+        }
+    }
+}
+
+/// The fields of a delivered message the generator needs.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Delivered<'a> {
+    /// Raw `id` value, quotes included (ready to be put into an ACK body).
+    pub id: Option<&'a [u8]>,
+    /// Send time and sequence from the payload, when it was stamped by a generator.
+    pub stamp: Option<(u64, u64)>,
+}
+
+/// Reads one message object (CONSUME reply, batch element or push).
+pub fn read_message(obj: &[u8]) -> Option<Delivered<'_>> {
+    let mut d = Delivered::default();
+    let ok = for_each_member(obj, |key, value| match key {
+        b"id" if value.first() == Some(&b'"') => d.id = Some(value),
+        b"payload" => d.stamp = read_stamp(value),
+        _ => {}
+    });
+    ok.then_some(d)
+}
+
+/// Calls `f` for each message of a CONSUME OK reply: a single message, or (batch CONSUME)
+/// `{"messages":[…]}`. Returns false when the reply is malformed.
+pub fn for_each_consumed<'a>(reply: &'a [u8], mut f: impl FnMut(Delivered<'a>)) -> bool {
+    let mut batch: Option<&[u8]> = None;
+    let mut single = Delivered::default();
+    let ok = for_each_member(reply, |key, value| match key {
+        b"messages" => batch = Some(value),
+        b"id" if value.first() == Some(&b'"') => single.id = Some(value),
+        b"payload" => single.stamp = read_stamp(value),
+        _ => {}
+    });
+    if !ok {
+        return false;
+    }
+    match batch {
+        Some(arr) => {
+            let mut all_ok = true;
+            let walked = for_each_element(arr, |m| match read_message(m) {
+                Some(d) if d.id.is_some() => f(d),
+                _ => all_ok = false,
+            });
+            walked && all_ok
+        }
+        None if single.id.is_some() => {
+            f(single);
+            true
+        }
+        None => false,
+    }
+}
+
+/// ACK (0x04) frame for a raw id value (quotes included).
+pub fn ack_frame(raw_id: &[u8], out: &mut Vec<u8>) {
+    let body_len = br#"{"id":}"#.len() + raw_id.len();
+    out.push(boltq::queue::protocol::frame::op::ACK);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.extend_from_slice(br#"{"id":"#);
+    out.extend_from_slice(raw_id);
+    out.push(b'}');
+}
+
+/// The `error` text of an ERROR reply (or the raw payload when it is not the usual shape).
+pub fn error_text(payload: &[u8]) -> String {
+    let mut text = None;
+    for_each_member(payload, |key, value| {
+        if key == b"error" {
+            text = serde_json::from_slice::<String>(value).ok();
+        }
+    });
+    text.unwrap_or_else(|| String::from_utf8_lossy(payload).into_owned())
+}
+
+/// Groups error texts that differ only in names and numbers (`queue "bench.3" is full
+/// (capacity 1048576)` → `queue "…" is full (capacity N)`), so the report counts kinds.
+pub fn error_kind(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '"' {
+            out.push_str("\"…\"");
+            for d in chars.by_ref() {
+                if d == '"' {
+                    break;
+                }
+            }
+        } else if c.is_ascii_digit() {
+            out.push('N');
+            while chars.peek().is_some_and(|d| d.is_ascii_digit()) {
+                chars.next();
+            }
+        } else {
+            out.push(c);
+        }
+        if out.len() > 120 {
+            out.push('…');
+            break;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq::queue::protocol::frame::{decode, op};
+
+    #[test]
+    fn template_writes_a_valid_frame_of_the_requested_payload_size() {
+        let t = Template::new(op::PUBLISH, r#"{"payload":"#, r#","topic":"q"}"#, 100);
+        let mut out = Vec::new();
+        t.write(&mut out, 0x1234, 7, &padding(100));
+        let (f, used) = decode(&out).unwrap().unwrap();
+        assert_eq!((f.code, used), (op::PUBLISH, out.len()));
+        let v: serde_json::Value = serde_json::from_slice(f.payload).unwrap();
+        let payload = v["payload"].as_str().unwrap();
+        assert_eq!(payload.len() + 2, 100);
+        let raw = serde_json::to_vec(&v["payload"]).unwrap();
+        assert_eq!(read_stamp(&raw), Some((0x1234, 7)));
+    }
+
+    #[test]
+    fn consume_replies_single_and_batch() {
+        let single = br#"{"id":"aa","topic":"q","payload":"0000000000000005000000000000000900","headers":{"k":"}"},"timestamp":1,"retry":0}"#;
+        let mut seen = Vec::new();
+        assert!(for_each_consumed(single, |d| seen.push((d.id.unwrap().to_vec(), d.stamp))));
+        assert_eq!(seen, vec![(b"\"aa\"".to_vec(), Some((5, 9)))]);
+
+        let batch =
+            br#"{"messages":[{"id":"a","payload":{"x":[1,"]"]}},{"id":"b","payload":null}]}"#;
+        let mut ids = Vec::new();
+        assert!(for_each_consumed(batch, |d| ids.push(d.id.unwrap().to_vec())));
+        assert_eq!(ids, vec![b"\"a\"".to_vec(), b"\"b\"".to_vec()]);
+
+        assert!(!for_each_consumed(b"{\"id\":", |_| {}));
+        assert!(!for_each_consumed(b"{\"status\":\"x\"}", |_| {}));
+    }
+
+    #[test]
+    fn ack_frame_is_the_v1_body() {
+        let mut out = Vec::new();
+        ack_frame(b"\"abc\"", &mut out);
+        let (f, _) = decode(&out).unwrap().unwrap();
+        assert_eq!((f.code, f.payload), (op::ACK, &br#"{"id":"abc"}"#[..]));
+    }
+
+    #[test]
+    fn error_kinds_fold_names_and_numbers() {
+        assert_eq!(
+            error_kind(r#"queue "bench.3" is full (capacity 1048576)"#),
+            r#"queue "…" is full (capacity N)"#
+        );
+        assert_eq!(
+            error_text(br#"{"error":"topic is required"}"#),
+            "topic is required"
+        );
+    }
+}

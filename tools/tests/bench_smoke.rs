@@ -1,0 +1,448 @@
+//! Every `boltq-bench` scenario for about a second against a real `boltq` server, checking
+//! that the JSON report parses and its counts add up.
+//!
+//! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
+//! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
+//! given to the root package's own tests. So the first test runs `cargo build -p boltq --bin
+//! boltq` with this test's profile and target directory (a no-op when it is up to date; cargo
+//! releases its build lock before it runs tests) and uses `target/<profile>/boltq`. Setting
+//! `BOLTQ_SERVER_BIN` skips the build and uses that binary instead. The bench itself is run
+//! through `CARGO_BIN_EXE_boltq-bench`, which cargo always builds fresh for these tests.
+
+use boltq::client::{Client, ClientOptions};
+use boltq_io::testutil::TempDir;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_boltq-bench");
+
+/// The runs share two cores and a disk with each other and with the server: one at a time
+/// keeps each bench's second of load from starving another's server.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn server_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("BOLTQ_SERVER_BIN") {
+            return PathBuf::from(p);
+        }
+        // The bench binary sits in target/<profile>/; the server binary is built next to it.
+        let profile_dir = Path::new(BENCH).parent().expect("bench binary directory");
+        let target_dir = profile_dir.parent().expect("target directory");
+        let profile = profile_dir.file_name().unwrap().to_str().unwrap();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "boltq", "--bin", "boltq"])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        match profile {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let status = cmd
+            .status()
+            .expect("run cargo build for the boltq server binary");
+        assert!(status.success(), "cargo build -p boltq --bin boltq failed");
+        let bin = profile_dir.join("boltq");
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+    _dir: TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = TempDir::new("bench-smoke");
+        let (tcp, http) = (free_port(), free_port());
+        let data = dir.path().join("data");
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(server_binary())
+            .arg("--data-dir")
+            .arg(&data)
+            .args(["--host", "127.0.0.1", "--shards", "2"])
+            .args([
+                "--tcp-port",
+                &tcp.to_string(),
+                "--http-port",
+                &http.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the boltq server");
+        let server = Server {
+            child,
+            addr: format!("127.0.0.1:{tcp}"),
+            _dir: dir,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let options = ClientOptions {
+                timeout_ms: 1000,
+                ..Default::default()
+            };
+            if let Ok(mut c) = Client::connect(&self.addr, options) {
+                if c.ping().is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server at {} not ready in 30 s", self.addr);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the bench with `args` (plus `--addr --json --quiet`) and returns exit code and report.
+fn bench(server: &Server, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(BENCH)
+        .args(args)
+        .args(["--addr", &server.addr, "--json", "--quiet"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run boltq-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "report is not JSON ({e}); exit {:?}\nstdout: {stdout}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// For every request kind: sent = acknowledged + errors; and the report's checks all passed.
+fn assert_adds_up(r: &Value) {
+    let ops = r["ops"].as_object().expect("ops");
+    assert!(!ops.is_empty(), "no requests counted: {r}");
+    let mut errors = 0;
+    for (name, o) in ops {
+        let (sent, acked, errs) = (num(&o["sent"]), num(&o["acknowledged"]), num(&o["errors"]));
+        assert_eq!(sent, acked + errs, "{name}: {o}");
+        errors += errs;
+    }
+    assert!(num(&r["errors"]["total"]) >= errors, "{r}");
+    for (name, ok) in r["checks"].as_object().unwrap() {
+        assert_eq!(ok, &Value::Bool(true), "check {name} failed: {r}");
+    }
+    assert!(r["window_secs"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+fn assert_clean(code: i32, r: &Value) {
+    assert_eq!(num(&r["errors"]["total"]), 0, "{r}");
+    assert_eq!((code, &r["pass"]), (0, &Value::Bool(true)), "{r}");
+    assert_adds_up(r);
+}
+
+#[test]
+fn publish_counts_add_up_and_match_the_server() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "publish",
+            "--duration-secs",
+            "1",
+            "--connections",
+            "3",
+            "--depth",
+            "8",
+            "--queues",
+            "2",
+            "--priority-mix",
+            "0:3,9:1",
+            "--prefix",
+            "smoke-pub",
+        ],
+    );
+    assert_clean(code, &r);
+    let published = num(&r["messages"]["published"]);
+    assert!(published > 0, "{r}");
+    assert_eq!(published, num(&r["ops"]["publish"]["acknowledged"]));
+    assert!(r["latency_us"]["publish"]["p99"].as_f64().unwrap() > 0.0);
+    // STATS agreed that every acknowledged message is stored.
+    assert_eq!(r["checks"]["server_ready_delta_equals_published"], true);
+}
+
+#[test]
+fn consume_drains_exactly_what_was_prefilled() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "consume",
+            "--prefill",
+            "3000",
+            "--connections",
+            "2",
+            "--depth",
+            "16",
+            "--batch",
+            "20",
+            "--wait-ms",
+            "50",
+            "--queues",
+            "2",
+            "--prefix",
+            "smoke-con",
+        ],
+    );
+    assert_clean(code, &r);
+    let m = &r["messages"];
+    assert_eq!(num(&m["prefilled"]), 3000, "{r}");
+    assert_eq!(num(&m["consumed"]), 3000, "{r}");
+    assert_eq!(num(&m["acked"]), 3000, "{r}");
+}
+
+#[test]
+fn queue_consumes_everything_published_with_end_to_end_latency() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "queue",
+            "--duration-secs",
+            "1",
+            "--warmup-secs",
+            "0.2",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--depth",
+            "16",
+            "--prefix",
+            "smoke-queue",
+        ],
+    );
+    assert_clean(code, &r);
+    let m = &r["messages"];
+    assert!(num(&m["published"]) > 0, "{r}");
+    assert_eq!(num(&m["consumed"]), num(&m["published"]), "{r}");
+    assert_eq!(num(&m["acked"]), num(&m["consumed"]), "{r}");
+    assert!(num(&r["latency_us"]["end_to_end"]["count"]) > 0, "{r}");
+}
+
+#[test]
+fn queue_open_loop_reports_against_the_schedule() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "queue",
+            "--messages",
+            "500",
+            "--rate",
+            "1000",
+            "--depth",
+            "32",
+            "--prefix",
+            "smoke-open",
+        ],
+    );
+    assert_clean(code, &r);
+    assert_eq!(num(&r["messages"]["published"]), 500, "{r}");
+    assert_eq!(num(&r["messages"]["consumed"]), 500, "{r}");
+    // 500 sends at 1000/s take about half a second, however fast the server is.
+    let window = r["window_secs"].as_f64().unwrap();
+    assert!(window >= 0.45, "{r}");
+}
+
+#[test]
+fn pubsub_delivers_every_message_to_every_subscriber() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "pubsub",
+            "--duration-secs",
+            "1",
+            "--subscribers",
+            "4",
+            "--depth",
+            "8",
+            "--prefix",
+            "smoke-ps",
+        ],
+    );
+    assert_clean(code, &r);
+    let m = &r["messages"];
+    let published = num(&m["published"]);
+    assert!(published > 0, "{r}");
+    assert_eq!(num(&m["delivered"]), published * 4, "{r}");
+    assert_eq!(num(&m["expected_deliveries"]), published * 4, "{r}");
+}
+
+#[test]
+fn exchange_routes_every_message_to_one_bound_queue() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "exchange",
+            "--duration-secs",
+            "1",
+            "--bindings",
+            "20",
+            "--depth",
+            "8",
+            "--prefix",
+            "smoke-x",
+        ],
+    );
+    assert_clean(code, &r);
+    assert!(
+        num(&r["ops"]["publish_exchange"]["acknowledged"]) > 0,
+        "{r}"
+    );
+    assert_eq!(r["checks"]["routed_equals_published"], true, "{r}");
+}
+
+#[test]
+fn server_errors_are_counted_by_kind_and_fail_the_run() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    // Names over 1,024 bytes are refused by the server with an ERROR reply per request.
+    let long_prefix = "p".repeat(1100);
+    let (code, r) = bench(
+        &server,
+        &[
+            "publish",
+            "--messages",
+            "50",
+            "--depth",
+            "4",
+            "--prefix",
+            &long_prefix,
+        ],
+    );
+    assert_eq!(code, 1, "{r}");
+    assert_eq!(r["pass"], false);
+    assert_eq!(num(&r["ops"]["publish"]["sent"]), 50, "{r}");
+    assert_eq!(num(&r["ops"]["publish"]["errors"]), 50, "{r}");
+    assert_eq!(num(&r["errors"]["total"]), 50, "{r}");
+    let kinds = r["errors"]["by_kind"].as_object().unwrap();
+    assert_eq!(kinds.len(), 1, "{r}");
+    let (kind, n) = kinds.iter().next().unwrap();
+    assert!(kind.starts_with("server: "), "{kind}");
+    assert_eq!(num(n), 50);
+
+    // The same run passes when the errors are allowed.
+    let (code, r) = bench(
+        &server,
+        &[
+            "publish",
+            "--messages",
+            "50",
+            "--depth",
+            "4",
+            "--prefix",
+            &long_prefix,
+            "--max-errors",
+            "50",
+        ],
+    );
+    assert_eq!((code, &r["pass"]), (0, &Value::Bool(true)), "{r}");
+}
+
+#[test]
+fn setup_failure_exits_2() {
+    // Nothing listens on a port that was just free.
+    let port = free_port();
+    let out = Command::new(BENCH)
+        .args(["publish", "--duration-secs", "1", "--quiet"])
+        .args(["--addr", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect"), "{err}");
+}
+
+#[test]
+fn a_server_that_stops_answering_ends_the_run_with_timeouts() {
+    // Accepts and reads, never replies: what a hung or crashed shard looks like from outside.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut s = stream;
+                let mut sink = [0u8; 4096];
+                while matches!(std::io::Read::read(&mut s, &mut sink), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let started = Instant::now();
+    let out = Command::new(BENCH)
+        .args([
+            "publish",
+            "--messages",
+            "100",
+            "--depth",
+            "4",
+            "--no-verify",
+        ])
+        .args([
+            "--request-timeout-secs",
+            "1",
+            "--json",
+            "--quiet",
+            "--addr",
+            &addr,
+        ])
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(1));
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let publish = &r["ops"]["publish"];
+    assert_eq!(num(&publish["sent"]), 4, "{r}");
+    assert_eq!(num(&publish["acknowledged"]), 0, "{r}");
+    assert_eq!(num(&publish["errors"]), 4, "{r}");
+    assert_eq!(num(&r["errors"]["total"]), 4, "{r}");
+}
