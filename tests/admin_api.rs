@@ -6,21 +6,7 @@ use boltq::client::{Client, ClientOptions, PublishOptions};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
-use support::{http, Server};
-
-fn post(s: &Server, path: &str, body: serde_json::Value) -> support::HttpResponse {
-    http(
-        s.http_port,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-}
-
-fn get(s: &Server, path: &str) -> support::HttpResponse {
-    http(s.http_port, "GET", path, &[], b"")
-}
+use support::{get, http, post, Server};
 
 #[test]
 fn health_cors_routing_and_limits() {

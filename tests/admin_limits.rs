@@ -15,25 +15,11 @@ use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::{http, Server};
+use support::{get, http, post, Server};
 
 const READ_TIMEOUT: Duration = Duration::from_millis(READ_TIMEOUT_MS);
 /// Slack for the server's timer and a loaded machine, on top of the read deadline.
 const CUTOFF_SLACK: Duration = Duration::from_secs(3);
-
-fn post(s: &Server, path: &str, body: Value) -> support::HttpResponse {
-    http(
-        s.http_port,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-}
-
-fn get(s: &Server, path: &str) -> support::HttpResponse {
-    http(s.http_port, "GET", path, &[], b"")
-}
 
 /// What a slow connection has seen so far.
 #[derive(Debug, Default)]

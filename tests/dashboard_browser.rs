@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
-use support::{http, Server};
+use support::{get, post, Server};
 
 /// How long Chromium may take to open its DevTools port.
 const BROWSER_START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -252,20 +252,6 @@ const PAGE_STATE: &str = r#"(() => {
     live: document.getElementById('live').dataset.state || '',
   };
 })()"#;
-
-fn post(s: &Server, path: &str, body: Value) -> support::HttpResponse {
-    http(
-        s.http_port,
-        "POST",
-        path,
-        &[("Content-Type", "application/json")],
-        body.to_string().as_bytes(),
-    )
-}
-
-fn get(s: &Server, path: &str) -> support::HttpResponse {
-    http(s.http_port, "GET", path, &[], b"")
-}
 
 /// `target/test-output`, created.
 fn test_output_dir() -> PathBuf {

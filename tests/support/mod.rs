@@ -410,3 +410,19 @@ impl Server {
         (next, code)
     }
 }
+
+/// POST of a JSON body to the server's HTTP port.
+pub fn post(s: &Server, path: &str, body: serde_json::Value) -> HttpResponse {
+    http(
+        s.http_port,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+}
+
+/// GET on the server's HTTP port.
+pub fn get(s: &Server, path: &str) -> HttpResponse {
+    http(s.http_port, "GET", path, &[], b"")
+}
