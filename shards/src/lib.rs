@@ -47,6 +47,6 @@ pub use ownership::{
 pub use runtime::{run_shards, usable_cpus, FINAL_FLUSH_TIMEOUT_MS};
 pub use shard::Shard;
 pub use shutdown::{ShutdownHandle, SignalListener};
-pub use task::{block_on, sleep, spawn, timeout, Task};
+pub use task::{block_on, sleep, spawn, spawn_blocking, timeout, Task};
 pub use ticker::{TickCallback, Ticker, TICKER_TIMERS_MAX, TICK_MS_MIN};
 pub use timer::{TimerId, Timers, TimersFull};

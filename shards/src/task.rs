@@ -57,3 +57,10 @@ pub fn block_on<T: Send + 'static>(
         .join()
         .map_err(|e| std::io::Error::other(format!("startup executor failed: {e}")))
 }
+
+/// Runs `func` on the shard's blocking-thread pool (pinned like the shard) and resolves with
+/// its result, so long CPU work (serialising a large snapshot) time-slices with the shard
+/// instead of stopping its event loop.
+pub async fn spawn_blocking<R: Send + 'static>(func: impl FnOnce() -> R + Send + 'static) -> R {
+    glommio::executor().spawn_blocking(func).await
+}

@@ -594,50 +594,58 @@ impl Plane {
         }
     }
 
-    /// Takes a snapshot of the slot when its command log has grown enough, then, once it is
-    /// durable, drops what it replaces (whole segments, in the background).
+    /// Takes a snapshot of the slot when its command log has grown enough: the state is
+    /// copied now, between two commands (exactly the state after `wal_seq`); serialising it
+    /// runs on the shard's blocking pool, so a large state slows the shard down for a while
+    /// instead of stopping it. Once the chunks are durable, what they replace is dropped
+    /// (whole segments, in the background).
     fn maybe_snapshot(&self, slot: u16, cell: &Rc<RefCell<SlotState>>) {
         let Some(store) = self.store.clone() else {
             return;
         };
-        let written = {
+        let (state, wal_seq, number, wal, snap) = {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
             let Some(logs) = st.logs.as_mut() else { return };
             if !logs.snapshot_due(self.compaction_threshold_bytes) {
                 return;
             }
-            let number = logs.last_snapshot_number + 1;
-            let wal_seq = logs.wal.next_seq() - 1;
-            match snapshot::write(&store, &logs.snap, &st.broker, wal_seq, number) {
-                Ok(w) => {
-                    self.shard
-                        .metrics()
-                        .counter("boltq_snapshots_total", &[])
-                        .inc();
-                    logs.snapshotting = true;
-                    logs.bytes_since_snapshot = 0;
-                    logs.last_snapshot_bytes = w.bytes;
-                    logs.last_snapshot_number = number;
-                    (w, logs.wal.clone(), logs.snap.clone())
-                }
-                Err(e) => {
-                    log::warn!("snapshot of queue slot {slot} failed: {e}; the log keeps growing");
-                    return;
-                }
-            }
+            logs.snapshotting = true;
+            logs.bytes_since_snapshot = 0;
+            logs.last_snapshot_number += 1;
+            (
+                st.broker.snapshot(),
+                logs.wal.next_seq() - 1,
+                logs.last_snapshot_number,
+                logs.wal.clone(),
+                logs.snap.clone(),
+            )
         };
+        self.shard
+            .metrics()
+            .counter("boltq_snapshots_total", &[])
+            .inc();
         let cell = Rc::clone(cell);
         boltq_shards::spawn(async move {
-            let (w, wal, snap) = written;
             let result = async {
-                store.wait_durable(w.lsn).await?;
-                store.truncate_before(&wal, w.wal_seq + 1).await?;
-                store.truncate_before(&snap, w.first_chunk_seq).await
+                let body = boltq_shards::spawn_blocking(move || snapshot::encode(&state)).await?;
+                let w = snapshot::write(&store, &snap, &body, wal_seq, number)?;
+                if let Some(logs) = cell.borrow_mut().logs.as_mut() {
+                    logs.last_snapshot_bytes = w.bytes;
+                }
+                store.wait_durable(w.lsn).await.map_err(|e| e.to_string())?;
+                store
+                    .truncate_before(&wal, w.wal_seq + 1)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store
+                    .truncate_before(&snap, w.first_chunk_seq)
+                    .await
+                    .map_err(|e| e.to_string())
             }
             .await;
             if let Err(e) = result {
-                log::warn!("compaction of queue slot {slot} failed: {e}");
+                log::warn!("snapshot of queue slot {slot} failed: {e}; the log keeps growing");
             }
             if let Some(logs) = cell.borrow_mut().logs.as_mut() {
                 logs.snapshotting = false;

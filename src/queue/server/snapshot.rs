@@ -32,17 +32,20 @@ pub struct Written {
     pub bytes: u64,
 }
 
-/// Serialises `broker` and appends it as chunk records. Synchronous: nothing can apply a
-/// command in between, so the snapshot is the state after `wal_seq` exactly.
+/// Serialises a snapshot (off the shard's event loop: see `plane::maybe_snapshot`).
+pub fn encode(snapshot: &BrokerSnapshot) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(snapshot).map_err(|e| format!("encode snapshot: {e}"))
+}
+
+/// Appends a serialised snapshot as chunk records. `wal_seq` is the last command the
+/// snapshot includes (it was taken between two commands, so it is exactly that state).
 pub fn write(
     store: &Store,
     snap: &LogRef,
-    broker: &Broker,
+    body: &[u8],
     wal_seq: u64,
     number: u64,
 ) -> Result<Written, String> {
-    let body =
-        serde_json::to_vec(&broker.snapshot()).map_err(|e| format!("encode snapshot: {e}"))?;
     assert!(!body.is_empty(), "a serialised snapshot is at least `{{}}`");
     let parts = body.len().div_ceil(CHUNK_BYTES);
     let first_chunk_seq = snap.next_seq();
