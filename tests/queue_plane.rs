@@ -789,3 +789,21 @@ fn a_long_lived_connection_survives_tens_of_thousands_of_reads() {
         assert_eq!(code, status::OK);
     }
 }
+
+#[test]
+fn unroutable_exchange_publishes_are_reported_only_when_asked() {
+    let (s, _cfg) = server("report_unroutable = true\n");
+    let mut c = client(&s);
+    c.exchange_declare("r", "direct", false).unwrap();
+    c.bind_queue("r", "rq", "yes", None, false).unwrap();
+    c.publish_exchange("r", "yes", "1", None, 0).unwrap();
+    match c.publish_exchange("r", "no", "1", None, 0) {
+        Err(ClientError::Server(e)) => assert!(e.starts_with("unroutable:"), "{e}"),
+        other => panic!("expected an unroutable error, got {other:?}"),
+    }
+    // Default (v1): silently dropped with an OK.
+    let (s2, _cfg2) = server("");
+    let mut c2 = client(&s2);
+    c2.exchange_declare("r", "direct", false).unwrap();
+    c2.publish_exchange("r", "no", "1", None, 0).unwrap();
+}

@@ -307,6 +307,10 @@ pub struct QueueConfig {
     /// `"reject"` (default) or `"spill"` (v1 behaviour); see
     /// [`OverflowPolicy`].
     pub overflow: OverflowPolicy,
+    /// Answer a PUBLISH_EXCHANGE (TCP 0x18, HTTP `/exchange/publish`) that matches no
+    /// binding with an error instead of v1's silent OK. Default false (v1 clients expect
+    /// the OK).
+    pub report_unroutable: bool,
 }
 
 impl Default for QueueConfig {
@@ -318,6 +322,7 @@ impl Default for QueueConfig {
             retry_backoff_base_ms: 1000,
             retry_backoff_max_ms: 30_000,
             overflow: OverflowPolicy::Reject,
+            report_unroutable: false,
         }
     }
 }

@@ -47,6 +47,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         plan.api_key.clone(),
         plan.random,
         plan.slot_compaction_bytes,
+        plan.config.queue.report_unroutable,
     )
     .await?;
     let cache = plan.config.cache.enabled.then(|| {

@@ -466,6 +466,12 @@ pub fn submit_exchange_publish(
     let now = now_ns();
     let queues = plane.route(&p.exchange, &p.routing_key, &p.headers)?;
     let default_exchange = p.exchange.is_empty();
+    if queues.is_empty() && plane.report_unroutable() {
+        return Err(format!(
+            "unroutable: no queue bound to exchange \"{}\" matches routing key \"{}\"",
+            p.exchange, p.routing_key
+        ));
+    }
     let template = new_message(plane, p.routing_key.clone(), p.payload.clone(), now);
     let mut parts = Vec::with_capacity(queues.len());
     for queue in queues {

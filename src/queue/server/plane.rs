@@ -236,6 +236,8 @@ pub struct Plane {
     meta_log: Option<LogRef>,
     /// Per-slot command bytes that make a snapshot due (0 = never compact).
     compaction_threshold_bytes: u64,
+    /// `queue.report_unroutable`: refuse exchange publishes that match no binding.
+    report_unroutable: bool,
     waiters: RefCell<Waiters>,
     /// True while parked consumers are being served (serving applies commands, which
     /// would otherwise try to serve again).
@@ -259,6 +261,7 @@ impl Plane {
         api_key: Option<String>,
         random: u64,
         compaction_threshold_bytes: u64,
+        report_unroutable: bool,
     ) -> Result<Rc<Plane>, String> {
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
@@ -289,6 +292,7 @@ impl Plane {
             exchanges: RefCell::new(Rc::new(exchanges)),
             meta_log,
             compaction_threshold_bytes,
+            report_unroutable,
             waiters: RefCell::new(Waiters::default()),
             serving_waiters: Cell::new(false),
         });
@@ -369,6 +373,10 @@ impl Plane {
 
     pub fn next_id(&self, slot: u16) -> crate::queue::message::MessageId {
         self.ids.borrow_mut().next(slot)
+    }
+
+    pub fn report_unroutable(&self) -> bool {
+        self.report_unroutable
     }
 
     pub fn requires_auth(&self) -> bool {
