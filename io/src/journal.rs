@@ -140,9 +140,7 @@ impl Journal {
 
     /// Position one past the last appended entry.
     pub fn appended(&self) -> u64 {
-        let st = self.st.borrow();
-        let f = st.files.back().expect("journal has an active file");
-        f.base + f.app.end()
+        self.appended_locked(&self.st.borrow())
     }
 
     pub fn durable(&self) -> u64 {
@@ -171,6 +169,10 @@ impl Journal {
     /// use). Returns the LSN to wait for.
     pub fn append(&self, handle: u32, name: &str, frame: &[u8]) -> u64 {
         let mut st = self.st.borrow_mut();
+        assert!(
+            !st.closing,
+            "append to a closing journal: the store refuses appends once it closes"
+        );
         let needed = journal_entry::entry_len(frame.len()) + journal_entry::entry_len(name.len());
         let file_bytes = self.file_bytes;
         let active = st.files.back().expect("active file");
@@ -303,9 +305,9 @@ impl Journal {
         self.stopped.notify();
     }
 
+    /// After `close_and_remove` there is no file left: everything appended was durable.
     fn appended_locked(&self, st: &State) -> u64 {
-        let f = st.files.back().expect("active file");
-        f.base + f.app.end()
+        st.files.back().map_or(st.durable, |f| f.base + f.app.end())
     }
 
     /// Writes everything below `target` and, when `sync`, fdatasyncs every file holding

@@ -307,6 +307,11 @@ impl Store {
     /// (a broker applying a command) ask first, so a refused append never leaves memory
     /// ahead of the log.
     pub fn check_room(&self) -> Result<(), AppendError> {
+        if self.closing.get() {
+            return Err(AppendError::Failed(
+                "storage is closed (shutting down)".into(),
+            ));
+        }
         if let Some(f) = self.journal.failure() {
             return Err(AppendError::Failed(f));
         }

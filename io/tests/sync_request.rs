@@ -49,3 +49,29 @@ fn wait_synced_syncs_under_never_and_interval() {
             .unwrap();
     }
 }
+
+/// Work still running after shutdown (a timer tick, a late request) must get a clear
+/// refusal from a closed store, not a panic.
+#[test]
+fn a_closed_store_refuses_appends_without_panicking() {
+    let tmp = TempDir::new("closed");
+    let dir = tmp.path().to_path_buf();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let mut c = StoreConfig::new(&dir);
+            c.journal_file_bytes = 1024 * 1024;
+            boltq_io::probe::warm_iopoll(&dir).await.unwrap();
+            recover(&dir, &c.log).await.unwrap();
+            let store = Store::open(c, 0).await.unwrap();
+            let log = store.open_log("q/x").await.unwrap();
+            store.close().await.unwrap();
+            let err = store.check_room().unwrap_err().to_string();
+            assert!(err.contains("closed"), "{err}");
+            let mut r = Record::default();
+            assert!(store.append(&log, &mut r, 1).is_err());
+            let _ = store.journal().appended();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
