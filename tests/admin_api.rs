@@ -281,6 +281,7 @@ fn metrics_move_when_their_events_happen() {
         "boltq_ready_messages 2",
         "boltq_publish_reply_latency_us_count 3",
         "boltq_queue_ready_messages{queue=\"m\"} 2",
+        "boltq_scrape_shards_missing 0",
     ] {
         assert!(
             text.body.lines().any(|l| l == line),

@@ -114,6 +114,11 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
             r.connections as i64,
         ),
         (
+            "boltq_scrape_shards_missing",
+            "Shards whose numbers are missing from this scrape (they did not answer in time)",
+            r.shards_missing as i64,
+        ),
+        (
             "boltq_publish_rejected_full_total",
             "Publishes refused because the queue was full",
             r.counters.rejected_full as i64,

@@ -53,6 +53,8 @@ pub struct ShardReport {
     pub connections: u64,
     /// (shard, peer address, connected since Unix ms), at most `CONNECTION_LIST_MAX` per shard.
     pub connection_list: Vec<(usize, String, u64)>,
+    /// Shards that did not answer this gather in time (their numbers are missing).
+    pub shards_missing: u64,
     /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
     pub metrics: boltq_shards::MetricsSnapshot,
 }
@@ -63,6 +65,7 @@ impl ShardReport {
         self.counters.merge(&other.counters);
         self.storage_bytes += other.storage_bytes;
         self.connections += other.connections;
+        self.shards_missing += other.shards_missing;
         self.connection_list
             .extend(other.connection_list.iter().cloned());
         self.metrics = boltq_shards::MetricsSnapshot::merge([

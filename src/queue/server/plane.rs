@@ -203,8 +203,9 @@ impl StatsGather {
     pub async fn merged(self) -> ShardReport {
         let mut total = self.local;
         for r in self.remote {
-            if let Ok(ShardMsg::QueueReply(QueueReply::Report(s))) = r.await {
-                total.merge(&s);
+            match r.await {
+                Ok(ShardMsg::QueueReply(QueueReply::Report(s))) => total.merge(&s),
+                _ => total.shards_missing += 1,
             }
         }
         total
