@@ -15,11 +15,21 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A port that was free a moment ago (the kernel may hand it out again; tests accept that
 /// small race rather than teach the server to report an ephemeral port).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // The kernel may hand the same ephemeral port out again as soon as the probe listener
+    // closes; never give a test the same port twice (a server's TCP and HTTP port collided).
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// How [`Server::start_until`] tells that the server is ready.
