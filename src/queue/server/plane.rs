@@ -48,14 +48,11 @@ struct SlotLogs {
     /// Connections with a durable subscription in this slot: their disconnect changes
     /// durable state (the subscription starts backlogging), so it is logged.
     durable_consumers: std::collections::HashSet<ConsumerRef>,
-    /// Set by `track_durable_consumers` for the command being applied.
-    disconnect_is_durable: bool,
 }
 
-/// Keeps `durable_consumers` current and says whether this command is the disconnect of
-/// one of them (which must then be logged).
-fn track_durable_consumers(logs: &mut SlotLogs, cmd: &Command, outcome: &Outcome) {
-    logs.disconnect_is_durable = false;
+/// Keeps `durable_consumers` current; true when this command is the disconnect of one of
+/// them (which must then be logged).
+fn track_durable_consumers(logs: &mut SlotLogs, cmd: &Command, outcome: &Outcome) -> bool {
     match (cmd, outcome) {
         (
             Command::Subscribe {
@@ -66,15 +63,15 @@ fn track_durable_consumers(logs: &mut SlotLogs, cmd: &Command, outcome: &Outcome
             Outcome::Subscribed { .. },
         ) => {
             logs.durable_consumers.insert(*consumer);
+            false
         }
-        (Command::Disconnect { consumer }, _) => {
-            logs.disconnect_is_durable = logs.durable_consumers.remove(consumer);
-        }
+        (Command::Disconnect { consumer }, _) => logs.durable_consumers.remove(consumer),
         (Command::DisconnectAll, _) => {
-            logs.disconnect_is_durable = !logs.durable_consumers.is_empty();
+            let any = !logs.durable_consumers.is_empty();
             logs.durable_consumers.clear();
+            any
         }
-        _ => {}
+        _ => false,
     }
 }
 
@@ -363,7 +360,6 @@ impl Plane {
                 last_snapshot_number: number,
                 snapshotting: false,
                 durable_consumers: Default::default(),
-                disconnect_is_durable: false,
             },
         ))
     }
@@ -475,12 +471,13 @@ impl Plane {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
             let (outcome, effects) = st.broker.apply(&cmd);
-            if let Some(logs) = st.logs.as_mut() {
-                track_durable_consumers(logs, &cmd, &outcome);
-            }
+            let durable_disconnect = st
+                .logs
+                .as_mut()
+                .is_some_and(|logs| track_durable_consumers(logs, &cmd, &outcome));
             let lsn = match (&self.store, &mut st.logs) {
                 (Some(store), Some(logs))
-                    if wal::must_log(&cmd, &outcome) || logs.disconnect_is_durable =>
+                    if wal::must_log(&cmd, &outcome) || durable_disconnect =>
                 {
                     match wal::append(store, &logs.wal, &cmd) {
                         Ok((lsn, bytes)) => {
