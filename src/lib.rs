@@ -6,5 +6,6 @@ pub mod cache;
 pub mod client;
 pub mod config;
 pub mod logger;
+pub mod messaging;
 pub mod queue;
 pub mod server;

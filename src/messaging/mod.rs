@@ -1,0 +1,17 @@
+//! The messaging plane (off by default): a partitioned, replayable log of stream topics
+//! behind a WebSocket gateway for end-user devices (spec/messaging-engine.md,
+//! spec/messaging-edge.md).
+//!
+//! Folder = layer, file = concept:
+//! - `topic`: topic names, their on-disk encoding, namespaces, key → partition.
+//! - `identity/`: tokens (HS256 JWT), principals, the topic ACL.
+//! - `membership`: the operator's membership service (client and cache).
+//! - `dedup`, `cursor`: the sans-IO idempotency window and read positions.
+//! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
+
+pub mod cursor;
+pub mod dedup;
+pub mod gateway;
+pub mod identity;
+pub mod membership;
+pub mod topic;
