@@ -419,6 +419,9 @@ impl Log {
     /// the caller to delete. The active segment always stays, so `next_seq` never moves.
     pub fn apply_retention(&mut self, now_ns: i64) -> Vec<PathBuf> {
         let mut removed = Vec::new();
+        if self.cfg.retention_bytes == 0 && self.cfg.retention_ms == 0 {
+            return removed; // each log carries its own policy; most have none
+        }
         let age_limit_ns = self.cfg.retention_ms as i64 * 1_000_000;
         loop {
             if self.segments.len() < 2 || !self.segments[0].sealed_durable {

@@ -220,12 +220,18 @@ impl Store {
 
     /// Opens (recovering its tail) or creates the log `name`.
     pub async fn open_log(&self, name: &str) -> io::Result<LogRef> {
+        self.open_log_with(name, self.cfg.log.clone()).await
+    }
+
+    /// Like [`Store::open_log`] with settings of its own (the messaging plane's partitions
+    /// have their own segment size and retention). The settings of the first open win.
+    pub async fn open_log_with(&self, name: &str, cfg: LogConfig) -> io::Result<LogRef> {
         validate_log_name(name)?;
         if let Some(l) = self.logs.borrow().get(name) {
             return Ok(l.clone());
         }
         let dir = logs_root(&self.cfg.data_dir).join(name);
-        let log = log::open_log(name, dir, self.cfg.log.clone()).await?;
+        let log = log::open_log(name, dir, cfg).await?;
         let mut logs = self.logs.borrow_mut();
         if let Some(l) = logs.get(name) {
             return Ok(l.clone()); // opened concurrently; keep the first
@@ -446,9 +452,6 @@ impl Store {
     }
 
     async fn apply_retention(&self, logs: &[LogRef]) -> io::Result<()> {
-        if self.cfg.log.retention_bytes == 0 && self.cfg.log.retention_ms == 0 {
-            return self.remove_pending_files().await;
-        }
         let now_ns = now_ns();
         for log in logs {
             let victims = log.log.borrow_mut().apply_retention(now_ns);

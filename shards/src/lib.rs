@@ -42,7 +42,8 @@ pub use error::{MeshError, OutboxFull, RuntimeError};
 pub use mesh::Handler;
 pub use metrics::{Counter, Gauge, Histogram, MetricKey, MetricsSnapshot, Registry};
 pub use ownership::{
-    fnv1a_64, owner_of_partition, owner_of_queue, owner_of_slot, slot_of, ShardId, SLOTS,
+    fnv1a_64, owner_of_partition, owner_of_queue, owner_of_slot, partition_slot, slot_of, ShardId,
+    SLOTS,
 };
 pub use runtime::{run_shards, usable_cpus, FINAL_FLUSH_TIMEOUT_MS};
 pub use shard::Shard;

@@ -59,21 +59,21 @@ pub fn owner_of_queue(queue: &str, shard_count: usize) -> ShardId {
     owner_of_slot(slot_of(queue), shard_count)
 }
 
-/// The shard that owns partition `partition` of `topic`.
-///
-/// `(fnv1a_64(topic) + partition) mod shard_count`, computed without
-/// overflow: the topic hash picks a starting shard and consecutive partitions
-/// go to consecutive shards, so a topic with at least `shard_count`
-/// partitions is spread perfectly evenly (a hash of the pair would leave
-/// some shards with two partitions of a hot topic and others with none), and
-/// different topics still start on different shards.
+/// The slot of partition `partition` of `topic`: the topic hash picks a starting slot and
+/// consecutive partitions take consecutive slots, so the partitions of one topic spread over
+/// the shards evenly (a hash of the pair would leave some shards with two partitions of a hot
+/// topic and others with none). On-disk state that belongs with a partition but not in its
+/// log (its readers' cursors) is keyed by this slot, never by shard, so a restart with
+/// another shard count only moves ownership.
+pub fn partition_slot(topic: &str, partition: u32) -> u16 {
+    let start = fnv1a_64(topic.as_bytes()) % u64::from(SLOTS);
+    let slot = (start + u64::from(partition) % u64::from(SLOTS)) % u64::from(SLOTS);
+    u16::try_from(slot).expect("slot < SLOTS fits in u16")
+}
+
+/// The shard that owns partition `partition` of `topic`, by way of its slot.
 pub fn owner_of_partition(topic: &str, partition: u32, shard_count: usize) -> ShardId {
-    assert!(shard_count > 0, "shard_count must be positive");
-    let count = shard_count as u64;
-    let start = fnv1a_64(topic.as_bytes()) % count;
-    let step = u64::from(partition) % count;
-    let owner = (start + step) % count;
-    usize::try_from(owner).expect("owner < shard_count fits in usize")
+    owner_of_slot(partition_slot(topic, partition), shard_count)
 }
 
 #[cfg(test)]
@@ -150,7 +150,8 @@ mod tests {
 
     #[test]
     fn partitions_of_one_topic_cover_all_shards() {
-        for n in 1..=8 {
+        // Exact for shard counts dividing SLOTS; others are near-even (the slot wraps).
+        for n in [1, 2, 4, 8] {
             let mut seen = vec![false; n];
             for partition in 0..n as u32 {
                 seen[owner_of_partition("chat", partition, n)] = true;
@@ -166,9 +167,16 @@ mod tests {
             assert!(owner < 3);
             assert_eq!(owner, owner_of_partition("t", p, 3));
         }
-        let start = (fnv1a_64(b"t") % 3) as usize;
-        assert_eq!(owner_of_partition("t", 0, 3), start);
-        assert_eq!(owner_of_partition("t", 1, 3), (start + 1) % 3);
+        let start = fnv1a_64(b"t") % u64::from(SLOTS);
+        assert_eq!(u64::from(partition_slot("t", 0)), start);
+        assert_eq!(
+            u64::from(partition_slot("t", 1)),
+            (start + 1) % u64::from(SLOTS)
+        );
+        assert_eq!(
+            owner_of_partition("t", 1, 3),
+            owner_of_slot(partition_slot("t", 1), 3)
+        );
     }
 
     #[test]

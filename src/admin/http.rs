@@ -281,6 +281,12 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
                 return;
             }
         };
+        if let Some(gw) = ctx.gateway.as_ref().filter(|g| g.settings.path == req.path) {
+            // The WebSocket takes over the connection; no admin timeout applies to it.
+            let leftover = std::mem::take(&mut buf);
+            crate::messaging::gateway::upgrade::serve(conn, req, leftover, Rc::clone(gw)).await;
+            return;
+        }
         if req.path == "/subscribe" && req.method == "GET" {
             // Server-sent events take over the connection until the client leaves.
             router::serve_events(conn, &req, ctx, stop.as_mut()).await;

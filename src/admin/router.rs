@@ -25,6 +25,8 @@ pub struct AdminCtx {
     pub cache: Option<Rc<crate::cache::service::CacheService>>,
     pub storage_mode: &'static str,
     pub compaction_threshold_bytes: u64,
+    /// The messaging gateway mounted on this listener (`messaging.gateway.port = 0`).
+    pub gateway: Option<Rc<crate::messaging::gateway::GatewayCtx>>,
 }
 
 impl AdminCtx {

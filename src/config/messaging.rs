@@ -210,6 +210,12 @@ pub struct GatewayConfig {
     /// Outbound frames queued before a slow client is dropped. Default 256;
     /// 1..=65536.
     pub send_buffer: u32,
+    /// Bytes of outbound frames per connection before its producers wait and, if the
+    /// client still does not read, it is closed as a slow consumer. Default 4194304.
+    pub send_buffer_bytes: u64,
+    /// Accept `security.api_key` as the anonymous principal on the gateway. Default false:
+    /// the backend key must never reach a device on a public listener.
+    pub allow_shared_key: bool,
     /// Largest inbound message, in bytes (v1 key name). Default 1048576;
     /// 1 KiB..=64 MiB.
     pub read_limit: u64,
@@ -230,6 +236,8 @@ impl Default for GatewayConfig {
             pong_timeout: Duration::from_secs(90),
             max_subscriptions: 200,
             send_buffer: 256,
+            send_buffer_bytes: 4 * 1024 * 1024,
+            allow_shared_key: false,
             read_limit: 1024 * 1024,
             history_limit: 200,
             allowed_origins: Vec::new(),

@@ -354,6 +354,12 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
         65_536,
     )?;
     range_bytes("messaging.gateway.read_limit", g.read_limit, 1024, 64 * MIB)?;
+    range_bytes(
+        "messaging.gateway.send_buffer_bytes",
+        g.send_buffer_bytes,
+        64 * 1024,
+        256 * MIB,
+    )?;
     range(
         "messaging.gateway.history_limit",
         u64::from(g.history_limit),

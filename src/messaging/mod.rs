@@ -11,7 +11,10 @@
 
 pub mod cursor;
 pub mod dedup;
+pub mod engine;
 pub mod gateway;
+pub mod http_client;
 pub mod identity;
 pub mod membership;
+pub mod plane;
 pub mod topic;

@@ -43,6 +43,8 @@ pub struct Plan {
     pub slot_compaction_bytes: u64,
     /// When the process started serving (uptime in `/overview` and `/readyz`).
     pub started: std::time::Instant,
+    /// The messaging plane, when `messaging.stream.enabled`.
+    pub messaging: Option<crate::messaging::plane::MessagingPlan>,
 }
 
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
@@ -57,9 +59,24 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
             "clustering",
         ),
         (
-            config.messaging.stream.enabled,
-            "messaging.stream.enabled = true",
-            "the messaging plane",
+            config.messaging.replication.enabled,
+            "messaging.replication.enabled = true",
+            "messaging replication",
+        ),
+        (
+            config.messaging.push.enabled,
+            "messaging.push.enabled = true",
+            "offline push",
+        ),
+        (
+            config.messaging.gateway.enabled && config.messaging.gateway.port != 0,
+            "messaging.gateway.port (non-zero)",
+            "a dedicated gateway listener (use port 0: the gateway on the admin listener)",
+        ),
+        (
+            config.messaging.stream.enabled && config.storage.mode == StorageMode::Memory,
+            "messaging.stream.enabled = true with storage.mode = \"memory\"",
+            "the messaging plane without disk storage",
         ),
     ];
     let spill = config.queue.overflow != crate::config::OverflowPolicy::Reject;
@@ -108,7 +125,15 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .validate()
         .map_err(|e| ServerError(format!("queue configuration: {e}")))?;
     let api_key = Some(config.security.api_key.clone()).filter(|k| !k.is_empty());
+    let messaging = match (&store, config.messaging.stream.enabled) {
+        (Some(s), true) => Some(
+            crate::messaging::plane::MessagingPlan::build(&config, &s.data_dir)
+                .map_err(|e| ServerError(format!("messaging: {e}")))?,
+        ),
+        _ => None,
+    };
     let plan = Arc::new(Plan {
+        messaging,
         tls,
         broker,
         api_key,

@@ -24,6 +24,9 @@ pub enum ShardMsg {
     QueueReply(QueueReply),
     Cache(crate::cache::service::CacheOp),
     CacheAnswer(crate::cache::service::CacheAnswer),
+    Stream(crate::messaging::engine::mesh::StreamMsg),
+    StreamReply(crate::messaging::engine::mesh::StreamReply),
+    Gateway(crate::messaging::gateway::GatewayMsg),
 }
 
 pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
@@ -56,10 +59,19 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         let sweep_interval_ms = plan.config.cache.cleanup_sec.max(1) * 1000;
         crate::cache::service::CacheService::start(shard.clone(), limits, sweep_interval_ms)
     });
+    let (engine, gateway) = match (&plan.messaging, &store) {
+        (Some(m), Some(store)) => {
+            let (e, g) = m.start(shard.clone(), Rc::clone(store)).await?;
+            (Some(e), g)
+        }
+        _ => (None, None),
+    };
     {
         let plane = Rc::clone(&plane);
         let cache = cache.clone();
-        shard.set_handler(move |_from, incoming| match (&incoming, &cache) {
+        let engine = engine.clone();
+        let gateway = gateway.clone();
+        shard.set_handler(move |from, incoming| match (&incoming, &cache) {
             (
                 boltq_shards::Incoming::Request {
                     msg: ShardMsg::Cache(_),
@@ -67,6 +79,27 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 },
                 Some(cache),
             ) => cache.on_mesh(incoming),
+            (
+                boltq_shards::Incoming::Request {
+                    msg: ShardMsg::Stream(_),
+                    ..
+                }
+                | boltq_shards::Incoming::Message(ShardMsg::Stream(_)),
+                _,
+            ) => match &engine {
+                Some(e) => e.on_mesh(from, incoming),
+                None => log::warn!("messaging message while the plane is off"),
+            },
+            (
+                boltq_shards::Incoming::Request {
+                    msg: ShardMsg::Gateway(_),
+                    ..
+                },
+                _,
+            ) => match &gateway {
+                Some(g) => g.on_mesh(incoming),
+                None => log::warn!("gateway message while the gateway is off"),
+            },
             _ => plane.on_mesh(incoming),
         });
     }
@@ -93,6 +126,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         cache,
         storage_mode: plan.config.storage.mode.as_str(),
         compaction_threshold_bytes: plan.config.storage.compaction_threshold,
+        gateway: gateway.clone(),
     });
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let shard = shard.clone();
@@ -104,6 +138,12 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     shard.shutdown_requested().await;
     plan.state.set_not_ready();
     plane.expire_waiters(i64::MAX); // long-polls answer EMPTY now rather than at their deadline
+    if let Some(g) = &gateway {
+        g.shutdown(); // 1001 to every device, then a short drain
+    }
+    if let Some(e) = &engine {
+        e.close();
+    }
     drop(tcp_task); // cancels the accept loops: no new connections
     drop(http_task);
     drain(&live).await;

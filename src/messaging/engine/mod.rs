@@ -1,0 +1,858 @@
+//! The stream engine on one shard: the partitions this shard owns (appends, reads, cursors,
+//! dedup) and its mirror of the partitions its subscribers read.
+//!
+//! Ownership: partition `(topic, p)` belongs to `owner_of_partition(topic, p)`; its cursors
+//! live in the cursor log of the same slot on the same shard, so a commit never crosses to
+//! a third shard. Every other shard reaches a partition only through `StreamMsg`.
+//!
+//! Durability: an append is answered, and its record pushed to subscribers, only after the
+//! shard journal's group commit made it durable under the configured policy. Readers never
+//! see a record a crash could take back.
+
+pub mod catalog;
+pub mod cursors;
+pub mod mesh;
+pub mod mirror;
+pub mod stats;
+
+use crate::messaging::cursor::CursorKey;
+use crate::messaging::dedup::{Claim, Coordinates, DedupKey, DedupTable};
+use crate::messaging::topic::{self, Namespace, PartitionCounts};
+use crate::server::shard_main::ShardMsg;
+use boltq_io::log::{LogConfig, ReadError};
+use boltq_io::record::Record;
+use boltq_io::store::{AppendError, LogRef};
+use boltq_io::Store;
+use boltq_shards::{Incoming, ReplyToken, Shard, ShardId};
+use bytes::Bytes;
+use cursors::CursorStore;
+use mesh::{AppendOk, AppendReq, ReadOk, StreamError, StreamMsg, StreamReply};
+use mirror::{Mirror, PartitionKey};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// How long a shard waits for another shard's answer about a partition.
+pub const MESH_TIMEOUT_MS: u64 = 10_000;
+/// Records per read (subscription catch-up and history pages are capped below this).
+pub const READ_RECORDS_MAX: usize = 64;
+/// Bytes (key + payload) per read page.
+pub const READ_BYTES_MAX: usize = 256 * 1024;
+
+/// What the engine needs from the configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    pub counts: PartitionCounts,
+    pub log: LogConfig,
+    pub fanout_on_write_limit: usize,
+    pub dedup_ttl_ns: i64,
+    pub dedup_entries_max: usize,
+    /// Wait for an fdatasync before answering, whatever the queue plane's policy
+    /// (`messaging.fsync = "always"`, the default).
+    pub sync_always: bool,
+}
+
+/// A partition this shard owns and has open.
+struct Owned {
+    log: LogRef,
+    /// One past the newest durable record: what readers may see.
+    published_next: Cell<u64>,
+    /// Appended, not yet durable, in sequence order.
+    pending: RefCell<VecDeque<Record>>,
+}
+
+pub struct Engine {
+    shard: Shard<ShardMsg>,
+    store: Rc<Store>,
+    cfg: EngineConfig,
+    /// Topic → partitions; the same on every shard (shard 0 writes, others follow).
+    catalog: RefCell<HashMap<String, u32>>,
+    /// Shard 0 only: creations in progress, so concurrent requests share one manifest write.
+    registering: RefCell<HashMap<String, Vec<ReplyToken>>>,
+    quota: RefCell<catalog::CreateQuota>,
+    owned: RefCell<HashMap<PartitionKey, Rc<Owned>>>,
+    /// Shards that read each owned partition (including this one).
+    watchers: RefCell<HashMap<PartitionKey, BTreeSet<ShardId>>>,
+    mirror: RefCell<Mirror>,
+    dedup: RefCell<DedupTable>,
+    cursors: CursorStore,
+    stats: RefCell<stats::EngineStats>,
+    closing: Cell<bool>,
+}
+
+fn now_ns() -> i64 {
+    boltq_io::store::now_ns()
+}
+
+pub fn now_ns_pub() -> i64 {
+    now_ns()
+}
+
+pub async fn sleep_ms(ms: u64) {
+    boltq_shards::sleep(std::time::Duration::from_millis(ms)).await
+}
+
+impl Engine {
+    /// Starts the engine on this shard: loads the cursors of the slots it owns.
+    pub async fn start(
+        shard: Shard<ShardMsg>,
+        store: Rc<Store>,
+        cfg: EngineConfig,
+        topics: HashMap<String, u32>,
+    ) -> Result<Rc<Engine>, String> {
+        let cursors = CursorStore::load(&store, &cfg.data_dir, shard.id(), shard.count()).await?;
+        let dedup = DedupTable::new(cfg.dedup_ttl_ns, cfg.dedup_entries_max);
+        let engine = Rc::new(Engine {
+            shard,
+            store,
+            cfg,
+            catalog: RefCell::new(topics),
+            registering: RefCell::new(HashMap::new()),
+            quota: RefCell::new(catalog::CreateQuota::default()),
+            owned: RefCell::new(HashMap::new()),
+            watchers: RefCell::new(HashMap::new()),
+            mirror: RefCell::new(Mirror::default()),
+            dedup: RefCell::new(dedup),
+            cursors,
+            stats: RefCell::new(stats::EngineStats::default()),
+            closing: Cell::new(false),
+        });
+        boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();
+        Ok(engine)
+    }
+
+    pub fn shard(&self) -> &Shard<ShardMsg> {
+        &self.shard
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Stops accepting appends (shutdown); reads keep working until the shard ends.
+    pub fn close(&self) {
+        self.closing.set(true);
+    }
+
+    /// The partition count of `topic`: as created, or what it would get if created now.
+    pub fn partitions_of(&self, topic: &str, ns: &Namespace) -> u32 {
+        self.catalog
+            .borrow()
+            .get(topic)
+            .copied()
+            .unwrap_or_else(|| self.cfg.counts.count_for(ns))
+    }
+
+    pub fn topic_exists(&self, topic: &str) -> bool {
+        self.catalog.borrow().contains_key(topic)
+    }
+
+    pub fn topics(&self) -> Vec<(String, u32)> {
+        let mut t: Vec<_> = self
+            .catalog
+            .borrow()
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        t.sort();
+        t
+    }
+
+    pub fn mirror(&self) -> &RefCell<Mirror> {
+        &self.mirror
+    }
+
+    pub fn local_stats(&self) -> stats::EngineStats {
+        let mut s = self.stats.borrow().clone();
+        s.partitions_open = self.owned.borrow().len() as u64;
+        s.partitions_watched = self.mirror.borrow().watched() as u64;
+        s.cursor_keys = self.cursors.keys() as u64;
+        s.topics = self.catalog.borrow().len() as u64;
+        s
+    }
+
+    fn owner(&self, topic: &str, partition: u32) -> ShardId {
+        boltq_shards::owner_of_partition(topic, partition, self.shard.count())
+    }
+
+    // ---- requests from the gateway (any shard) -------------------------------------------
+
+    /// Sends a request about `(topic, partition)` to its owner and waits for the answer.
+    async fn ask(&self, dest: ShardId, msg: StreamMsg) -> Result<StreamReply, StreamError> {
+        match self
+            .shard
+            .request(dest, ShardMsg::Stream(msg), MESH_TIMEOUT_MS)
+            .await
+        {
+            Ok(ShardMsg::StreamReply(r)) => Ok(r),
+            Ok(other) => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(StreamError::Internal(format!("shard {dest}: {e}"))),
+        }
+    }
+
+    pub async fn append(&self, req: AppendReq) -> Result<AppendOk, StreamError> {
+        let dest = self.owner(&req.topic, req.partition);
+        match self.ask(dest, StreamMsg::Append(Box::new(req))).await? {
+            StreamReply::Appended(r) => r,
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Reads a page of a partition from its owner; with `watch`, the owner also starts
+    /// pushing the partition's new records to this shard's mirror.
+    pub async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        records_max: usize,
+        watch: bool,
+    ) -> Result<ReadOk, StreamError> {
+        let msg = StreamMsg::Read {
+            topic: topic.to_string(),
+            partition,
+            from,
+            records_max: records_max.clamp(1, READ_RECORDS_MAX.max(records_max)),
+            bytes_max: READ_BYTES_MAX,
+            watch,
+        };
+        match self.ask(self.owner(topic, partition), msg).await? {
+            StreamReply::Read(r) => {
+                if let Ok(ok) = &r {
+                    self.mirror.borrow_mut().learn_bounds(
+                        &(topic.to_string(), partition),
+                        ok.first_seq,
+                        ok.next_seq,
+                    );
+                }
+                r
+            }
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The last local subscriber of a partition left: stop its tail notifications.
+    pub fn unwatch(&self, topic: &str, partition: u32) {
+        let msg = StreamMsg::Unwatch {
+            topic: topic.to_string(),
+            partition,
+        };
+        let _ = self
+            .shard
+            .send(self.owner(topic, partition), ShardMsg::Stream(msg));
+    }
+
+    pub async fn commit(&self, key: CursorKey, seq: u64) -> Result<(), StreamError> {
+        let dest = self.owner(key.topic(), key.partition());
+        match self.ask(dest, StreamMsg::Commit { key, seq }).await? {
+            StreamReply::Committed(r) => r,
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    pub async fn cursor(&self, key: CursorKey) -> Result<Option<u64>, StreamError> {
+        let dest = self.owner(key.topic(), key.partition());
+        match self.ask(dest, StreamMsg::CursorGet { key }).await? {
+            StreamReply::Cursor(c) => Ok(c),
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Every shard's numbers added up.
+    pub async fn stats(&self) -> stats::EngineStats {
+        let mut total = stats::EngineStats::default();
+        for dest in 0..self.shard.count() {
+            if let Ok(StreamReply::Stats(s)) = self.ask(dest, StreamMsg::Stats).await {
+                total.add(&s);
+            }
+        }
+        total
+    }
+
+    // ---- the mesh handler ----------------------------------------------------------------
+
+    pub fn on_mesh(self: &Rc<Self>, from: ShardId, incoming: Incoming<ShardMsg>) {
+        match incoming {
+            Incoming::Request {
+                msg: ShardMsg::Stream(msg),
+                token,
+            } => self.on_request(from, msg, token),
+            Incoming::Message(ShardMsg::Stream(msg)) => self.on_message(from, msg),
+            other => log::warn!("[stream] unexpected mesh message {other:?}"),
+        }
+    }
+
+    fn reply(&self, token: ReplyToken, r: StreamReply) {
+        self.shard.reply(token, ShardMsg::StreamReply(r));
+    }
+
+    fn on_request(self: &Rc<Self>, from: ShardId, msg: StreamMsg, token: ReplyToken) {
+        match msg {
+            StreamMsg::Append(req) => {
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let r = me.append_owned(*req).await;
+                    me.reply(token, StreamReply::Appended(r));
+                })
+                .detach();
+            }
+            StreamMsg::Read {
+                topic,
+                partition,
+                from: from_seq,
+                records_max,
+                bytes_max,
+                watch,
+            } => {
+                let key = (topic, partition);
+                if watch {
+                    // Before any await: a record that becomes durable from now on is
+                    // pushed to `from`, and this reply's bounds cover everything before.
+                    self.watchers
+                        .borrow_mut()
+                        .entry(key.clone())
+                        .or_default()
+                        .insert(from);
+                }
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let r = me.read_owned(&key, from_seq, records_max, bytes_max).await;
+                    me.reply(token, StreamReply::Read(r));
+                })
+                .detach();
+            }
+            StreamMsg::Commit { key, seq } => {
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let r = me.commit_owned(key, seq).await;
+                    me.reply(token, StreamReply::Committed(r));
+                })
+                .detach();
+            }
+            StreamMsg::CursorGet { key } => {
+                let c = self.cursors.get(&key);
+                self.reply(token, StreamReply::Cursor(c));
+            }
+            StreamMsg::Register {
+                topic,
+                partitions,
+                user,
+            } => self.on_register(topic, partitions, user, token),
+            StreamMsg::Stats => {
+                let s = Box::new(self.local_stats());
+                self.reply(token, StreamReply::Stats(s));
+            }
+            other => log::warn!("[stream] {other:?} is not a request"),
+        }
+    }
+
+    fn on_message(self: &Rc<Self>, from: ShardId, msg: StreamMsg) {
+        match msg {
+            StreamMsg::Unwatch { topic, partition } => {
+                let key = (topic, partition);
+                let mut w = self.watchers.borrow_mut();
+                if let Some(set) = w.get_mut(&key) {
+                    set.remove(&from);
+                    if set.is_empty() {
+                        w.remove(&key);
+                    }
+                }
+            }
+            StreamMsg::Tail {
+                topic,
+                partition,
+                records,
+                first_seq,
+            } => {
+                self.mirror
+                    .borrow_mut()
+                    .apply_tail(&(topic, partition), records, first_seq);
+            }
+            StreamMsg::Pointers {
+                topic,
+                partition,
+                user,
+                pointers,
+            } => {
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    me.append_pointers(topic, partition, user, pointers).await;
+                })
+                .detach();
+            }
+            StreamMsg::Created { topic, partitions } => {
+                self.catalog.borrow_mut().insert(topic, partitions);
+            }
+            other => log::warn!("[stream] {other:?} is not a one-way message"),
+        }
+    }
+
+    // ---- topic creation (shard 0) --------------------------------------------------------
+
+    /// Makes sure `topic` exists, creating it with `partitions` if not; returns its count.
+    async fn ensure_topic(
+        &self,
+        topic: &str,
+        partitions: u32,
+        user: &str,
+    ) -> Result<u32, StreamError> {
+        if let Some(n) = self.catalog.borrow().get(topic) {
+            return Ok(*n);
+        }
+        let msg = StreamMsg::Register {
+            topic: topic.to_string(),
+            partitions,
+            user: user.to_string(),
+        };
+        match self.ask(0, msg).await? {
+            StreamReply::Registered(Ok(n)) => {
+                self.catalog.borrow_mut().insert(topic.to_string(), n);
+                Ok(n)
+            }
+            StreamReply::Registered(Err(e)) => Err(e),
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    fn on_register(
+        self: &Rc<Self>,
+        topic: String,
+        partitions: u32,
+        user: String,
+        token: ReplyToken,
+    ) {
+        assert_eq!(self.shard.id(), 0, "topics are created on shard 0 only");
+        if let Some(n) = self.catalog.borrow().get(&topic) {
+            self.reply(token, StreamReply::Registered(Ok(*n)));
+            return;
+        }
+        if let Some(waiting) = self.registering.borrow_mut().get_mut(&topic) {
+            waiting.push(token);
+            return;
+        }
+        let refuse = |m: String| StreamReply::Registered(Err(StreamError::Limited(m)));
+        if self.catalog.borrow().len() >= catalog::TOPICS_MAX {
+            self.reply(
+                token,
+                refuse(format!("topic limit of {} reached", catalog::TOPICS_MAX)),
+            );
+            return;
+        }
+        if !self.quota.borrow_mut().take(&user, now_ns()) {
+            self.reply(
+                token,
+                refuse("topic creation rate limit reached; retry later".into()),
+            );
+            return;
+        }
+        if partitions == 0 || partitions > catalog::PARTITIONS_MAX {
+            let e = StreamError::Invalid(format!("partition count {partitions} out of range"));
+            self.reply(token, StreamReply::Registered(Err(e)));
+            return;
+        }
+        self.registering
+            .borrow_mut()
+            .insert(topic.clone(), vec![token]);
+        let me = Rc::clone(self);
+        boltq_shards::spawn(async move {
+            let dir = me.cfg.data_dir.clone();
+            let name = topic.clone();
+            let written = boltq_shards::spawn_blocking(move || {
+                catalog::write_manifest(&dir, &name, partitions, now_ns())
+            })
+            .await;
+            let tokens = me
+                .registering
+                .borrow_mut()
+                .remove(&topic)
+                .unwrap_or_default();
+            let reply = match written {
+                Ok(()) => {
+                    me.catalog.borrow_mut().insert(topic.clone(), partitions);
+                    for dest in 1..me.shard.count() {
+                        let msg = StreamMsg::Created {
+                            topic: topic.clone(),
+                            partitions,
+                        };
+                        if me.shard.send(dest, ShardMsg::Stream(msg)).is_err() {
+                            // The requester learns the count from its reply; others learn it
+                            // when they first ask (ensure_topic) — nothing is lost.
+                            log::warn!("[stream] outbox to shard {dest} full; it will ask later");
+                        }
+                    }
+                    Ok(partitions)
+                }
+                Err(e) => {
+                    log::error!("[stream] {e}");
+                    Err(StreamError::Internal("could not create the topic".into()))
+                }
+            };
+            for t in tokens {
+                me.reply(t, StreamReply::Registered(reply.clone()));
+            }
+        })
+        .detach();
+    }
+
+    // ---- owner side ------------------------------------------------------------------------
+
+    /// The owned partition, opened on first use.
+    async fn open_owned(&self, key: &PartitionKey) -> Result<Rc<Owned>, StreamError> {
+        if let Some(o) = self.owned.borrow().get(key) {
+            return Ok(Rc::clone(o));
+        }
+        debug_assert_eq!(self.owner(&key.0, key.1), self.shard.id());
+        let name = topic::log_name(&key.0, key.1);
+        let log = self
+            .store
+            .open_log_with(&name, self.cfg.log.clone())
+            .await
+            .map_err(|e| {
+                log::error!("[stream] opening {name}: {e}");
+                StreamError::Internal("could not open the partition".into())
+            })?;
+        let mut owned = self.owned.borrow_mut();
+        // Opened concurrently by another task: keep the first (it may hold pending records).
+        let o = owned.entry(key.clone()).or_insert_with(|| {
+            Rc::new(Owned {
+                published_next: Cell::new(log.next_seq()),
+                log,
+                pending: RefCell::new(VecDeque::new()),
+            })
+        });
+        Ok(Rc::clone(o))
+    }
+
+    async fn append_owned(&self, req: AppendReq) -> Result<AppendOk, StreamError> {
+        if self.closing.get() {
+            return Err(StreamError::Internal("shutting down".into()));
+        }
+        let ns = Namespace::of(&req.topic).map_err(|e| StreamError::Invalid(e.to_string()))?;
+        let count = self
+            .ensure_topic(&req.topic, self.cfg.counts.count_for(&ns), &req.user)
+            .await?;
+        if req.partition >= count {
+            return Err(StreamError::Invalid(format!(
+                "partition {} out of range: {} has {count}",
+                req.partition, req.topic
+            )));
+        }
+        let key = (req.topic.clone(), req.partition);
+        let part = self.open_owned(&key).await?;
+        let dedup_key = match &req.dedup {
+            Some((conversation, client_msg_id)) => Some(
+                DedupKey::new(&req.user, conversation, client_msg_id)
+                    .map_err(|e| StreamError::Invalid(e.to_string()))?,
+            ),
+            None => None,
+        };
+        if let Some(k) = &dedup_key {
+            match self.dedup.borrow_mut().claim(k, now_ns()) {
+                Claim::Fresh => {}
+                Claim::Duplicate(coords) => {
+                    self.stats.borrow_mut().duplicates += 1;
+                    return Ok(AppendOk {
+                        coords,
+                        duplicate: true,
+                    });
+                }
+                Claim::InFlight => return Err(StreamError::InFlight),
+                Claim::Full => {
+                    return Err(StreamError::Limited(
+                        "too many sends in flight; retry shortly".into(),
+                    ))
+                }
+            }
+        }
+        let result = self.append_durable(&key, &part, &req).await;
+        let mut dedup = self.dedup.borrow_mut();
+        match (&result, &dedup_key) {
+            (Ok(coords), Some(k)) => {
+                dedup.complete(k, coords.clone(), now_ns());
+            }
+            (Err(_), Some(k)) => {
+                dedup.release(k);
+            }
+            _ => {}
+        }
+        drop(dedup);
+        let coords = result?;
+        self.stats.borrow_mut().appends += 1;
+        if !req.pointer_members.is_empty() {
+            self.fan_out(&req, &coords);
+        }
+        Ok(AppendOk {
+            coords,
+            duplicate: false,
+        })
+    }
+
+    /// Appends one record and waits until it is durable; then it is visible.
+    async fn append_durable(
+        &self,
+        key: &PartitionKey,
+        part: &Rc<Owned>,
+        req: &AppendReq,
+    ) -> Result<Coordinates, StreamError> {
+        let now = now_ns();
+        let mut rec = Record {
+            seq: 0,
+            // Client paths always get the server's clock (client timestamps are not trusted).
+            timestamp_ns: now,
+            flags: 0,
+            epoch: 0,
+            key: req.key.clone(),
+            headers: req.headers.clone(),
+            payload: req.payload.clone(),
+        };
+        let seq = self.append_record(part, &mut rec).await?;
+        self.publish(key, part, seq);
+        let message_id = rec
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_ref() == b"message_id")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        Ok(Coordinates {
+            message_id,
+            topic: key.0.clone(),
+            partition: key.1,
+            seq,
+            timestamp_ns: rec.timestamp_ns,
+        })
+    }
+
+    async fn append_record(&self, part: &Rc<Owned>, rec: &mut Record) -> Result<u64, StreamError> {
+        let appended = match self.store.append(&part.log, rec, rec.timestamp_ns) {
+            Ok(a) => a,
+            Err(AppendError::Backlogged { .. }) => {
+                return Err(StreamError::Limited(
+                    "storage is busy; retry shortly".into(),
+                ))
+            }
+            Err(e @ (AppendError::Encode(_) | AppendError::TooLargeForJournal { .. })) => {
+                return Err(StreamError::Invalid(e.to_string()))
+            }
+            Err(e) => {
+                log::error!("[stream] append: {e}");
+                return Err(StreamError::Internal("storage failed".into()));
+            }
+        };
+        part.pending.borrow_mut().push_back(rec.clone());
+        let waited = if self.cfg.sync_always {
+            self.store.wait_synced(appended.lsn).await
+        } else {
+            self.store.wait_durable(appended.lsn).await
+        };
+        if let Err(e) = waited {
+            log::error!("[stream] waiting for durability: {e}");
+            return Err(StreamError::Internal("storage failed".into()));
+        }
+        Ok(appended.seq)
+    }
+
+    /// Makes the pending records up to `durable_seq` visible and pushes them to the watching
+    /// shards. Pending records are in sequence order, which is also journal order, so once
+    /// `durable_seq` is durable every record before it is too.
+    fn publish(&self, key: &PartitionKey, part: &Owned, durable_seq: u64) {
+        let mut batch = Vec::new();
+        {
+            let mut pending = part.pending.borrow_mut();
+            while pending.front().is_some_and(|r| r.seq <= durable_seq) {
+                batch.push(pending.pop_front().expect("non-empty"));
+            }
+        }
+        self.push_tail(key, part, batch);
+    }
+
+    fn push_tail(&self, key: &PartitionKey, part: &Owned, batch: Vec<Record>) {
+        let Some(last) = batch.last() else {
+            return;
+        };
+        part.published_next.set(last.seq + 1);
+        let first_seq = part.log.first_seq();
+        let watchers: Vec<ShardId> = self
+            .watchers
+            .borrow()
+            .get(key)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default();
+        for dest in watchers {
+            let msg = StreamMsg::Tail {
+                topic: key.0.clone(),
+                partition: key.1,
+                records: batch.clone(),
+                first_seq,
+            };
+            if self.shard.send(dest, ShardMsg::Stream(msg)).is_err() {
+                // The mirror there misses these; its subscribers notice the hole (the next
+                // push does not continue the cache) and read them from here.
+                log::warn!("[stream] outbox to shard {dest} full; its subscribers will re-read");
+            }
+        }
+    }
+
+    /// Writes one inbox pointer per member (fan-out on write), batched per owner shard.
+    fn fan_out(&self, req: &AppendReq, coords: &Coordinates) {
+        let mut headers: Vec<(Bytes, Bytes)> = req
+            .pointer_headers
+            .iter()
+            .map(|(k, v)| (Bytes::from(k.clone()), Bytes::from(v.clone())))
+            .collect();
+        headers.push((Bytes::from_static(b"pointer"), Bytes::from_static(b"1")));
+        headers.push((
+            Bytes::from_static(b"conv_seq"),
+            Bytes::from(coords.seq.to_string()),
+        ));
+        headers.push((
+            Bytes::from_static(b"conv_partition"),
+            Bytes::from(coords.partition.to_string()),
+        ));
+        headers.sort();
+        for member in &req.pointer_members {
+            let inbox = topic::inbox_topic(member);
+            let count = self.partitions_of(
+                &inbox,
+                &Namespace::Inbox {
+                    user: member.clone(),
+                },
+            );
+            let partition = topic::partition_for(member.as_bytes(), count);
+            let msg = StreamMsg::Pointers {
+                topic: inbox.clone(),
+                partition,
+                user: req.user.clone(),
+                pointers: vec![headers.clone()],
+            };
+            if self
+                .shard
+                .send(self.owner(&inbox, partition), ShardMsg::Stream(msg))
+                .is_err()
+            {
+                self.stats.borrow_mut().pointer_failures += 1;
+                log::warn!(
+                    "[stream] partial fan-out for {}: outbox full",
+                    coords.message_id
+                );
+            }
+        }
+    }
+
+    async fn append_pointers(
+        &self,
+        inbox: String,
+        partition: u32,
+        user: String,
+        pointers: Vec<Vec<(Bytes, Bytes)>>,
+    ) {
+        let member = inbox.strip_prefix("chat.inbox.").unwrap_or("").to_string();
+        let run = async {
+            let ns = Namespace::Inbox {
+                user: member.clone(),
+            };
+            self.ensure_topic(&inbox, self.cfg.counts.count_for(&ns), &user)
+                .await?;
+            let key = (inbox.clone(), partition);
+            let part = self.open_owned(&key).await?;
+            for headers in pointers {
+                let mut rec = Record {
+                    seq: 0,
+                    timestamp_ns: now_ns(),
+                    flags: 0,
+                    epoch: 0,
+                    key: Bytes::from(member.clone()),
+                    headers,
+                    payload: Bytes::new(),
+                };
+                let seq = self.append_record(&part, &mut rec).await?;
+                self.publish(&key, &part, seq);
+                self.stats.borrow_mut().pointer_appends += 1;
+            }
+            Ok::<(), StreamError>(())
+        };
+        if let Err(e) = run.await {
+            self.stats.borrow_mut().pointer_failures += 1;
+            log::warn!("[stream] partial fan-out to {inbox}: {e}");
+        }
+    }
+
+    async fn read_owned(
+        &self,
+        key: &PartitionKey,
+        from: u64,
+        records_max: usize,
+        bytes_max: usize,
+    ) -> Result<ReadOk, StreamError> {
+        if !self.topic_exists(&key.0) {
+            // Not created yet: an empty partition that starts at 1.
+            return Ok(ReadOk {
+                records: Vec::new(),
+                first_seq: 1,
+                next_seq: 1,
+                gap: false,
+            });
+        }
+        let part = self.open_owned(key).await?;
+        let first_seq = part.log.first_seq();
+        let next_seq = part.published_next.get();
+        let mut from = if from == 0 { first_seq } else { from };
+        let gap = from < first_seq;
+        if gap {
+            from = first_seq;
+        }
+        if from >= next_seq {
+            return Ok(ReadOk {
+                records: Vec::new(),
+                first_seq,
+                next_seq,
+                gap,
+            });
+        }
+        let records_max = records_max.min((next_seq - from) as usize);
+        match self
+            .store
+            .read(&part.log, from, records_max, bytes_max)
+            .await
+        {
+            Ok(mut records) => {
+                records.retain(|r| r.seq < next_seq);
+                Ok(ReadOk {
+                    records,
+                    first_seq,
+                    next_seq,
+                    gap,
+                })
+            }
+            Err(ReadError::Truncated { first_seq, .. }) => Ok(ReadOk {
+                records: Vec::new(),
+                first_seq,
+                next_seq,
+                gap: true,
+            }),
+            Err(e) => {
+                log::error!("[stream] reading {}/{}: {e}", key.0, key.1);
+                Err(StreamError::Internal("could not read the partition".into()))
+            }
+        }
+    }
+
+    async fn commit_owned(&self, key: CursorKey, seq: u64) -> Result<(), StreamError> {
+        if !self.topic_exists(key.topic()) {
+            return Err(StreamError::Invalid(format!("no such topic {:?}", key.topic())));
+        }
+        let pkey = (key.topic().to_string(), key.partition());
+        let next_seq = self.open_owned(&pkey).await?.published_next.get();
+        self.stats.borrow_mut().cursor_commits += 1;
+        self.cursors.commit(&self.store, key, seq, next_seq).await
+    }
+
+    /// Sweeps expired dedup claims once a minute.
+    async fn sweep_loop(self: Rc<Self>) {
+        loop {
+            boltq_shards::sleep(std::time::Duration::from_secs(60)).await;
+            self.dedup.borrow_mut().sweep(now_ns());
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! A shard's numbers for the admin routes and `/metrics`, merged across shards on demand.
+
+/// One shard's view; the admin side adds shards together.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct EngineStats {
+    /// Partitions this shard owns that are open.
+    pub partitions_open: u64,
+    /// Partitions read by subscribers on this shard.
+    pub partitions_watched: u64,
+    pub appends: u64,
+    pub pointer_appends: u64,
+    pub pointer_failures: u64,
+    pub duplicates: u64,
+    pub cursor_keys: u64,
+    pub cursor_commits: u64,
+    pub topics: u64,
+}
+
+impl EngineStats {
+    pub fn add(&mut self, o: &EngineStats) {
+        self.partitions_open += o.partitions_open;
+        self.partitions_watched += o.partitions_watched;
+        self.appends += o.appends;
+        self.pointer_appends += o.pointer_appends;
+        self.pointer_failures += o.pointer_failures;
+        self.duplicates += o.duplicates;
+        self.cursor_keys += o.cursor_keys;
+        self.cursor_commits += o.cursor_commits;
+        // Every shard holds the whole catalog: take one copy, not the sum.
+        self.topics = self.topics.max(o.topics);
+    }
+}

@@ -1,0 +1,277 @@
+//! One gateway connection: the request loop, the single writer, liveness and token expiry.
+//!
+//! Requests are handled one at a time in arrival order (a send's `sent` is answered before
+//! the next request is read), and reading stops while the outbound queue is full, so a
+//! pipelining client is slowed, never dropped, by the server's own replies.
+
+use super::frame::{self, ErrorCode};
+use super::outbound::Outbound;
+use super::GatewayCtx;
+use crate::messaging::identity::principal::Principal;
+use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use async_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use async_tungstenite::tungstenite::{Error as WsError, Message};
+use async_tungstenite::WebSocketStream;
+use boltq_io::listener::Conn;
+use boltq_shards::Task;
+use futures_lite::StreamExt;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Per-frame write deadline: a socket that takes longer is dead or hostile.
+pub const WRITE_TIMEOUT_MS: u64 = 10_000;
+/// How long queued frames may take to leave at close.
+pub const CLOSE_DRAIN_MS: u64 = 2_000;
+/// How long a `hello` may take after the upgrade.
+pub const HELLO_TIMEOUT_MS: u64 = 10_000;
+/// How long the outbound queue may stay full before the client counts as a slow consumer.
+pub const SLOW_CONSUMER_MS: u64 = 10_000;
+
+pub struct Connection {
+    pub id: u64,
+    pub gw: Rc<GatewayCtx>,
+    pub principal: RefCell<Principal>,
+    pub out: Rc<Outbound>,
+    /// Session id once `hello` succeeded.
+    pub session: RefCell<Option<String>>,
+    pub device: RefCell<String>,
+    pub subs: RefCell<HashMap<super::session::SubKey, Task<()>>>,
+    last_inbound: Cell<Instant>,
+}
+
+impl Connection {
+    pub fn send_frame(&self, text: String) {
+        self.gw.stats.borrow_mut().frames_out += 1;
+        self.out.push(Message::Text(text.into()), None);
+    }
+
+    pub fn send_error(&self, id: &str, code: ErrorCode, message: &str) {
+        let retryable = matches!(code, ErrorCode::Internal);
+        self.send_frame(super::text(|o| frame::error(o, id, code, message, retryable)));
+    }
+
+    pub fn user(&self) -> String {
+        self.principal.borrow().user_id.clone()
+    }
+}
+
+fn ws_config(read_limit: usize) -> WebSocketConfig {
+    // Small buffers: an idle connection must cost little (design.md §7).
+    WebSocketConfig::default()
+        .read_buffer_size(4096)
+        .write_buffer_size(0)
+        .max_message_size(Some(read_limit))
+        .max_frame_size(Some(read_limit))
+}
+
+pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<GatewayCtx>) {
+    let ws = WebSocketStream::from_partially_read(
+        conn,
+        leftover,
+        Role::Server,
+        Some(ws_config(gw.settings.read_limit_bytes)),
+    )
+    .await;
+    let (sender, mut receiver) = ws.split();
+    let id = gw.next_conn_id();
+    let out = Rc::new(Outbound::new(
+        gw.settings.send_buffer_frames,
+        gw.settings.send_buffer_bytes,
+    ));
+    let c = Rc::new(Connection {
+        id,
+        gw: Rc::clone(&gw),
+        principal: RefCell::new(principal),
+        out: Rc::clone(&out),
+        session: RefCell::new(None),
+        device: RefCell::new(String::new()),
+        subs: RefCell::new(HashMap::new()),
+        last_inbound: Cell::new(Instant::now()),
+    });
+    gw.conns.borrow_mut().insert(id, Rc::clone(&out));
+    gw.stats.borrow_mut().connections += 1;
+    let writer = boltq_shards::spawn(write_loop(sender, Rc::clone(&c)));
+    let liveness = boltq_shards::spawn(liveness_loop(Rc::clone(&c)));
+    let expiry = boltq_shards::spawn(expiry_timer(Rc::clone(&c)));
+    read_loop(&mut receiver, &c).await;
+    teardown(&c).await;
+    drop(liveness);
+    drop(expiry);
+    // The writer drains what is queued (≤ CLOSE_DRAIN_MS) and sends the close frame.
+    if !out.is_closing() {
+        out.close(1000, "", true);
+    }
+    let _ = boltq_shards::timeout(Duration::from_millis(CLOSE_DRAIN_MS + 500), writer).await;
+    gw.conns.borrow_mut().remove(&id);
+}
+
+async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c: &Rc<Connection>) {
+    let pong_timeout = c.gw.settings.pong_timeout;
+    loop {
+        // Backpressure: do not take new requests while replies cannot leave.
+        if !c.out.has_room() {
+            let waited =
+                boltq_shards::timeout(Duration::from_millis(SLOW_CONSUMER_MS), c.out.wait_room())
+                    .await;
+            match waited {
+                Some(true) => {}
+                Some(false) => return,
+                None => {
+                    slow_consumer(c);
+                    return;
+                }
+            }
+        }
+        let deadline = if c.session.borrow().is_none() {
+            Duration::from_millis(HELLO_TIMEOUT_MS)
+        } else {
+            pong_timeout
+        };
+        let wait = c
+            .last_inbound
+            .get()
+            .checked_add(deadline)
+            .map(|d| d.saturating_duration_since(Instant::now()))
+            .unwrap_or(deadline);
+        let next = boltq_shards::timeout(wait, receiver.next());
+        let done = async {
+            loop {
+                let t = c.out.done.ticket();
+                if c.out.finished() || c.out.closing().is_some() {
+                    return None;
+                }
+                c.out.done.wait(t).await;
+            }
+        };
+        let item = match futures_lite::future::or(next, done).await {
+            None if c.out.finished() || c.out.closing().is_some() => return,
+            None => {
+                c.out.close(4010, "liveness timeout", false);
+                return;
+            }
+            Some(None) => return, // the client went away
+            Some(Some(item)) => item,
+        };
+        c.last_inbound.set(Instant::now());
+        let bytes = match item {
+            Ok(Message::Text(t)) => t.as_bytes().to_vec(),
+            Ok(Message::Binary(b)) => b.to_vec(),
+            Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
+            Ok(Message::Close(_)) => return,
+            Err(WsError::Capacity(_)) => {
+                c.out.close(1009, "message too large", false);
+                return;
+            }
+            Err(WsError::Utf8(_)) => {
+                c.out.close(1007, "invalid UTF-8", false);
+                return;
+            }
+            Err(_) => return,
+        };
+        c.gw.stats.borrow_mut().frames_in += 1;
+        let request = match frame::decode_request(&bytes) {
+            Ok(r) => r,
+            Err(e) => {
+                c.send_error(&e.id, ErrorCode::BadRequest, &e.message);
+                continue;
+            }
+        };
+        if c.session.borrow().is_none() {
+            if !super::ops::hello_first(c, request).await {
+                return;
+            }
+            continue;
+        }
+        super::ops::handle(c, request).await;
+        if c.out.is_closing() {
+            return;
+        }
+    }
+}
+
+fn slow_consumer(c: &Connection) {
+    c.gw.stats.borrow_mut().slow_client_drops += 1;
+    c.out.close(1008, "slow consumer", false);
+}
+
+async fn write_loop(mut sender: async_tungstenite::WebSocketSender<Conn>, c: Rc<Connection>) {
+    let out = Rc::clone(&c.out);
+    loop {
+        let t = out.has_work.ticket();
+        if let Some(item) = out.pop() {
+            let sent = boltq_shards::timeout(
+                Duration::from_millis(WRITE_TIMEOUT_MS),
+                sender.send(item.msg),
+            )
+            .await;
+            if !matches!(sent, Some(Ok(()))) {
+                break;
+            }
+            if let Some((key, next)) = item.mark {
+                if let Some(sid) = c.session.borrow().as_ref() {
+                    c.gw.sessions.borrow_mut().advance(sid, c.id, &key, next);
+                }
+            }
+            continue;
+        }
+        if let Some((code, reason)) = out.closing() {
+            let frame = CloseFrame {
+                code: CloseCode::from(code),
+                reason: reason.into(),
+            };
+            let _ = boltq_shards::timeout(
+                Duration::from_millis(CLOSE_DRAIN_MS),
+                sender.close(Some(frame)),
+            )
+            .await;
+            break;
+        }
+        out.has_work.wait(t).await;
+    }
+    out.finish();
+}
+
+/// Pings every third of the pong timeout through the writer; the read loop enforces the
+/// deadline (any inbound frame re-arms it).
+async fn liveness_loop(c: Rc<Connection>) {
+    let every = (c.gw.settings.pong_timeout / 3).max(Duration::from_millis(100));
+    loop {
+        boltq_shards::sleep(every).await;
+        if c.out.is_closing() {
+            return;
+        }
+        c.out.push(Message::Ping(Vec::new().into()), None);
+    }
+}
+
+/// Closes the connection when its token expires (plus leeway), whether or not the client
+/// sends anything (spec/messaging-edge.md §19 decision 2).
+async fn expiry_timer(c: Rc<Connection>) {
+    let Some(exp_s) = c.principal.borrow().expires_at_s else {
+        return;
+    };
+    let at_s = exp_s.saturating_add(c.gw.settings.leeway_s);
+    let left_s = at_s.saturating_sub(super::now_s()).max(0) as u64;
+    boltq_shards::sleep(Duration::from_secs(left_s)).await;
+    c.send_error(
+        "",
+        ErrorCode::Unauthenticated,
+        "token expired, reconnect with a fresh token",
+    );
+    c.out.close(1008, "token expired", true);
+}
+
+async fn teardown(c: &Rc<Connection>) {
+    let subs: Vec<_> = c.subs.borrow_mut().drain().collect();
+    for (key, task) in subs {
+        drop(task);
+        super::subscription::release(&c.gw, &key);
+    }
+    if let Some(sid) = c.session.borrow().as_ref() {
+        c.gw.sessions
+            .borrow_mut()
+            .detach(sid, c.id, crate::messaging::engine::now_ns_pub());
+    }
+}

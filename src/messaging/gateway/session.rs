@@ -1,0 +1,303 @@
+//! Gateway sessions: the state a device keeps across sockets (spec/messaging-edge.md §2.8),
+//! sans-IO.
+//!
+//! A session lives on the shard that created it; its id's first byte names that shard, so a
+//! resume arriving on another shard knows where to ask. The resume secret is kept only as a
+//! SHA-256 digest and compared in constant time; it is rotated on every `welcome`.
+//! Positions are the next sequence to deliver per subscription, advanced only when a batch
+//! was actually written to a socket.
+
+use std::collections::HashMap;
+
+/// Sessions one shard keeps (attached and resumable); the oldest detached one is evicted
+/// beyond it.
+pub const SESSIONS_MAX: usize = 200_000;
+/// Subscriptions remembered per session (as `gateway.max_subscriptions` allows at most).
+pub const SESSION_SUBSCRIPTIONS_MAX: usize = 1024;
+
+pub type SubKey = (String, u32);
+
+/// What a session carries from one socket to the next.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionState {
+    pub user: String,
+    pub device: String,
+    /// (topic, partition) → next sequence to deliver (written to a socket before it).
+    pub positions: HashMap<SubKey, u64>,
+    pub watched_users: Vec<String>,
+}
+
+struct Session {
+    secret_digest: [u8; 32],
+    state: SessionState,
+    /// The connection holding it, if any.
+    attached: Option<u64>,
+    detached_at_ns: i64,
+}
+
+pub enum Resume {
+    /// Not resumable (unknown, expired, wrong secret or another user): start fresh.
+    Fresh,
+    /// Resumed; if it was attached to `previous`, that connection must be closed (4009).
+    Resumed {
+        state: SessionState,
+        previous: Option<u64>,
+    },
+}
+
+/// Byte equality whose time depends only on the lengths, not on where the inputs differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+fn digest(secret: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, secret);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+#[derive(Default)]
+pub struct SessionStore {
+    sessions: HashMap<String, Session>,
+}
+
+impl SessionStore {
+    /// Creates an attached session for `conn`.
+    pub fn create(&mut self, id: String, secret: &[u8], state: SessionState, conn: u64) {
+        if self.sessions.len() >= SESSIONS_MAX {
+            self.evict_oldest_detached();
+        }
+        self.sessions.insert(
+            id,
+            Session {
+                secret_digest: digest(secret),
+                state,
+                attached: Some(conn),
+                detached_at_ns: 0,
+            },
+        );
+    }
+
+    fn evict_oldest_detached(&mut self) {
+        let oldest = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.attached.is_none())
+            .min_by_key(|(_, s)| s.detached_at_ns)
+            .map(|(id, _)| id.clone());
+        if let Some(id) = oldest {
+            self.sessions.remove(&id);
+        }
+    }
+
+    /// Takes a session over for `conn` when the secret and user match and it is within the
+    /// resume window; newest wins over a still-attached socket. The secret is replaced by
+    /// `new_secret` (rotation).
+    #[allow(clippy::too_many_arguments)]
+    pub fn resume(
+        &mut self,
+        id: &str,
+        secret: &[u8],
+        user: &str,
+        new_secret: &[u8],
+        conn: u64,
+        now_ns: i64,
+        window_ns: i64,
+    ) -> Resume {
+        let Some(s) = self.sessions.get_mut(id) else {
+            return Resume::Fresh;
+        };
+        let ok =
+            constant_time_eq(&s.secret_digest, &digest(secret));
+        let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
+        if !ok || s.state.user != user || expired {
+            return Resume::Fresh;
+        }
+        let previous = s.attached.replace(conn);
+        s.secret_digest = digest(new_secret);
+        Resume::Resumed {
+            state: s.state.clone(),
+            previous,
+        }
+    }
+
+    /// Removes a session for a resume on another shard (same checks as `resume`); returns
+    /// its state and the connection to close here, if any.
+    pub fn take(
+        &mut self,
+        id: &str,
+        secret: &[u8],
+        user: &str,
+        now_ns: i64,
+        window_ns: i64,
+    ) -> Option<(SessionState, Option<u64>)> {
+        let s = self.sessions.get(id)?;
+        let ok =
+            constant_time_eq(&s.secret_digest, &digest(secret));
+        let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
+        if !ok || s.state.user != user || expired {
+            return None;
+        }
+        let s = self.sessions.remove(id)?;
+        Some((s.state, s.attached))
+    }
+
+    /// Records a batch written on `conn`: the subscription continues at `next`. Positions
+    /// only move forward, and only for the connection holding the session.
+    pub fn advance(&mut self, id: &str, conn: u64, key: &SubKey, next: u64) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if s.attached != Some(conn) {
+                return;
+            }
+            if let Some(p) = s.state.positions.get_mut(key) {
+                *p = (*p).max(next);
+            }
+        }
+    }
+
+    pub fn set_position(&mut self, id: &str, conn: u64, key: SubKey, pos: u64) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if s.attached != Some(conn) {
+                return;
+            }
+            if s.state.positions.len() >= SESSION_SUBSCRIPTIONS_MAX
+                && !s.state.positions.contains_key(&key)
+            {
+                return;
+            }
+            s.state.positions.insert(key, pos);
+        }
+    }
+
+    pub fn remove_position(&mut self, id: &str, conn: u64, key: &SubKey) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if s.attached == Some(conn) {
+                s.state.positions.remove(key);
+            }
+        }
+    }
+
+    pub fn set_watched(&mut self, id: &str, conn: u64, users: Vec<String>) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if s.attached == Some(conn) {
+                s.state.watched_users = users;
+            }
+        }
+    }
+
+    /// `conn` ended: its session becomes resumable for the window (unless someone else
+    /// already took it over).
+    pub fn detach(&mut self, id: &str, conn: u64, now_ns: i64) {
+        if let Some(s) = self.sessions.get_mut(id) {
+            if s.attached == Some(conn) {
+                s.attached = None;
+                s.detached_at_ns = now_ns;
+            }
+        }
+    }
+
+    /// Drops detached sessions older than the window.
+    pub fn reap(&mut self, now_ns: i64, window_ns: i64) -> usize {
+        let before = self.sessions.len();
+        self.sessions
+            .retain(|_, s| s.attached.is_some() || now_ns - s.detached_at_ns <= window_ns);
+        before - self.sessions.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+    }
+
+    pub fn attached(&self) -> usize {
+        self.sessions
+            .values()
+            .filter(|s| s.attached.is_some())
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(user: &str) -> SessionState {
+        SessionState {
+            user: user.into(),
+            device: "d1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn resume_needs_the_secret_and_the_same_user_and_rotates_the_secret() {
+        let mut s = SessionStore::default();
+        s.create("s1".into(), b"secret", state("alice"), 1);
+        s.detach("s1", 1, 0);
+        assert!(matches!(
+            s.resume("s1", b"wrong", "alice", b"n", 2, 1, 100),
+            Resume::Fresh
+        ));
+        assert!(matches!(
+            s.resume("s1", b"secret", "bob", b"n", 2, 1, 100),
+            Resume::Fresh
+        ));
+        assert!(matches!(
+            s.resume("nope", b"secret", "alice", b"n", 2, 1, 100),
+            Resume::Fresh
+        ));
+        match s.resume("s1", b"secret", "alice", b"next", 2, 1, 100) {
+            Resume::Resumed { previous, .. } => assert_eq!(previous, None),
+            Resume::Fresh => panic!("must resume"),
+        }
+        // The old secret stopped working; the rotated one works, and takes over conn 2.
+        assert!(matches!(
+            s.resume("s1", b"secret", "alice", b"x", 3, 1, 100),
+            Resume::Fresh
+        ));
+        match s.resume("s1", b"next", "alice", b"x", 3, 1, 100) {
+            Resume::Resumed { previous, .. } => assert_eq!(previous, Some(2), "newest wins"),
+            Resume::Fresh => panic!("must resume"),
+        }
+    }
+
+    #[test]
+    fn detached_sessions_expire_after_the_window_and_attached_ones_never() {
+        let mut s = SessionStore::default();
+        s.create("a".into(), b"x", state("u"), 1);
+        s.create("b".into(), b"x", state("u"), 2);
+        s.detach("a", 1, 0);
+        s.detach("b", 99, 0); // a stale connection cannot detach it
+        assert!(matches!(
+            s.resume("a", b"x", "u", b"y", 3, 101, 100),
+            Resume::Fresh
+        ));
+        assert_eq!(s.reap(101, 100), 1);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.attached(), 1);
+    }
+
+    #[test]
+    fn positions_only_move_forward_and_only_for_the_holder() {
+        let mut s = SessionStore::default();
+        s.create("a".into(), b"x", state("u"), 1);
+        let key = ("t".to_string(), 0);
+        s.set_position("a", 1, key.clone(), 10);
+        s.advance("a", 1, &key, 15);
+        s.advance("a", 1, &key, 12);
+        s.advance("a", 7, &key, 99);
+        s.advance("a", 1, &("other".to_string(), 0), 5); // unknown: creates nothing
+        let (st, conn) = s.take("a", b"x", "u", 0, 100).unwrap();
+        assert_eq!(conn, Some(1));
+        assert_eq!(st.positions.len(), 1);
+        assert_eq!(st.positions[&key], 15);
+    }
+}

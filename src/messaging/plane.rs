@@ -1,0 +1,110 @@
+//! Starting the messaging plane: what every shard needs, built once from the configuration,
+//! then the engine and (when enabled) the gateway on each shard.
+
+use crate::config::{Config, FsyncMode};
+use crate::messaging::engine::{Engine, EngineConfig};
+use crate::messaging::gateway::{GatewayCtx, GatewaySettings};
+use crate::messaging::identity::acl::Policy;
+use crate::messaging::identity::token::Verifier;
+use crate::messaging::membership::MembershipClient;
+use crate::messaging::topic::PartitionCounts;
+use crate::server::shard_main::ShardMsg;
+use boltq_io::log::LogConfig;
+use boltq_io::Store;
+use boltq_shards::Shard;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+
+/// Bytes a connection's outbound queue may hold before its producers wait (spec §19
+/// decision 6).
+pub const SEND_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The messaging plane's start-up facts, shared by all shards.
+pub struct MessagingPlan {
+    pub topics: HashMap<String, u32>,
+    pub engine: EngineConfig,
+    pub gateway: Option<GatewaySettings>,
+    pub config: crate::config::MessagingConfig,
+}
+
+impl MessagingPlan {
+    /// Reads the topic catalog and resolves settings; an error stops the start.
+    pub fn build(config: &Config, data_dir: &Path) -> Result<MessagingPlan, String> {
+        let m = &config.messaging;
+        let env = |k: &str| std::env::var(k).ok();
+        if m.identity.enabled {
+            Verifier::from_config(&m.identity, &env)?; // fail at start, not per shard
+        }
+        Policy::from_config(&m.identity.policy)?;
+        let topics = crate::messaging::engine::catalog::load(data_dir)?;
+        let st = &m.stream;
+        let engine = EngineConfig {
+            data_dir: data_dir.to_path_buf(),
+            counts: PartitionCounts {
+                conversation: m.chat.conversation_partitions,
+                inbox: m.chat.inbox_partitions,
+                default: st.default_partitions,
+            },
+            log: LogConfig {
+                segment_bytes: st.segment_bytes,
+                index_interval_bytes: st.index_interval,
+                retention_bytes: st.retention_bytes,
+                retention_ms: st.retention_age.as_millis() as u64,
+                ..LogConfig::default()
+            },
+            fanout_on_write_limit: m.chat.effective_fanout_on_write_limit() as usize,
+            dedup_ttl_ns: m.dedup.ttl.as_nanos() as i64,
+            dedup_entries_max: m.dedup.max_entries as usize,
+            sync_always: m.fsync == FsyncMode::Always || st.sync_on_append,
+        };
+        let g = &m.gateway;
+        let gateway = g.enabled.then(|| GatewaySettings {
+            path: g.path.clone(),
+            allowed_origins: g.allowed_origins.clone(),
+            shared_key: Some(config.security.api_key.clone())
+                .filter(|k| !k.is_empty() && g.allow_shared_key),
+            allow_anonymous: m.identity.allow_anonymous,
+            resume_window: g.resume_window,
+            pong_timeout: g.pong_timeout,
+            max_subscriptions: g.max_subscriptions as usize,
+            send_buffer_frames: g.send_buffer as usize,
+            send_buffer_bytes: g.send_buffer_bytes as usize,
+            read_limit_bytes: g.read_limit as usize,
+            history_limit: g.history_limit,
+            leeway_s: m.identity.leeway.as_secs() as i64,
+            fanout_on_write_limit: m.chat.effective_fanout_on_write_limit() as usize,
+        });
+        Ok(MessagingPlan {
+            topics,
+            engine,
+            gateway,
+            config: m.clone(),
+        })
+    }
+
+    /// Starts the engine and the gateway on one shard.
+    pub async fn start(
+        &self,
+        shard: Shard<ShardMsg>,
+        store: Rc<Store>,
+    ) -> Result<(Rc<Engine>, Option<Rc<GatewayCtx>>), String> {
+        let engine = Engine::start(shard, store, self.engine.clone(), self.topics.clone()).await?;
+        let Some(settings) = &self.gateway else {
+            return Ok((engine, None));
+        };
+        let env = |k: &str| std::env::var(k).ok();
+        let verifier = Verifier::from_config(&self.config.identity, &env)?;
+        let policy = Policy::from_config(&self.config.identity.policy)?;
+        let membership = MembershipClient::from_config(&self.config.chat, &self.config.identity)
+            .map_err(|e| format!("messaging.chat.membership_url: {e}"))?;
+        let gw = GatewayCtx::new(
+            Rc::clone(&engine),
+            settings.clone(),
+            verifier,
+            policy,
+            membership,
+        );
+        Ok((engine, Some(gw)))
+    }
+}
