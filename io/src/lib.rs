@@ -12,6 +12,7 @@
 //! ```
 
 pub mod appender;
+pub mod connect;
 pub mod dirlock;
 pub mod durability;
 pub mod event;

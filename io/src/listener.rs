@@ -91,7 +91,7 @@ impl Listener {
     }
 }
 
-/// An accepted connection: futures-io `AsyncRead + AsyncWrite`, in plain text or TLS.
+/// An accepted or dialled connection: futures-io `AsyncRead + AsyncWrite`, in plain text or TLS.
 pub struct Conn(Stream);
 
 enum Stream {
@@ -101,6 +101,12 @@ enum Stream {
 }
 
 impl Conn {
+    /// A plain-text connection over `stream`, e.g. one this process dialled out
+    /// ([`crate::connect::connect_tcp`]).
+    pub fn plain(stream: glommio::net::TcpStream) -> Conn {
+        Conn(Stream::Plain(stream))
+    }
+
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
         match &self.0 {
             Stream::Plain(s) => s.peer_addr().map_err(|e| io::Error::other(e.to_string())),
