@@ -68,6 +68,146 @@ class Device:
         return got
 
 
+def pay(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+async def scenario_dedup(url, secret):
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    first = await alice.request({"op": "send", "conversation": "alice:bob", "client_msg_id": "x1", "payload": pay("once")})
+    again = await alice.request({"op": "send", "conversation": "alice:bob", "client_msg_id": "x1", "payload": pay("once")})
+    assert first["op"] == "sent" and again["op"] == "sent", (first, again)
+    assert again["sent"].get("duplicate") is True, again
+    assert again["sent"]["seq"] == first["sent"]["seq"], (first, again)
+    page = await alice.request({"op": "history", "topic": "chat.direct.alice:bob"})
+    assert len(page.get("records", [])) == 1, page
+
+
+async def scenario_acl(url, secret):
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    for frame in [{"op": "subscribe", "topic": "chat.inbox.alice"},
+                  {"op": "history", "topic": "chat.direct.alice:carol"},
+                  {"op": "subscribe", "topic": "chat.direct.alice:carol"},
+                  {"op": "send", "conversation": "alice:carol", "payload": pay("x")},
+                  {"op": "commit", "topic": "chat.inbox.alice", "seq": 1}]:
+        r = await bob.request(frame)
+        assert r["op"] == "error" and r["error"]["code"] == "forbidden", (frame, r)
+    own = await bob.request({"op": "subscribe", "topic": "chat.inbox.bob"})
+    assert own["op"] == "ack", own
+    # Wildcard characters never pass as user ids: the upgrade itself is refused.
+    for sub in ["#", "*", "alice.x", "a:b"]:
+        try:
+            await Device.connect(url, mint(secret, sub), "d")
+            raise AssertionError(f"token for {sub!r} accepted")
+        except websockets.exceptions.InvalidStatus as e:
+            assert e.response.status_code == 401, e
+    # Reversed direct ids are refused.
+    r = await bob.request({"op": "subscribe", "topic": "chat.direct.bob:alice"})
+    assert r["op"] == "error" and r["error"]["code"] == "bad_request", r
+
+
+async def scenario_cursors(url, secret):
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    for i in range(10):
+        r = await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+        assert r["op"] == "sent", r
+    topic = "chat.direct.alice:bob"
+    devices = {"d1": 3, "d2": 5, "d3": 8, "d4": 11}
+    for dev, pos in devices.items():
+        d = await Device.connect(url, mint(secret, "bob"), dev)
+        r = await d.request({"op": "commit", "topic": topic, "seq": pos})
+        assert r["op"] == "ack", r
+        r = await d.request({"op": "commit", "topic": topic, "seq": 2})  # stale: ignored
+        assert r["op"] == "ack", r
+        await d.ws.close()
+    for dev, pos in devices.items():
+        d = await Device.connect(url, mint(secret, "bob"), dev)
+        ack = await d.request({"op": "subscribe", "topic": topic})
+        assert ack["from_seq"] == pos, (dev, ack)
+        if pos <= 10:
+            recs = await d.records(topic, 11 - pos)
+            assert [r["seq"] for r in recs] == list(range(pos, 11)), recs
+        await d.ws.close()
+
+
+async def scenario_resume(url, secret):
+    topic = "chat.direct.alice:bob"
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    token = bob.welcome["token"]
+    assert (await bob.request({"op": "subscribe", "topic": topic}))["op"] == "ack"
+    for i in range(5):
+        await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+    first = await bob.records(topic, 5)
+    bob.ws.transport.abort()  # abrupt: no close frame
+    for i in range(5, 12):
+        await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+    bob2 = await Device.connect(url, mint(secret, "bob"), "laptop", resume=token)
+    assert bob2.welcome.get("resumed") is True, bob2.welcome
+    assert bob2.welcome["token"] != token, "resume tokens rotate"
+    rest = await bob2.records(topic, 7)
+    seqs = [r["seq"] for r in first + rest]
+    assert seqs == list(range(1, 13)), seqs
+    # The old token no longer resumes.
+    bob3 = await Device.connect(url, mint(secret, "bob"), "laptop", resume=token)
+    assert not bob3.welcome.get("resumed"), bob3.welcome
+
+
+async def scenario_expiry(url, secret):
+    d = await Device.connect(url, mint(secret, "alice", exp_in=1), "phone")
+    assert (await d.request({"op": "subscribe", "topic": "chat.inbox.alice"}))["op"] == "ack"
+    t0 = time.time()
+    try:
+        while True:
+            await asyncio.wait_for(d.ws.recv(), 20)
+    except websockets.exceptions.ConnectionClosed as e:
+        assert e.rcvd is not None and e.rcvd.code == 1008, e
+        assert "expired" in e.rcvd.reason, e
+    assert time.time() - t0 < 15
+
+
+async def scenario_send_until_killed(url, secret, acked_path, round_no):
+    """Sends until the server dies; appends `client_msg_id seq` of every acknowledged send."""
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    with open(acked_path, "a") as out:
+        i = 0
+        try:
+            while True:
+                cid = f"r{round_no}-{i}"
+                r = await alice.request({"op": "send", "conversation": "alice:bob", "client_msg_id": cid, "payload": pay(cid)})
+                assert r["op"] == "sent", r
+                out.write(f"{cid} {r['sent']['seq']}\n")
+                out.flush()
+                i += 1
+        except (websockets.exceptions.ConnectionClosed, OSError, asyncio.TimeoutError):
+            return
+
+
+async def scenario_verify_acked(url, secret, acked_path):
+    acked = [l.split() for l in open(acked_path).read().splitlines() if l.strip()]
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    seen, frm = [], 1
+    while True:
+        page = await bob.request({"op": "history", "topic": "chat.direct.alice:bob", "from_seq": frm, "limit": 200})
+        recs = page.get("records", [])
+        if not recs:
+            break
+        seen += recs
+        frm = recs[-1]["seq"] + 1
+    seqs = [r["seq"] for r in seen]
+    assert seqs == list(range(1, len(seqs) + 1)), "gap-free"
+    ids = [r["headers"]["client_msg_id"] for r in seen]
+    assert len(ids) == len(set(ids)), "no send stored twice"
+    by_id = {r["headers"]["client_msg_id"]: r["seq"] for r in seen}
+    for cid, seq in acked:
+        assert by_id.get(cid) == int(seq), f"acknowledged {cid} at {seq} missing or moved"
+    print(json.dumps({"acked": len(acked), "stored": len(seen)}))
+
+
+SCENARIOS = {"dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
+             "resume": scenario_resume, "expiry": scenario_expiry}
+
+
 async def demo(url, secret):
     alice = await Device.connect(url, mint(secret, "alice"), "phone")
     bob = await Device.connect(url, mint(secret, "bob"), "laptop")
@@ -85,4 +225,11 @@ async def demo(url, secret):
 
 
 if __name__ == "__main__":
-    asyncio.run(demo(sys.argv[1], sys.argv[2]))
+    name, url, secret, extra = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+    if name == "send_until_killed":
+        asyncio.run(scenario_send_until_killed(url, secret, extra[0], extra[1]))
+    elif name == "verify_acked":
+        asyncio.run(scenario_verify_acked(url, secret, extra[0]))
+    else:
+        asyncio.run((demo if name == "chat" else SCENARIOS[name])(url, secret))
+    print("ok")
