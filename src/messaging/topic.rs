@@ -1,1 +1,966 @@
-//! (being written)
+//! Topic names: their on-disk encoding, validation, namespaces, key → partition routing and
+//! the storage log name of each partition (spec/messaging-engine.md §1.2, §2;
+//! spec/messaging-edge.md §6, §19 decisions 10–12 and 17).
+//!
+//! Everything here is a pure function of its arguments, so the gateway, the deliverer, the
+//! admin routes and the startup scan all agree on what a name means.
+
+use boltq_shards::ownership::fnv1a_64;
+use std::fmt;
+
+/// Longest topic name, measured in bytes of its directory encoding ([`encode_dir`]). Keeps a
+/// partition's path well under the file-system and log-name limits.
+pub const TOPIC_ENCODED_BYTES_MAX: usize = 200;
+/// Longest user, device, group or direct-party id (§19 #11).
+pub const ID_BYTES_MAX: usize = 128;
+/// Prefix of 1:1 conversation topics: `chat.direct.<a>:<b>`.
+pub const DIRECT_PREFIX: &str = "chat.direct.";
+/// Prefix of group conversation topics: `chat.group.<id>`.
+pub const GROUP_PREFIX: &str = "chat.group.";
+/// Prefix of per-user inbox topics: `chat.inbox.<user>`.
+pub const INBOX_PREFIX: &str = "chat.inbox.";
+/// Prefix of typing-signal names (never stored): `typing.<conversation>`.
+pub const TYPING_PREFIX: &str = "typing.";
+/// Prefix of server announcement topics.
+pub const SYSTEM_PREFIX: &str = "system.";
+/// First component of every stream partition's storage log name.
+pub const LOG_NAME_PREFIX: &str = "streams/";
+/// Separator of the two parties of a direct conversation id.
+pub const DIRECT_SEPARATOR: char = ':';
+
+/// Longest storage log name `boltq_io::store::validate_log_name` accepts.
+const STORE_LOG_NAME_BYTES_MAX: usize = 255;
+/// Decimal digits of the largest partition number (`u32::MAX`).
+const PARTITION_DIGITS_MAX: usize = 10;
+// Every valid topic's log name fits the store's limit, whatever its partition.
+const _: () = assert!(
+    LOG_NAME_PREFIX.len() + TOPIC_ENCODED_BYTES_MAX + 1 + PARTITION_DIGITS_MAX
+        <= STORE_LOG_NAME_BYTES_MAX
+);
+
+/// Why a topic name, an id inside it or a partition number was refused. Every variant is a
+/// client error; `Display` is meant for the message of a `bad_request` reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicError {
+    Empty,
+    TooLong {
+        encoded_bytes: usize,
+        encoded_bytes_max: usize,
+    },
+    /// `#` or `*`: ACL wildcards, which would turn an id into a pattern (edge G30).
+    Wildcard(char),
+    /// A leading, trailing or doubled `.`: ACL segments must not be empty (§19 #10).
+    EmptySegment,
+    /// An ASCII control byte (including NUL), which cursor keys and log lines cannot carry.
+    ControlCharacter,
+    /// An id inside a reserved namespace is not 1–128 bytes of `[A-Za-z0-9_@+-]`.
+    InvalidId {
+        what: &'static str,
+        id: String,
+    },
+    /// `chat.direct.<id>` whose id is not two parties joined by one `:`.
+    DirectNotPair,
+    /// `chat.direct.<a>:<a>`: a conversation needs two distinct parties.
+    DirectSameParty,
+    /// `chat.direct.<b>:<a>` with `b > a`; carries the canonical topic (§19 #12).
+    DirectNotCanonical {
+        canonical: String,
+    },
+    PartitionOutOfRange {
+        partition: u32,
+        count: u32,
+    },
+}
+
+impl fmt::Display for TopicError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopicError::Empty => write!(f, "topic is required"),
+            TopicError::TooLong {
+                encoded_bytes,
+                encoded_bytes_max,
+            } => write!(
+                f,
+                "topic is {encoded_bytes} bytes once encoded, over the limit of {encoded_bytes_max}"
+            ),
+            TopicError::Wildcard(c) => write!(f, "topic must not contain {c:?}"),
+            TopicError::EmptySegment => write!(
+                f,
+                "topic must not have empty segments (a leading, trailing or doubled '.')"
+            ),
+            TopicError::ControlCharacter => write!(f, "topic must not contain control characters"),
+            TopicError::InvalidId { what, id } => write!(
+                f,
+                "{what} {id:?} must be 1-{ID_BYTES_MAX} bytes of A-Z a-z 0-9 _ @ + -"
+            ),
+            TopicError::DirectNotPair => write!(
+                f,
+                "a direct conversation id must be two user ids joined by ':'"
+            ),
+            TopicError::DirectSameParty => {
+                write!(f, "a direct conversation needs two different user ids")
+            }
+            TopicError::DirectNotCanonical { canonical } => write!(
+                f,
+                "a direct conversation id must list the smaller user id first: use {canonical:?}"
+            ),
+            TopicError::PartitionOutOfRange { partition, count } => write!(
+                f,
+                "partition {partition} is out of range: the topic has {count} partition(s)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TopicError {}
+
+// ---------------------------------------------------------------------------------------
+// Directory encoding (§1.2, D33)
+
+/// Whether `b` is kept as is by the directory encoding.
+fn is_kept_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_')
+}
+
+/// Whether the byte at `index` of a name is written as `%XX`. A leading `.` is escaped so
+/// that no topic (in particular `.` and `..`) can name a hidden or parent directory (D33).
+fn is_escaped_at(index: usize, b: u8) -> bool {
+    !is_kept_byte(b) || (index == 0 && b == b'.')
+}
+
+/// Bytes of `encode_dir(topic)`, without building it.
+pub fn encoded_len(topic: &str) -> usize {
+    topic
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| if is_escaped_at(i, b) { 3 } else { 1 })
+        .sum()
+}
+
+/// The directory name of a topic: bytes `a–z A–Z 0–9 . - _` are kept, every other byte (and
+/// a leading `.`) becomes `%` and two uppercase hex digits. The result is always one safe
+/// path component: no `/`, no NUL, never `.` or `..`.
+pub fn encode_dir(topic: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(encoded_len(topic));
+    for (i, b) in topic.bytes().enumerate() {
+        if is_escaped_at(i, b) {
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 0xF)] as char);
+        } else {
+            out.push(b as char);
+        }
+    }
+    out
+}
+
+/// The topic named by a directory, or `None` if the directory is not a topic (a truncated or
+/// non-hex escape, a result that is not UTF-8, or a spelling [`encode_dir`] would not
+/// produce). Strict on purpose: one topic has exactly one directory, so a stray `a%2Db`
+/// next to `a-b` can never be opened as a second copy of the same topic.
+pub fn decode_dir(dir: &str) -> Option<String> {
+    let bytes = dir.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hi = hex_value(*bytes.get(i + 1)?)?;
+            let lo = hex_value(*bytes.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let topic = String::from_utf8(out).ok()?;
+    (encode_dir(&topic) == dir).then_some(topic)
+}
+
+/// The value of an uppercase hex digit (lowercase is never produced by [`encode_dir`], so the
+/// canonical check in [`decode_dir`] would refuse it anyway).
+fn hex_value(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation and namespaces (edge §6, §19 #10–12)
+
+/// Checks the rules every topic name obeys, whatever its namespace: non-empty, at most
+/// [`TOPIC_ENCODED_BYTES_MAX`] bytes once encoded, no ACL wildcard (`#`, `*`), no empty
+/// `.`-segment, no control character. Namespace rules are in [`Namespace::of`].
+pub fn validate_topic(name: &str) -> Result<(), TopicError> {
+    if name.is_empty() {
+        return Err(TopicError::Empty);
+    }
+    let encoded_bytes = encoded_len(name);
+    if encoded_bytes > TOPIC_ENCODED_BYTES_MAX {
+        return Err(TopicError::TooLong {
+            encoded_bytes,
+            encoded_bytes_max: TOPIC_ENCODED_BYTES_MAX,
+        });
+    }
+    if let Some(c) = name.chars().find(|c| matches!(c, '#' | '*')) {
+        return Err(TopicError::Wildcard(c));
+    }
+    if name.bytes().any(|b| b.is_ascii_control()) {
+        return Err(TopicError::ControlCharacter);
+    }
+    if name.split('.').any(str::is_empty) {
+        return Err(TopicError::EmptySegment);
+    }
+    Ok(())
+}
+
+/// Whether `s` is a valid user, device, group or direct-party id: 1–[`ID_BYTES_MAX`] bytes
+/// of `[A-Za-z0-9_@+-]` (§19 #11). No `.` (an ACL segment boundary), no `:` (the direct
+/// separator), no wildcard. The single definition for ids inside topic names.
+pub fn valid_id(s: &str) -> bool {
+    (1..=ID_BYTES_MAX).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'@' | b'+' | b'-'))
+}
+
+/// What a topic is, which decides its ACL rules, its partition count and its partition key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Namespace {
+    /// `chat.direct.<a>:<b>`, `a < b` bytewise.
+    Direct { a: String, b: String },
+    /// `chat.group.<id>`.
+    Group { id: String },
+    /// `chat.inbox.<user>` exactly; its sub-topics are [`Namespace::Custom`].
+    Inbox { user: String },
+    /// `system.<…>`: server announcements.
+    System,
+    /// Anything else, including `chat.inbox.<user>.<…>` and `typing.<…>`.
+    Custom,
+}
+
+impl Namespace {
+    /// Validates `topic` ([`validate_topic`] plus the rules of its namespace) and classifies
+    /// it. The conversation namespaces are strict: `chat.direct.` and `chat.group.` must be
+    /// followed by exactly one id (pair), since only sends create them and a send names a
+    /// whole conversation; a sub-topic there would let members mint topics (edge G12).
+    pub fn of(topic: &str) -> Result<Namespace, TopicError> {
+        validate_topic(topic)?;
+        if let Some(id) = topic.strip_prefix(DIRECT_PREFIX) {
+            let (a, b) = parse_direct_id(id)?;
+            return Ok(Namespace::Direct {
+                a: a.to_string(),
+                b: b.to_string(),
+            });
+        }
+        if let Some(id) = topic.strip_prefix(GROUP_PREFIX) {
+            check_id("group id", id)?;
+            return Ok(Namespace::Group { id: id.to_string() });
+        }
+        if let Some(rest) = topic.strip_prefix(INBOX_PREFIX) {
+            let (user, sub) = match rest.split_once('.') {
+                Some((user, sub)) => (user, Some(sub)),
+                None => (rest, None),
+            };
+            check_id("inbox user id", user)?;
+            return Ok(match sub {
+                None => Namespace::Inbox {
+                    user: user.to_string(),
+                },
+                Some(_) => Namespace::Custom,
+            });
+        }
+        if topic.starts_with(SYSTEM_PREFIX) {
+            return Ok(Namespace::System);
+        }
+        Ok(Namespace::Custom)
+    }
+
+    /// Whether this is a conversation (direct or group) topic.
+    pub fn is_conversation(&self) -> bool {
+        matches!(self, Namespace::Direct { .. } | Namespace::Group { .. })
+    }
+}
+
+fn check_id(what: &'static str, id: &str) -> Result<(), TopicError> {
+    if valid_id(id) {
+        Ok(())
+    } else {
+        Err(TopicError::InvalidId {
+            what,
+            id: id.to_string(),
+        })
+    }
+}
+
+/// Splits a direct conversation id into its two parties and checks it is canonical: two
+/// distinct valid ids, smaller first (§19 #12). Both sides of a conversation must derive the
+/// same id, or they would write to two half-conversations.
+pub fn parse_direct_id(id: &str) -> Result<(&str, &str), TopicError> {
+    let mut parts = id.split(DIRECT_SEPARATOR);
+    let (Some(a), Some(b), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(TopicError::DirectNotPair);
+    };
+    check_id("direct conversation party", a)?;
+    check_id("direct conversation party", b)?;
+    match a.cmp(b) {
+        std::cmp::Ordering::Less => Ok((a, b)),
+        std::cmp::Ordering::Equal => Err(TopicError::DirectSameParty),
+        std::cmp::Ordering::Greater => Err(TopicError::DirectNotCanonical {
+            canonical: format!("{DIRECT_PREFIX}{b}{DIRECT_SEPARATOR}{a}"),
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Names
+
+/// The topic of a conversation: `chat.group.<id>` or `chat.direct.<id>`.
+pub fn conversation_topic(kind_is_group: bool, conversation: &str) -> String {
+    let prefix = if kind_is_group {
+        GROUP_PREFIX
+    } else {
+        DIRECT_PREFIX
+    };
+    format!("{prefix}{conversation}")
+}
+
+/// The inbox topic of a user: `chat.inbox.<user>`.
+pub fn inbox_topic(user: &str) -> String {
+    format!("{INBOX_PREFIX}{user}")
+}
+
+/// The name typing signals of a conversation travel under: `typing.<conversation>`. Never
+/// stored; shared by direct and group ids (a v1 naming, edge §6.1).
+pub fn typing_topic(conversation: &str) -> String {
+    format!("{TYPING_PREFIX}{conversation}")
+}
+
+/// The storage log holding one partition of a stream topic: `streams/<encode_dir(topic)>/<n>`.
+/// For a topic that passes [`validate_topic`] the name always passes
+/// `boltq_io::store::validate_log_name` (the encoding never starts with `.` and never
+/// contains `/`; the length bound is checked at compile time above).
+pub fn log_name(topic: &str, partition: u32) -> String {
+    debug_assert!(
+        validate_topic(topic).is_ok(),
+        "log_name of invalid {topic:?}"
+    );
+    format!("{LOG_NAME_PREFIX}{}/{partition}", encode_dir(topic))
+}
+
+/// The topic and partition of a storage log name made by [`log_name`], or `None` for any
+/// other log (queue slots, stray names, non-canonical spellings, invalid topics).
+pub fn parse_log_name(name: &str) -> Option<(String, u32)> {
+    let rest = name.strip_prefix(LOG_NAME_PREFIX)?;
+    let (dir, partition) = rest.split_once('/')?;
+    let partition = parse_partition(partition)?;
+    let topic = decode_dir(dir)?;
+    validate_topic(&topic).ok()?;
+    Some((topic, partition))
+}
+
+/// A partition number in canonical decimal: digits only, no leading zero, fits u32.
+fn parse_partition(s: &str) -> Option<u32> {
+    let canonical = !s.is_empty()
+        && s.len() <= PARTITION_DIGITS_MAX
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'));
+    if canonical {
+        s.parse().ok()
+    } else {
+        None
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Partitions (§2.3, §19 #17)
+
+/// The partition of `key` among `count` (client-visible; changing it breaks clients that
+/// compute partitions): 0 for an empty key or a single partition, else FNV-1a-64 of the key
+/// bytes modulo `count`. A `count` of 0 (no partitions) also gives 0 rather than dividing by
+/// zero; [`resolve_partition`] refuses it.
+pub fn partition_for(key: &[u8], count: u32) -> u32 {
+    if key.is_empty() || count <= 1 {
+        return 0;
+    }
+    let p = fnv1a_64(key) % u64::from(count);
+    u32::try_from(p).expect("a value modulo a u32 fits in u32")
+}
+
+/// The routing key of a topic when a frame omits the partition: the conversation id for
+/// `chat.direct.*` / `chat.group.*`, the caller's user id for every other topic.
+pub fn partition_key<'a>(topic: &'a str, user_id: &'a str) -> &'a str {
+    topic
+        .strip_prefix(DIRECT_PREFIX)
+        .or_else(|| topic.strip_prefix(GROUP_PREFIX))
+        .unwrap_or(user_id)
+}
+
+/// The partition a request addresses: the explicit one if given (which must be below
+/// `count`), else the partition of [`partition_key`]. The single routine `subscribe`,
+/// `history`, `commit` and `unsubscribe` all use, so they can never disagree (§19 #17, D16).
+pub fn resolve_partition(
+    topic: &str,
+    explicit: Option<u32>,
+    user_id: &str,
+    count: u32,
+) -> Result<u32, TopicError> {
+    let partition =
+        explicit.unwrap_or_else(|| partition_for(partition_key(topic, user_id).as_bytes(), count));
+    if partition < count {
+        Ok(partition)
+    } else {
+        Err(TopicError::PartitionOutOfRange { partition, count })
+    }
+}
+
+/// Partition counts a new topic is created with, by namespace (§2.2). Each is fixed for the
+/// life of a topic, so these only matter at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionCounts {
+    /// Direct and group conversations (`chat.conversation_partitions`).
+    pub conversation: u32,
+    /// Inboxes (`chat.inbox_partitions`).
+    pub inbox: u32,
+    /// Every other stream topic (`stream.default_partitions`).
+    pub default: u32,
+}
+
+impl Default for PartitionCounts {
+    /// The v1 defaults: 16 per conversation, 1 per inbox, 16 otherwise.
+    fn default() -> Self {
+        PartitionCounts {
+            conversation: 16,
+            inbox: 1,
+            default: 16,
+        }
+    }
+}
+
+impl PartitionCounts {
+    /// The count for a new topic of `namespace`. A count of 0 means "the log default" (as in
+    /// v1), and a default of 0 means 1, so the answer is never 0.
+    pub fn count_for(&self, namespace: &Namespace) -> u32 {
+        let chosen = match namespace {
+            Namespace::Direct { .. } | Namespace::Group { .. } => self.conversation,
+            Namespace::Inbox { .. } => self.inbox,
+            Namespace::System | Namespace::Custom => self.default,
+        };
+        match chosen {
+            0 => self.default.max(1),
+            n => n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq_io::testutil::Rng;
+
+    #[test]
+    fn encoding_matches_the_spec_examples() {
+        assert_eq!(
+            encode_dir("chat.direct.alice:bob"),
+            "chat.direct.alice%3Abob"
+        );
+        assert_eq!(encode_dir("a/b"), "a%2Fb");
+        assert_eq!(encode_dir("Az09.-_"), "Az09.-_");
+        assert_eq!(encode_dir("é"), "%C3%A9");
+        assert_eq!(encode_dir(" %"), "%20%25");
+        assert_eq!(encoded_len("chat.direct.alice:bob"), 23);
+    }
+
+    #[test]
+    fn leading_dot_is_escaped_d33() {
+        assert_eq!(encode_dir("."), "%2E");
+        assert_eq!(encode_dir(".."), "%2E.");
+        assert_eq!(encode_dir(".hidden"), "%2Ehidden");
+        assert_eq!(encode_dir("a.b."), "a.b.");
+        for t in [".", "..", ".hidden"] {
+            assert_eq!(decode_dir(&encode_dir(t)).as_deref(), Some(t));
+        }
+        // The unescaped spellings are not topic directories.
+        assert_eq!(decode_dir("."), None);
+        assert_eq!(decode_dir(".."), None);
+        assert_eq!(decode_dir(".hidden"), None);
+    }
+
+    #[test]
+    fn topic_name_encoding_is_path_safe() {
+        for t in [
+            "../../etc/passwd",
+            "a/b/c",
+            "with space",
+            "ünïcødé ☃",
+            "nul\0byte",
+            "%41",
+        ] {
+            let dir = encode_dir(t);
+            assert!(!dir.contains('/') && !dir.contains('\0'), "{dir:?}");
+            assert!(!dir.starts_with('.'), "{dir:?}");
+            assert!(dir.bytes().all(|b| is_kept_byte(b) || b == b'%'), "{dir:?}");
+            assert_eq!(decode_dir(&dir).as_deref(), Some(t));
+        }
+    }
+
+    #[test]
+    fn decode_rejects_truncated_and_bad_escapes() {
+        for bad in ["%", "%4", "abc%", "a%2", "%ZZ", "%G0", "%C3", "%FF", "%e9"] {
+            assert_eq!(decode_dir(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decode_rejects_non_canonical_spellings() {
+        // A kept byte escaped, lowercase hex, a raw byte the encoding escapes.
+        for bad in ["a%2Db", "%3a", "a b", "a:b", "é"] {
+            assert_eq!(decode_dir(bad), None, "{bad:?}");
+        }
+        assert_eq!(decode_dir("a-b").as_deref(), Some("a-b"));
+        assert_eq!(decode_dir("a%3Ab").as_deref(), Some("a:b"));
+    }
+
+    #[test]
+    fn round_trip_random_strings() {
+        let mut rng = Rng::new(0x70_91c);
+        for _ in 0..5000 {
+            let t = random_string(&mut rng, 40);
+            let dir = encode_dir(&t);
+            assert_eq!(dir.len(), encoded_len(&t));
+            assert_eq!(decode_dir(&dir), Some(t.clone()), "{t:?}");
+        }
+    }
+
+    #[test]
+    fn valid_topic_names() {
+        for ok in [
+            "a",
+            "chat.direct.alice:bob",
+            "chat.inbox.alice.archive",
+            "match.u1",
+            "system.news",
+            "spaces are fine",
+        ] {
+            assert_eq!(validate_topic(ok), Ok(()), "{ok:?}");
+        }
+        assert_eq!(validate_topic(""), Err(TopicError::Empty));
+        assert_eq!(validate_topic("a.#"), Err(TopicError::Wildcard('#')));
+        assert_eq!(validate_topic("a*"), Err(TopicError::Wildcard('*')));
+        for bad in [".", "..", ".a", "a.", "a..b", "chat.inbox."] {
+            assert_eq!(
+                validate_topic(bad),
+                Err(TopicError::EmptySegment),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(validate_topic("a\0b"), Err(TopicError::ControlCharacter));
+        assert_eq!(validate_topic("a\nb"), Err(TopicError::ControlCharacter));
+    }
+
+    #[test]
+    fn topic_length_is_measured_encoded() {
+        let at_limit = "a".repeat(TOPIC_ENCODED_BYTES_MAX);
+        assert_eq!(validate_topic(&at_limit), Ok(()));
+        let over = "a".repeat(TOPIC_ENCODED_BYTES_MAX + 1);
+        assert_eq!(
+            validate_topic(&over),
+            Err(TopicError::TooLong {
+                encoded_bytes: 201,
+                encoded_bytes_max: 200
+            })
+        );
+        // 67 colons are 67 bytes raw but 201 encoded.
+        let colons = ":".repeat(67);
+        assert!(matches!(
+            validate_topic(&colons),
+            Err(TopicError::TooLong {
+                encoded_bytes: 201,
+                ..
+            })
+        ));
+        assert_eq!(validate_topic(&":".repeat(66)), Ok(()));
+    }
+
+    #[test]
+    fn ids() {
+        for ok in [
+            "a",
+            "alice",
+            "user-8891",
+            "a_b",
+            "x@y",
+            "a+b",
+            &"z".repeat(128),
+        ] {
+            assert!(valid_id(ok), "{ok:?}");
+        }
+        for bad in [
+            "",
+            "a.b",
+            "a:b",
+            "a#",
+            "a*",
+            "a/b",
+            "a b",
+            "é",
+            &"z".repeat(129),
+        ] {
+            assert!(!valid_id(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn namespaces() {
+        assert_eq!(
+            Namespace::of("chat.direct.alice:bob"),
+            Ok(Namespace::Direct {
+                a: "alice".into(),
+                b: "bob".into()
+            })
+        );
+        assert_eq!(
+            Namespace::of("chat.group.eng-team"),
+            Ok(Namespace::Group {
+                id: "eng-team".into()
+            })
+        );
+        assert_eq!(
+            Namespace::of("chat.inbox.alice"),
+            Ok(Namespace::Inbox {
+                user: "alice".into()
+            })
+        );
+        assert_eq!(
+            Namespace::of("chat.inbox.alice.archive"),
+            Ok(Namespace::Custom)
+        );
+        assert_eq!(Namespace::of("system.news"), Ok(Namespace::System));
+        assert_eq!(Namespace::of("system"), Ok(Namespace::Custom));
+        assert_eq!(Namespace::of("match.u1"), Ok(Namespace::Custom));
+        assert_eq!(Namespace::of("typing.alice:bob"), Ok(Namespace::Custom));
+        assert_eq!(Namespace::of("chat.directx"), Ok(Namespace::Custom));
+        assert!(Namespace::of("chat.group.g1").unwrap().is_conversation());
+        assert!(!Namespace::of("chat.inbox.g1").unwrap().is_conversation());
+    }
+
+    #[test]
+    fn namespace_errors() {
+        assert_eq!(
+            Namespace::of("chat.direct.bob:alice"),
+            Err(TopicError::DirectNotCanonical {
+                canonical: "chat.direct.alice:bob".into()
+            })
+        );
+        let msg = Namespace::of("chat.direct.bob:alice")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("chat.direct.alice:bob"), "{msg}");
+        assert_eq!(
+            Namespace::of("chat.direct.alice:alice"),
+            Err(TopicError::DirectSameParty)
+        );
+        for bad in ["chat.direct.alice", "chat.direct.a:b:c", "chat.direct.a::b"] {
+            assert_eq!(Namespace::of(bad), Err(TopicError::DirectNotPair), "{bad}");
+        }
+        for bad in [
+            "chat.direct.:bob",
+            "chat.direct.a b:c",
+            "chat.direct.a:b.c",
+            "chat.group.g 1",
+            "chat.group.g1.sub",
+            "chat.group.a:b",
+            "chat.inbox.al:ice",
+            "chat.inbox.al:ice.archive",
+        ] {
+            assert!(
+                matches!(Namespace::of(bad), Err(TopicError::InvalidId { .. })),
+                "{bad}: {:?}",
+                Namespace::of(bad)
+            );
+        }
+        // Generic rules apply before namespace rules.
+        assert_eq!(Namespace::of("chat.group."), Err(TopicError::EmptySegment));
+        assert_eq!(
+            Namespace::of("chat.group.#"),
+            Err(TopicError::Wildcard('#'))
+        );
+        assert_eq!(Namespace::of(""), Err(TopicError::Empty));
+    }
+
+    #[test]
+    fn error_messages_name_the_problem() {
+        let cases = [
+            (TopicError::Empty, "required"),
+            (
+                TopicError::TooLong {
+                    encoded_bytes: 300,
+                    encoded_bytes_max: 200,
+                },
+                "300",
+            ),
+            (TopicError::Wildcard('#'), "'#'"),
+            (TopicError::EmptySegment, "empty segments"),
+            (TopicError::ControlCharacter, "control"),
+            (
+                TopicError::InvalidId {
+                    what: "group id",
+                    id: "a.b".into(),
+                },
+                "group id \"a.b\"",
+            ),
+            (TopicError::DirectNotPair, "joined by ':'"),
+            (TopicError::DirectSameParty, "two different"),
+            (
+                TopicError::PartitionOutOfRange {
+                    partition: 16,
+                    count: 16,
+                },
+                "partition 16",
+            ),
+        ];
+        for (e, needle) in cases {
+            assert!(e.to_string().contains(needle), "{e}");
+        }
+    }
+
+    #[test]
+    fn partition_vectors() {
+        assert_eq!(fnv1a_64(b"alice:bob"), 0x3f43_4815_24ca_8596);
+        assert_eq!(partition_for(b"alice:bob", 16), 6);
+        assert_eq!(partition_for(b"alice:bob", 32), 22);
+        assert_eq!(partition_for(b"alice:bob", 8), 6);
+        assert_eq!(partition_for(b"g1", 16), 5);
+        assert_eq!(partition_for(b"eng-team", 16), 7);
+        assert_eq!(partition_for(b"conv-a", 16), 13);
+        assert_eq!(partition_for(b"bob", 16), 4);
+    }
+
+    #[test]
+    fn partition_for_empty_key_and_single_partition() {
+        assert_eq!(partition_for(b"", 16), 0);
+        assert_eq!(partition_for(b"alice:bob", 1), 0);
+        assert_eq!(partition_for(b"alice:bob", 0), 0);
+    }
+
+    #[test]
+    fn topic_partition_routing_spreads_keys() {
+        let mut hit = [false; 8];
+        for i in 0..200 {
+            let key = format!("key-{i}");
+            let p = partition_for(key.as_bytes(), 8);
+            assert!(p < 8);
+            assert_eq!(p, partition_for(key.as_bytes(), 8), "stable");
+            hit[p as usize] = true;
+        }
+        assert!(hit.iter().filter(|h| **h).count() >= 6);
+    }
+
+    #[test]
+    fn partition_keys() {
+        assert_eq!(partition_key("chat.direct.alice:bob", "carol"), "alice:bob");
+        assert_eq!(partition_key("chat.group.eng-team", "carol"), "eng-team");
+        assert_eq!(partition_key("chat.inbox.carol", "carol"), "carol");
+        assert_eq!(partition_key("match.x", "carol"), "carol");
+    }
+
+    #[test]
+    fn resolve_partition_is_one_routine() {
+        assert_eq!(
+            resolve_partition("chat.direct.alice:bob", None, "zed", 16),
+            Ok(6)
+        );
+        assert_eq!(resolve_partition("chat.group.g1", None, "zed", 16), Ok(5));
+        assert_eq!(resolve_partition("chat.inbox.bob", None, "bob", 16), Ok(4));
+        assert_eq!(resolve_partition("chat.inbox.bob", None, "bob", 1), Ok(0));
+        assert_eq!(
+            resolve_partition("chat.direct.alice:bob", Some(15), "zed", 16),
+            Ok(15)
+        );
+        assert_eq!(
+            resolve_partition("chat.direct.alice:bob", Some(16), "zed", 16),
+            Err(TopicError::PartitionOutOfRange {
+                partition: 16,
+                count: 16
+            })
+        );
+        assert_eq!(
+            resolve_partition("x", None, "u", 0),
+            Err(TopicError::PartitionOutOfRange {
+                partition: 0,
+                count: 0
+            })
+        );
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            conversation_topic(false, "alice:bob"),
+            "chat.direct.alice:bob"
+        );
+        assert_eq!(conversation_topic(true, "g1"), "chat.group.g1");
+        assert_eq!(inbox_topic("bob"), "chat.inbox.bob");
+        assert_eq!(typing_topic("alice:bob"), "typing.alice:bob");
+        assert_eq!(
+            log_name("chat.direct.alice:bob", 3),
+            "streams/chat.direct.alice%3Abob/3"
+        );
+        assert_eq!(
+            parse_log_name("streams/chat.direct.alice%3Abob/3"),
+            Some(("chat.direct.alice:bob".to_string(), 3))
+        );
+    }
+
+    #[test]
+    fn parse_log_name_rejects_other_logs() {
+        for bad in [
+            "queue/slot-001",
+            "streams/a",
+            "streams/a/",
+            "streams/a/01",
+            "streams/a/+1",
+            "streams/a/-1",
+            "streams/a/4294967296",
+            "streams/a/1/2",
+            "streams/a%2Db/1",
+            "streams/%2E/0",
+            "streams/a%23/0",
+            "streams//0",
+            "streamsx/a/0",
+        ] {
+            assert_eq!(parse_log_name(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            parse_log_name("streams/a/4294967295"),
+            Some(("a".to_string(), u32::MAX))
+        );
+        assert_eq!(parse_log_name("streams/a/0"), Some(("a".to_string(), 0)));
+    }
+
+    #[test]
+    fn every_valid_topic_has_a_valid_log_name() {
+        let mut rng = Rng::new(0x106_4a3e);
+        let mut checked = 0;
+        for _ in 0..20_000 {
+            let t = random_topic(&mut rng);
+            if validate_topic(&t).is_err() {
+                assert!(encoded_len(&t) > TOPIC_ENCODED_BYTES_MAX, "{t:?}");
+                continue;
+            }
+            checked += 1;
+            let partition = match rng.below(3) {
+                0 => u32::MAX,
+                1 => 0,
+                _ => rng.next_u64() as u32,
+            };
+            let name = log_name(&t, partition);
+            boltq_io::store::validate_log_name(&name)
+                .unwrap_or_else(|e| panic!("{t:?} → {name:?}: {e}"));
+            assert_eq!(parse_log_name(&name), Some((t.clone(), partition)));
+        }
+        assert!(checked > 15_000, "only {checked} valid topics generated");
+        // A longest valid topic (almost all escaped) at the largest partition.
+        let longest = "é".repeat(33) + "-a";
+        assert_eq!(encoded_len(&longest), TOPIC_ENCODED_BYTES_MAX);
+        validate_topic(&longest).unwrap();
+        boltq_io::store::validate_log_name(&log_name(&longest, u32::MAX)).unwrap();
+    }
+
+    #[test]
+    fn partition_counts_by_namespace() {
+        let counts = PartitionCounts {
+            conversation: 4,
+            inbox: 1,
+            default: 16,
+        };
+        let of = |t: &str| counts.count_for(&Namespace::of(t).unwrap());
+        assert_eq!(of("chat.direct.a:b"), 4);
+        assert_eq!(of("chat.group.g"), 4);
+        assert_eq!(of("chat.inbox.a"), 1);
+        assert_eq!(of("chat.inbox.a.archive"), 16);
+        assert_eq!(of("system.news"), 16);
+        assert_eq!(of("match.a"), 16);
+        let zeros = PartitionCounts {
+            conversation: 0,
+            inbox: 0,
+            default: 0,
+        };
+        assert_eq!(zeros.count_for(&Namespace::System), 1);
+        assert_eq!(
+            PartitionCounts {
+                conversation: 0,
+                ..Default::default()
+            }
+            .count_for(&Namespace::Group { id: "g".into() }),
+            16
+        );
+        assert_eq!(PartitionCounts::default().inbox, 1);
+    }
+
+    /// A random topic built from non-empty segments without wildcards or control bytes:
+    /// valid unless its encoding is too long.
+    fn random_topic(rng: &mut Rng) -> String {
+        const PIECES: &[&str] = &[
+            "a",
+            "Z",
+            "0",
+            "-",
+            "_",
+            ":",
+            "/",
+            " ",
+            "%",
+            "é",
+            "☃",
+            "alice",
+            "\u{10ffff}",
+            "~",
+        ];
+        let segments = 1 + rng.below(6);
+        (0..segments)
+            .map(|_| {
+                let len = 1 + rng.below(12);
+                (0..len)
+                    .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join(".")
+    }
+
+    /// A random string mixing kept bytes, separators, escapes-to-be, wildcards and unicode.
+    fn random_string(rng: &mut Rng, len_max: u64) -> String {
+        const PIECES: &[&str] = &[
+            "a",
+            "Z",
+            "0",
+            "9",
+            ".",
+            ".",
+            "-",
+            "_",
+            ":",
+            "/",
+            " ",
+            "%",
+            "#",
+            "*",
+            "é",
+            "☃",
+            "\0",
+            "\u{7f}",
+            "chat.",
+            "direct.",
+            "alice",
+            "..",
+            "\u{10ffff}",
+        ];
+        let len = rng.below(len_max + 1);
+        (0..len)
+            .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+            .collect()
+    }
+}
