@@ -252,7 +252,12 @@ fn base64_of(payload: &[u8]) -> String {
 
 fn check_replies(request: &Request) {
     let id = request.id();
-    let echoed = |v: &Value| v.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+    let echoed = |v: &Value| {
+        v.get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
     match request {
         Request::Send {
             conversation: key,
