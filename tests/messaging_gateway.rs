@@ -11,6 +11,12 @@ use support::Server;
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
 fn config(dir: &std::path::Path) -> std::path::PathBuf {
+    config_with(dir, "")
+}
+
+/// The messaging plane on, one HS256 key, the gateway on; `gateway_extra` is appended to
+/// the `[messaging.gateway]` table.
+fn config_with(dir: &std::path::Path, gateway_extra: &str) -> std::path::PathBuf {
     let path = dir.join("boltq.toml");
     std::fs::write(
         &path,
@@ -18,7 +24,7 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
             "[messaging.stream]\nenabled = true\n\
              [messaging.identity]\nenabled = true\nleeway = \"1s\"\n\
              keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
-             [messaging.gateway]\nenabled = true\n"
+             [messaging.gateway]\nenabled = true\n{gateway_extra}\n"
         ),
     )
     .unwrap();
@@ -31,9 +37,14 @@ fn start(tmp: &TempDir) -> Server {
 }
 
 fn python(args: &[&str]) -> (bool, String) {
+    python_env(args, &[])
+}
+
+fn python_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/chat_client.py"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .expect("python3 runs (CI installs the websockets package)");
     let text = format!(
@@ -108,4 +119,50 @@ fn acknowledged_sends_survive_kill_9() {
     assert!(ok, "{out}\nserver log:\n{}", s.log());
     let acked_count = std::fs::read_to_string(&acked).unwrap().lines().count();
     assert!(acked_count > 10, "the test must have acknowledged sends to check: {out}");
+}
+
+/// `messaging.gateway.port` ≠ 0: the gateway and `/healthz` on their own listener, and no
+/// WebSocket on the admin listener.
+#[test]
+fn a_dedicated_listener_serves_the_gateway_and_healthz() {
+    let tmp = TempDir::new("gateway-port");
+    let port = support::free_port();
+    let cfg = config_with(tmp.path(), &format!("port = {port}"));
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    assert_eq!(
+        support::http_get(port, "/healthz").unwrap(),
+        (200, "ok".to_string())
+    );
+    assert_eq!(support::http_get(port, "/overview").unwrap().0, 404);
+    assert_eq!(support::http_get(s.http_port, "/ws").unwrap().0, 404);
+    let url = format!("ws://127.0.0.1:{port}/ws");
+    let (ok, out) = python(&["chat", &url, SECRET]);
+    assert!(ok, "{out}\nserver log:\n{}", s.log());
+}
+
+/// `messaging.gateway.tls`: devices connect with wss:// and a certificate they trust.
+#[test]
+fn the_dedicated_listener_speaks_tls() {
+    let tmp = TempDir::new("gateway-tls");
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert_file = tmp.path().join("gw.pem");
+    let key_file = tmp.path().join("gw.key");
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let port = support::free_port();
+    let cfg = config_with(
+        tmp.path(),
+        &format!(
+            "port = {port}\n[messaging.gateway.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}",
+            cert_file.to_str().unwrap(),
+            key_file.to_str().unwrap()
+        ),
+    );
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let url = format!("wss://localhost:{port}/ws");
+    let (ok, out) = python_env(
+        &["chat", &url, SECRET],
+        &[("BOLTQ_TEST_CAFILE", cert_file.to_str().unwrap())],
+    );
+    assert!(ok, "{out}\nserver log:\n{}", s.log());
 }

@@ -304,7 +304,7 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
 /// Reads one request (keeping pipelined bytes in `buf`). `Ok(None)` when the client closed,
 /// went idle, or `stop` fired between requests; `Err` carries the response to send before
 /// closing.
-async fn read_request(
+pub(crate) async fn read_request(
     conn: &mut Conn,
     buf: &mut Vec<u8>,
     mut stop: Pin<&mut impl Future<Output = ()>>,

@@ -45,6 +45,8 @@ pub struct Plan {
     pub started: std::time::Instant,
     /// The messaging plane, when `messaging.stream.enabled`.
     pub messaging: Option<crate::messaging::plane::MessagingPlan>,
+    /// The dedicated gateway listener (`messaging.gateway.port` ≠ 0) and its TLS.
+    pub gateway_listener: Option<(SharedListener, Option<TlsConfig>)>,
 }
 
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
@@ -67,11 +69,6 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
             config.messaging.push.enabled,
             "messaging.push.enabled = true",
             "offline push",
-        ),
-        (
-            config.messaging.gateway.enabled && config.messaging.gateway.port != 0,
-            "messaging.gateway.port (non-zero)",
-            "a dedicated gateway listener (use port 0: the gateway on the admin listener)",
         ),
         (
             config.messaging.stream.enabled && config.storage.mode == StorageMode::Memory,
@@ -132,8 +129,10 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         ),
         _ => None,
     };
+    let gateway_listener = bind_gateway(&config, messaging.is_some())?;
     let plan = Arc::new(Plan {
         messaging,
+        gateway_listener,
         tls,
         broker,
         api_key,
@@ -245,6 +244,27 @@ fn load_tls(config: &Config) -> Result<Option<TlsConfig>, ServerError> {
     TlsConfig::load(&t.cert_file, &t.key_file, ca_file)
         .map(Some)
         .map_err(|e| ServerError(format!("server.tls: {e}")))
+}
+
+/// Binds the dedicated gateway listener when the gateway runs on its own port, with the
+/// certificate of `messaging.gateway.tls` when enabled.
+fn bind_gateway(
+    config: &Config,
+    messaging_on: bool,
+) -> Result<Option<(SharedListener, Option<TlsConfig>)>, ServerError> {
+    let g = &config.messaging.gateway;
+    if !messaging_on || !g.enabled || g.port == 0 {
+        return Ok(None);
+    }
+    let tls = match g.tls.enabled {
+        true => Some(
+            TlsConfig::load(&g.tls.cert_file, &g.tls.key_file, None)
+                .map_err(|e| ServerError(format!("messaging.gateway.tls: {e}")))?,
+        ),
+        false => None,
+    };
+    let l = bind(&config.server.host, g.port, "gateway", tls.as_ref())?;
+    Ok(Some((l, tls)))
 }
 
 /// How long startup keeps retrying a port that is still in use.

@@ -126,12 +126,28 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         cache,
         storage_mode: plan.config.storage.mode.as_str(),
         compaction_threshold_bytes: plan.config.storage.compaction_threshold,
-        gateway: gateway.clone(),
+        // Mounted on the admin listener only when it has no listener of its own.
+        gateway: gateway.clone().filter(|_| plan.gateway_listener.is_none()),
     });
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let shard = shard.clone();
         move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));
+    let gateway_task = match (&plan.gateway_listener, &gateway) {
+        (Some((shared, tls)), Some(gw)) => {
+            let l = Listener::for_shard(shared, tls.as_ref()).map_err(|e| e.to_string())?;
+            let gw = Rc::clone(gw);
+            let shard = shard.clone();
+            Some(boltq_shards::spawn(accept_loop(l, Rc::clone(&live), move |conn| {
+                crate::messaging::gateway::listener::serve(
+                    conn,
+                    Rc::clone(&gw),
+                    shard.shutdown_requested(),
+                )
+            })))
+        }
+        _ => None,
+    };
     if plan.state.shard_started() {
         log::info!("ready: {} shards", plan.state.shard_count);
     }
@@ -146,6 +162,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     }
     drop(tcp_task); // cancels the accept loops: no new connections
     drop(http_task);
+    drop(gateway_task);
     drain(&live).await;
     if let Some(store) = store {
         store

@@ -9,6 +9,7 @@
 
 pub mod connection;
 pub mod frame;
+pub mod listener;
 pub mod ops;
 pub mod outbound;
 pub mod session;
