@@ -35,8 +35,14 @@ fuzz_target!(|input: &[u8]| {
 fn check_name(name: &str) {
     let dir = topic::encode_dir(name);
     assert_eq!(dir.len(), topic::encoded_len(name));
-    assert!(!dir.contains('/') && !dir.contains('\0'), "unsafe directory {dir:?}");
-    assert!(!dir.starts_with('.'), "hidden or relative directory {dir:?}");
+    assert!(
+        !dir.contains('/') && !dir.contains('\0'),
+        "unsafe directory {dir:?}"
+    );
+    assert!(
+        !dir.starts_with('.'),
+        "hidden or relative directory {dir:?}"
+    );
     assert_eq!(topic::decode_dir(&dir).as_deref(), Some(name), "round trip");
 
     let valid = topic::validate_topic(name);
@@ -46,7 +52,11 @@ fn check_name(name: &str) {
     }
     if let Err(e) = &valid {
         assert!(!e.to_string().is_empty());
-        assert_eq!(namespace.as_ref().err(), Some(e), "validation errors come first");
+        assert_eq!(
+            namespace.as_ref().err(),
+            Some(e),
+            "validation errors come first"
+        );
         return;
     }
     if let Ok(ns) = &namespace {
@@ -66,7 +76,11 @@ fn check_name(name: &str) {
 
 fn check_dir(dir: &str) {
     if let Some(name) = topic::decode_dir(dir) {
-        assert_eq!(topic::encode_dir(&name), dir, "non-canonical directory accepted");
+        assert_eq!(
+            topic::encode_dir(&name),
+            dir,
+            "non-canonical directory accepted"
+        );
     }
     let _ = topic::parse_log_name(dir);
 }
@@ -88,7 +102,10 @@ fn check_cursor_record(body: &[u8]) {
             cursor::encode_delete(key, &mut out);
         }
     }
-    assert_eq!(out, body, "an accepted record does not re-encode to the same bytes");
+    assert_eq!(
+        out, body,
+        "an accepted record does not re-encode to the same bytes"
+    );
     let mut map = cursor::CursorMap::new();
     map.apply(&record).expect("one record fits an empty map");
 }

@@ -880,7 +880,7 @@ mod tests {
     fn replay_restores_state_and_later_records_win() {
         let mut m = CursorMap::new();
         let mut log = Vec::new();
-        let mut write = |rec: &CursorRecord, log: &mut Vec<Vec<u8>>| {
+        let write = |rec: &CursorRecord, log: &mut Vec<Vec<u8>>| {
             let mut body = Vec::new();
             match rec {
                 CursorRecord::Commit { key, seq } => encode_commit(key, *seq, &mut body),

@@ -22,8 +22,8 @@ pub const DEDUP_ENTRIES_DEFAULT_MAX: usize = 100_000;
 pub const DEDUP_ENTRIES_LIMIT_MAX: usize = 10_000_000;
 /// Window used when the configuration gives none (`dedup.ttl`, 10 min).
 pub const DEDUP_TTL_DEFAULT_NS: i64 = 10 * 60 * 1_000_000_000;
-/// Longest `client_msg_id`; bounds the memory of one entry.
-pub const CLIENT_MSG_ID_BYTES_MAX: usize = 128;
+/// Longest `client_msg_id` (as the gateway frame parser allows); bounds an entry's memory.
+pub const CLIENT_MSG_ID_BYTES_MAX: usize = 256;
 /// Longest conversation id: a conversation topic is at most this long, so its id is too.
 pub const CONVERSATION_BYTES_MAX: usize = TOPIC_ENCODED_BYTES_MAX;
 /// Longest sender id (a user id, §19 #11).
@@ -656,18 +656,16 @@ mod tests {
         );
         let long = "x".repeat(CLIENT_MSG_ID_BYTES_MAX + 1);
         let e = DedupKey::new("u", "c", &long).unwrap_err();
-        assert!(e.to_string().contains("client_msg_id is 129 bytes"), "{e}");
+        assert!(e.to_string().contains("client_msg_id is 257 bytes"), "{e}");
         assert!(DedupKey::new(&"s".repeat(SENDER_BYTES_MAX + 1), "c", "m").is_err());
         assert!(DedupKey::new("u", &"c".repeat(CONVERSATION_BYTES_MAX + 1), "m").is_err());
-        let k = DedupKey::new(&"s".repeat(128), &"c".repeat(200), &"m".repeat(128)).unwrap();
-        assert_eq!(
-            (
-                k.sender().len(),
-                k.conversation().len(),
-                k.client_msg_id().len()
-            ),
-            (128, 200, 128)
-        );
+        let k = DedupKey::new(&"s".repeat(128), &"c".repeat(200), &"m".repeat(256)).unwrap();
+        assert!(k.within_limits());
+        let unbounded = DedupKey {
+            client_msg_id: long,
+            ..k
+        };
+        assert!(!unbounded.within_limits());
     }
 
     /// A naive model: a list of (key, completed coordinates or None, expiry, serial) with
