@@ -89,6 +89,11 @@ fn resume_after_an_abrupt_disconnect_loses_and_duplicates_nothing() {
 }
 
 #[test]
+fn a_client_that_never_reads_is_disconnected_and_others_are_unaffected() {
+    scenario("slow");
+}
+
+#[test]
 fn an_expired_token_cuts_a_listening_connection() {
     scenario("expiry");
 }

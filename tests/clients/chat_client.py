@@ -211,7 +211,40 @@ async def scenario_verify_acked(url, secret, acked_path):
     print(json.dumps({"acked": len(acked), "stored": len(seen)}))
 
 
-SCENARIOS = {"dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
+async def scenario_slow(url, secret):
+    """A device that never reads is closed; another device of the same conversation gets
+    every message meanwhile."""
+    topic = "chat.direct.alice:bob"
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    good = await Device.connect(url, mint(secret, "bob"), "laptop")
+    slow = await websockets.connect(url, additional_headers={"Authorization": f"Bearer {mint(secret, 'bob')}"},
+                                    max_queue=1)
+    await slow.send(json.dumps({"op": "hello", "id": "h", "device_id": "tablet"}))
+    await slow.send(json.dumps({"op": "subscribe", "id": "s", "topic": topic}))
+    assert (await good.request({"op": "subscribe", "topic": topic}))["op"] == "ack"
+    # The slow device stops reading here: its socket and queue fill up.
+    slow.transport.pause_reading()
+    big = pay("x" * 200_000)
+    n = 100
+    got = []
+    for i in range(n):
+        r = await alice.request({"op": "send", "conversation": "alice:bob", "payload": big})
+        assert r["op"] == "sent", r
+        got += await good.records(topic, 1)
+    assert [r["seq"] for r in got] == list(range(1, n + 1)), "the reading device got everything"
+    await asyncio.sleep(14)  # past the slow-consumer deadline
+    slow.transport.resume_reading()
+    code = None
+    try:
+        while True:
+            await asyncio.wait_for(slow.recv(), 10)
+    except websockets.exceptions.ConnectionClosed as e:
+        code = e.rcvd.code if e.rcvd else 1006
+    assert code in (1008, 1006), code
+    print(json.dumps({"slow_closed_with": code}))
+
+
+SCENARIOS = {"slow": scenario_slow, "dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
              "resume": scenario_resume, "expiry": scenario_expiry}
 
 

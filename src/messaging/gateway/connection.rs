@@ -111,18 +111,8 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
     let pong_timeout = c.gw.settings.pong_timeout;
     loop {
         // Backpressure: do not take new requests while replies cannot leave.
-        if !c.out.has_room() {
-            let waited =
-                boltq_shards::timeout(Duration::from_millis(SLOW_CONSUMER_MS), c.out.wait_room())
-                    .await;
-            match waited {
-                Some(true) => {}
-                Some(false) => return,
-                None => {
-                    slow_consumer(c);
-                    return;
-                }
-            }
+        if !c.out.has_room() && !wait_room_or_drop(c).await {
+            return;
         }
         let deadline = if c.session.borrow().is_none() {
             Duration::from_millis(HELLO_TIMEOUT_MS)
@@ -191,9 +181,32 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
     }
 }
 
-fn slow_consumer(c: &Connection) {
+/// Closes a client that has not read for `SLOW_CONSUMER_MS` while its queue was full; its
+/// session stays resumable from what it did receive.
+pub fn slow_consumer(c: &Connection) {
+    if c.out.is_closing() {
+        return;
+    }
     c.gw.stats.borrow_mut().slow_client_drops += 1;
-    c.out.close(1008, "slow consumer", false);
+    c.out.close(
+        frame::close::SLOW_CONSUMER,
+        frame::close::SLOW_CONSUMER_REASON,
+        false,
+    );
+}
+
+/// Waits for room in the outbound queue; a client that leaves it full past
+/// `SLOW_CONSUMER_MS` is closed. False when the connection is closing.
+pub async fn wait_room_or_drop(c: &Connection) -> bool {
+    let waited =
+        boltq_shards::timeout(Duration::from_millis(SLOW_CONSUMER_MS), c.out.wait_room()).await;
+    match waited {
+        Some(ok) => ok,
+        None => {
+            slow_consumer(c);
+            false
+        }
+    }
 }
 
 async fn write_loop(mut sender: async_tungstenite::WebSocketSender<Conn>, c: Rc<Connection>) {

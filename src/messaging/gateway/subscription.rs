@@ -48,7 +48,7 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
         return;
     };
     loop {
-        if !c.out.wait_room().await {
+        if !super::connection::wait_room_or_drop(&c).await {
             return;
         }
         let ticket = event.ticket();
