@@ -4,8 +4,8 @@
 
 mod support;
 
-use std::process::Command;
 use boltq_io::testutil::TempDir;
+use std::process::Command;
 use support::Server;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -42,7 +42,10 @@ fn python(args: &[&str]) -> (bool, String) {
 
 fn python_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/chat_client.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/chat_client.py"
+        ))
         .args(args)
         .envs(env.iter().copied())
         .output()
@@ -60,7 +63,11 @@ fn scenario(name: &str) {
     let s = start(&tmp);
     let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
     let (ok, out) = python(&[name, &url, SECRET]);
-    assert!(ok, "scenario {name} failed:\n{out}\nserver log:\n{}", s.log());
+    assert!(
+        ok,
+        "scenario {name} failed:\n{out}\nserver log:\n{}",
+        s.log()
+    );
 }
 
 #[test]
@@ -110,8 +117,17 @@ fn acknowledged_sends_survive_kill_9() {
     for round in 0..10 {
         let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
         let mut child = Command::new("python3")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/chat_client.py"))
-            .args(["send_until_killed", &url, SECRET, acked.to_str().unwrap(), &round.to_string()])
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/clients/chat_client.py"
+            ))
+            .args([
+                "send_until_killed",
+                &url,
+                SECRET,
+                acked.to_str().unwrap(),
+                &round.to_string(),
+            ])
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(300 + rng.below(700)));
@@ -123,7 +139,10 @@ fn acknowledged_sends_survive_kill_9() {
     let (ok, out) = python(&["verify_acked", &url, SECRET, acked.to_str().unwrap()]);
     assert!(ok, "{out}\nserver log:\n{}", s.log());
     let acked_count = std::fs::read_to_string(&acked).unwrap().lines().count();
-    assert!(acked_count > 10, "the test must have acknowledged sends to check: {out}");
+    assert!(
+        acked_count > 10,
+        "the test must have acknowledged sends to check: {out}"
+    );
 }
 
 /// `messaging.gateway.port` ≠ 0: the gateway and `/healthz` on their own listener, and no
@@ -169,5 +188,33 @@ fn the_dedicated_listener_speaks_tls() {
         &["chat", &url, SECRET],
         &[("BOLTQ_TEST_CAFILE", cert_file.to_str().unwrap())],
     );
+    assert!(ok, "{out}\nserver log:\n{}", s.log());
+}
+
+/// Cursors are durable before the ack and survive a kill -9 (1,100 commits of one key pass
+/// the cursor log's compaction threshold, so replay starts from a compacted log);
+/// subscribing to conversations that do not exist creates no topic.
+#[test]
+fn cursors_survive_kill_9_and_subscribing_creates_nothing() {
+    let tmp = TempDir::new("gateway-cursors");
+    let cfg = config(tmp.path());
+    let s = Server::start_restartable(&["--config", cfg.to_str().unwrap()]);
+    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let (ok, out) = python(&["commit_many", &url, SECRET]);
+    assert!(ok, "{out}\nserver log:\n{}", s.log());
+    let mut topics: Vec<_> = std::fs::read_dir(s.data_dir().join("logs/streams"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    topics.sort();
+    // The conversation and its members' inboxes (fan-out on write); none of the 50
+    // conversations only subscribed to.
+    assert_eq!(
+        topics,
+        ["chat.direct.alice%3Abob", "chat.inbox.alice", "chat.inbox.bob"]
+    );
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
+    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let (ok, out) = python(&["cursor_after_restart", &url, SECRET]);
     assert!(ok, "{out}\nserver log:\n{}", s.log());
 }

@@ -244,7 +244,33 @@ async def scenario_slow(url, secret):
     print(json.dumps({"slow_closed_with": code}))
 
 
-SCENARIOS = {"slow": scenario_slow, "dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
+async def scenario_commit_many(url, secret):
+    """1100 sends, a commit after each (enough records to compact the cursor log), and 50
+    subscriptions to conversations that do not exist (which must create nothing)."""
+    topic = "chat.direct.alice:bob"
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    for i in range(1100):
+        r = await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+        assert r["op"] == "sent", r
+        c = await bob.request({"op": "commit", "topic": topic, "seq": r["sent"]["seq"] + 1})
+        assert c["op"] == "ack", c
+    for i in range(50):
+        a = await bob.request({"op": "subscribe", "topic": f"chat.direct.bob:zz{i:03d}"})
+        assert a["op"] == "ack" and a["next_seq"] == 1, a
+
+
+async def scenario_cursor_after_restart(url, secret):
+    topic = "chat.direct.alice:bob"
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    c = await bob.request({"op": "commit", "topic": topic, "seq": 5})  # stale: ignored
+    assert c["op"] == "ack", c
+    ack = await bob.request({"op": "subscribe", "topic": topic})
+    assert ack["from_seq"] == 1101 and ack["next_seq"] == 1101, ack
+
+
+SCENARIOS = {"slow": scenario_slow, "commit_many": scenario_commit_many,
+             "cursor_after_restart": scenario_cursor_after_restart, "dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
              "resume": scenario_resume, "expiry": scenario_expiry}
 
 
