@@ -12,6 +12,7 @@
 pub mod cursor;
 pub mod dedup;
 pub mod engine;
+pub mod fanout;
 pub mod gateway;
 pub mod http_client;
 pub mod identity;

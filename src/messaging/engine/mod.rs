@@ -696,21 +696,11 @@ impl Engine {
 
     /// Writes one inbox pointer per member (fan-out on write), batched per owner shard.
     fn fan_out(&self, req: &AppendReq, coords: &Coordinates) {
-        let mut headers: Vec<(Bytes, Bytes)> = req
-            .pointer_headers
-            .iter()
-            .map(|(k, v)| (Bytes::from(k.clone()), Bytes::from(v.clone())))
-            .collect();
-        headers.push((Bytes::from_static(b"pointer"), Bytes::from_static(b"1")));
-        headers.push((
-            Bytes::from_static(b"conv_seq"),
-            Bytes::from(coords.seq.to_string()),
-        ));
-        headers.push((
-            Bytes::from_static(b"conv_partition"),
-            Bytes::from(coords.partition.to_string()),
-        ));
-        headers.sort();
+        let headers = crate::messaging::fanout::pointer_headers(
+            &req.pointer_headers,
+            coords.seq,
+            coords.partition,
+        );
         for member in &req.pointer_members {
             let inbox = topic::inbox_topic(member);
             let count = self.partitions_of(
@@ -840,7 +830,10 @@ impl Engine {
 
     async fn commit_owned(&self, key: CursorKey, seq: u64) -> Result<(), StreamError> {
         if !self.topic_exists(key.topic()) {
-            return Err(StreamError::Invalid(format!("no such topic {:?}", key.topic())));
+            return Err(StreamError::Invalid(format!(
+                "no such topic {:?}",
+                key.topic()
+            )));
         }
         let pkey = (key.topic().to_string(), key.partition());
         let next_seq = self.open_owned(&pkey).await?.published_next.get();

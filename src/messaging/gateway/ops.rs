@@ -9,8 +9,8 @@ use crate::messaging::engine::mesh::{AppendReq, StreamError};
 use crate::messaging::engine::READ_RECORDS_MAX;
 use crate::messaging::identity::acl::{Action, Decision, MembershipQuestion};
 use crate::messaging::identity::principal::Principal;
-use crate::messaging::membership;
 use crate::messaging::topic::{self, Namespace};
+use crate::messaging::{fanout, membership};
 use base64::Engine as _;
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -655,7 +655,10 @@ async fn send(
     }
     let mut all = clean_headers(headers);
     all.extend(server.iter().cloned());
-    let fan_out = members.len() <= c.gw.settings.fanout_on_write_limit;
+    let pointer_members = match fanout::plan(&members, c.gw.settings.fanout_on_write_limit) {
+        fanout::Strategy::OnWrite(m) => m,
+        fanout::Strategy::OnRead => Vec::new(),
+    };
     let req = AppendReq {
         topic: topic_name.clone(),
         partition: p,
@@ -665,7 +668,7 @@ async fn send(
         user: p_user.user_id.clone(),
         dedup: (!client_msg_id.is_empty())
             .then(|| (conversation.to_string(), client_msg_id.to_string())),
-        pointer_members: if fan_out { members } else { Vec::new() },
+        pointer_members,
         pointer_headers: server,
     };
     c.gw.stats.borrow_mut().sends += 1;
