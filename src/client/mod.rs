@@ -23,6 +23,7 @@
 
 mod error;
 pub mod fake_server;
+pub mod gateway;
 pub mod json;
 mod tls;
 mod types;
