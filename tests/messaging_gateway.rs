@@ -211,7 +211,11 @@ fn cursors_survive_kill_9_and_subscribing_creates_nothing() {
     // conversations only subscribed to.
     assert_eq!(
         topics,
-        ["chat.direct.alice%3Abob", "chat.inbox.alice", "chat.inbox.bob"]
+        [
+            "chat.direct.alice%3Abob",
+            "chat.inbox.alice",
+            "chat.inbox.bob"
+        ]
     );
     let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
     let url = format!("ws://127.0.0.1:{}/ws", s.http_port);

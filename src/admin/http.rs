@@ -12,6 +12,8 @@ use std::time::Duration;
 
 /// Largest request head (request line + headers).
 pub const HEAD_BYTES_MAX: usize = 16 * 1024;
+/// Bytes asked of the socket per read.
+pub const READ_CHUNK_BYTES: usize = 4096;
 /// Most headers in one request.
 pub const HEADERS_MAX: usize = 64;
 /// Largest request body (v1 documented 1 MB and enforced nothing).
@@ -289,10 +291,12 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
         }
         if req.path == "/subscribe" && req.method == "GET" {
             // Server-sent events take over the connection until the client leaves.
-            router::serve_events(conn, &req, ctx, stop.as_mut()).await;
+            Box::pin(router::serve_events(conn, &req, ctx, stop.as_mut())).await;
             return;
         }
-        let response = router::route(&req, &ctx).await;
+        // Boxed: route futures are large, and this connection's task lives as long as the
+        // connection (a gateway WebSocket for days) — it should not carry their space.
+        let response = Box::pin(router::route(&req, &ctx)).await;
         out.clear();
         encode_response(&response, req.method == "HEAD", req.close, &mut out);
         if conn.write_all(&out).await.is_err() || req.close {
@@ -309,7 +313,9 @@ pub(crate) async fn read_request(
     buf: &mut Vec<u8>,
     mut stop: Pin<&mut impl Future<Output = ()>>,
 ) -> Result<Option<Request>, Response> {
-    let mut chunk = vec![0u8; 16 * 1024];
+    // Small: this is also what an idle keep-alive connection (and every gateway upgrade)
+    // keeps posted to the kernel; larger requests just take more reads.
+    let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     // The whole request must arrive within READ_TIMEOUT_MS of its first byte, however it
     // trickles in (a per-read timeout would let one byte every few seconds hold a task).
     let mut request_deadline = (!buf.is_empty())

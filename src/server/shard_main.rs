@@ -138,13 +138,17 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             let l = Listener::for_shard(shared, tls.as_ref()).map_err(|e| e.to_string())?;
             let gw = Rc::clone(gw);
             let shard = shard.clone();
-            Some(boltq_shards::spawn(accept_loop(l, Rc::clone(&live), move |conn| {
-                crate::messaging::gateway::listener::serve(
-                    conn,
-                    Rc::clone(&gw),
-                    shard.shutdown_requested(),
-                )
-            })))
+            Some(boltq_shards::spawn(accept_loop(
+                l,
+                Rc::clone(&live),
+                move |conn| {
+                    crate::messaging::gateway::listener::serve(
+                        conn,
+                        Rc::clone(&gw),
+                        shard.shutdown_requested(),
+                    )
+                },
+            )))
         }
         _ => None,
     };
@@ -164,6 +168,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     drop(http_task);
     drop(gateway_task);
     drain(&live).await;
+    if let Some(g) = &gateway {
+        // WebSockets run in their own tasks; they were told 1001 and drain for ≤ 2 s.
+        let deadline = std::time::Instant::now() + Duration::from_millis(3_000);
+        while g.live_connections() > 0 && std::time::Instant::now() < deadline {
+            boltq_shards::sleep(Duration::from_millis(20)).await;
+        }
+    }
     if let Some(store) = store {
         store
             .close()
@@ -185,7 +196,9 @@ where
             Ok(conn) => {
                 let live = Rc::clone(&live);
                 live.set(live.get() + 1);
-                let fut = serve(conn);
+                // Boxed: awaited from inside another future, a connection's future would
+                // otherwise be stored twice in the task for its whole life.
+                let fut = Box::pin(serve(conn));
                 boltq_shards::spawn(async move {
                     fut.await;
                     live.set(live.get() - 1);

@@ -20,6 +20,10 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+/// Bytes asked of the socket per read. It is also the buffer an idle connection keeps
+/// posted to the kernel, so it is small: chat frames are small, and a large frame only
+/// costs more reads.
+pub const READ_CHUNK_BYTES: usize = 1024;
 /// Per-frame write deadline: a socket that takes longer is dead or hostile.
 pub const WRITE_TIMEOUT_MS: u64 = 10_000;
 /// How long queued frames may take to leave at close.
@@ -49,7 +53,9 @@ impl Connection {
 
     pub fn send_error(&self, id: &str, code: ErrorCode, message: &str) {
         let retryable = matches!(code, ErrorCode::Internal);
-        self.send_frame(super::text(|o| frame::error(o, id, code, message, retryable)));
+        self.send_frame(super::text(|o| {
+            frame::error(o, id, code, message, retryable)
+        }));
     }
 
     pub fn user(&self) -> String {
@@ -60,7 +66,7 @@ impl Connection {
 fn ws_config(read_limit: usize) -> WebSocketConfig {
     // Small buffers: an idle connection must cost little (design.md §7).
     WebSocketConfig::default()
-        .read_buffer_size(4096)
+        .read_buffer_size(READ_CHUNK_BYTES)
         .write_buffer_size(0)
         .max_message_size(Some(read_limit))
         .max_frame_size(Some(read_limit))
@@ -169,12 +175,14 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
             }
         };
         if c.session.borrow().is_none() {
-            if !super::ops::hello_first(c, request).await {
+            // Boxed: a request's future (membership HTTP calls, appends) is large, and an idle
+            // connection should not carry its space while it waits for the next frame.
+            if !Box::pin(super::ops::hello_first(c, request)).await {
                 return;
             }
             continue;
         }
-        super::ops::handle(c, request).await;
+        Box::pin(super::ops::handle(c, request)).await;
         if c.out.is_closing() {
             return;
         }

@@ -112,8 +112,7 @@ impl SessionStore {
         let Some(s) = self.sessions.get_mut(id) else {
             return Resume::Fresh;
         };
-        let ok =
-            constant_time_eq(&s.secret_digest, &digest(secret));
+        let ok = constant_time_eq(&s.secret_digest, &digest(secret));
         let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
         if !ok || s.state.user != user || expired {
             return Resume::Fresh;
@@ -137,8 +136,7 @@ impl SessionStore {
         window_ns: i64,
     ) -> Option<(SessionState, Option<u64>)> {
         let s = self.sessions.get(id)?;
-        let ok =
-            constant_time_eq(&s.secret_digest, &digest(secret));
+        let ok = constant_time_eq(&s.secret_digest, &digest(secret));
         let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
         if !ok || s.state.user != user || expired {
             return None;

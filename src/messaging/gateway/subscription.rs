@@ -36,7 +36,8 @@ pub fn record_frame(
     records: &[Record],
     page: Option<(u64, u64)>,
 ) -> String {
-    let out: Vec<frame::RecordOut<'_>> = records.iter().map(frame::RecordOut::from_record).collect();
+    let out: Vec<frame::RecordOut<'_>> =
+        records.iter().map(frame::RecordOut::from_record).collect();
     super::text(|o| frame::records(o, id, &key.0, key.1, &out, page))
 }
 
@@ -63,46 +64,46 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
                 event.wait(ticket).await;
                 continue;
             }
-            Take::Miss => match gw
-                .engine
-                .read(&key.0, key.1, pos, READ_RECORDS_MAX, false)
-                .await
-            {
-                Ok(page) => {
-                    if page.gap {
-                        // Retention overtook this subscription: say so and go on.
-                        c.send_frame(super::text(|o| {
-                            frame::gap(
-                                o,
-                                "",
-                                &key.0,
-                                key.1,
-                                page.first_seq,
-                                page.next_seq,
-                                "requested position was removed by retention",
-                            )
-                        }));
-                        pos = pos.max(page.first_seq);
-                    }
-                    if page.records.is_empty() {
-                        if pos >= page.next_seq {
-                            event.wait(ticket).await;
+            // Boxed: a mesh request's future lives only while catching up; an idle
+            // subscription should not carry its space.
+            Take::Miss => {
+                match Box::pin(gw.engine.read(&key.0, key.1, pos, READ_RECORDS_MAX, false)).await {
+                    Ok(page) => {
+                        if page.gap {
+                            // Retention overtook this subscription: say so and go on.
+                            c.send_frame(super::text(|o| {
+                                frame::gap(
+                                    o,
+                                    "",
+                                    &key.0,
+                                    key.1,
+                                    page.first_seq,
+                                    page.next_seq,
+                                    "requested position was removed by retention",
+                                )
+                            }));
+                            pos = pos.max(page.first_seq);
                         }
+                        if page.records.is_empty() {
+                            if pos >= page.next_seq {
+                                event.wait(ticket).await;
+                            }
+                            continue;
+                        }
+                        page.records
+                    }
+                    Err(e) => {
+                        log::warn!("[gateway] reading {}/{}: {e}", key.0, key.1);
+                        c.send_error(
+                            "",
+                            frame::ErrorCode::Internal,
+                            "could not read the partition",
+                        );
+                        crate::messaging::engine::sleep_ms(1000).await;
                         continue;
                     }
-                    page.records
                 }
-                Err(e) => {
-                    log::warn!("[gateway] reading {}/{}: {e}", key.0, key.1);
-                    c.send_error(
-                        "",
-                        frame::ErrorCode::Internal,
-                        "could not read the partition",
-                    );
-                    crate::messaging::engine::sleep_ms(1000).await;
-                    continue;
-                }
-            },
+            }
         };
         let Some(last) = records.last() else {
             continue;
