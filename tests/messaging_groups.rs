@@ -585,3 +585,40 @@ fn thirty_pipelined_sends_get_thirty_distinct_consecutive_seqs() {
     let expected: Vec<String> = (0..SENDS).map(|i| format!("piped {i}")).collect();
     assert_eq!(texts, expected, "stored once each, in order");
 }
+
+/// A member removed from the group stops receiving on a live subscription within the
+/// re-check interval (1 s here: the membership cache is off) and is told why.
+#[test]
+fn a_removed_member_stops_receiving_on_a_live_subscription() {
+    let service = MembershipService::start(GROUP, &["alice", "bob"]);
+    let (s, _tmp) = start(&service);
+    let mut alice = connect(&s, "alice", "a-phone");
+    let mut bob = connect(&s, "bob", "b-phone");
+    subscribe(&mut bob, GROUP_TOPIC);
+    let first = send_group(&mut alice, "alice", "before");
+    let got = bob
+        .records(GROUP_TOPIC, 1, std::time::Duration::from_secs(10))
+        .unwrap();
+    assert_eq!(seqs(&got), [first.seq]);
+    service
+        .table
+        .lock()
+        .unwrap()
+        .groups
+        .get_mut(GROUP)
+        .unwrap()
+        .retain(|m| m != "bob");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    send_group(&mut alice, "alice", "after");
+    // bob gets a forbidden error for the subscription, and never the second message.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut ended = false;
+    while !ended && std::time::Instant::now() < deadline {
+        let _ = bob.request(json!({"op": "ping"}));
+        for f in bob.take_pending(|_| true) {
+            assert_ne!(f["op"], "record", "bob received after removal: {f}");
+            ended |= error_code(&f) == "forbidden";
+        }
+    }
+    assert!(ended, "bob was not told the subscription ended");
+}

@@ -74,6 +74,11 @@ impl MessagingPlan {
             history_limit: g.history_limit,
             leeway_s: m.identity.leeway.as_secs() as i64,
             fanout_on_write_limit: m.chat.effective_fanout_on_write_limit() as usize,
+            acl_recheck: m
+                .identity
+                .membership_cache_ttl
+                .filter(|d| !d.is_zero())
+                .unwrap_or(std::time::Duration::from_secs(1)),
         });
         Ok(MessagingPlan {
             topics,

@@ -44,6 +44,9 @@ pub struct GatewaySettings {
     pub history_limit: u32,
     pub leeway_s: i64,
     pub fanout_on_write_limit: usize,
+    /// How often a live subscription re-runs its read check while delivering: the
+    /// membership cache's TTL (1 s when the cache is off).
+    pub acl_recheck: Duration,
 }
 
 /// Counters of `/gateway/stats` (one shard's).

@@ -10,6 +10,7 @@ use super::session::SubKey;
 use super::GatewayCtx;
 use crate::messaging::engine::mirror::Take;
 use crate::messaging::engine::READ_RECORDS_MAX;
+use crate::messaging::identity::acl::Action;
 use async_tungstenite::tungstenite::Message;
 use boltq_io::record::Record;
 use std::rc::Rc;
@@ -48,6 +49,7 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
     let Some(event) = gw.engine.mirror().borrow().event(&key) else {
         return;
     };
+    let mut checked_at = std::time::Instant::now();
     loop {
         if !super::connection::wait_room_or_drop(&c).await {
             return;
@@ -108,6 +110,17 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
         let Some(last) = records.last() else {
             continue;
         };
+        // Access can be taken away (a member removed from a group): look again before
+        // delivering, at most once per `acl_recheck`, so a removal is effective within it.
+        if checked_at.elapsed() >= gw.settings.acl_recheck {
+            if !Box::pin(super::ops::allowed(&c, &key.0, Action::Read)).await {
+                gw.stats.borrow_mut().forbidden += 1;
+                let m = format!("access denied: {} (subscription ended)", key.0);
+                c.send_error("", frame::ErrorCode::Forbidden, &m);
+                return;
+            }
+            checked_at = std::time::Instant::now();
+        }
         let next = last.seq + 1;
         debug_assert!(records.first().is_some_and(|r| r.seq >= pos));
         let text = record_frame("", &key, &records, None);
