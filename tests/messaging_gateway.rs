@@ -17,11 +17,19 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
 /// The messaging plane on, one HS256 key, the gateway on; `gateway_extra` is appended to
 /// the `[messaging.gateway]` table.
 fn config_with(dir: &std::path::Path, gateway_extra: &str) -> std::path::PathBuf {
+    config_full(dir, "", gateway_extra)
+}
+
+fn config_full(
+    dir: &std::path::Path,
+    stream_extra: &str,
+    gateway_extra: &str,
+) -> std::path::PathBuf {
     let path = dir.join("boltq.toml");
     std::fs::write(
         &path,
         format!(
-            "[messaging.stream]\nenabled = true\n\
+            "[messaging.stream]\nenabled = true\n{stream_extra}\n\
              [messaging.identity]\nenabled = true\nleeway = \"1s\"\n\
              keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
              [messaging.gateway]\nenabled = true\n{gateway_extra}\n"
@@ -220,5 +228,21 @@ fn cursors_survive_kill_9_and_subscribing_creates_nothing() {
     let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
     let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
     let (ok, out) = python(&["cursor_after_restart", &url, SECRET]);
+    assert!(ok, "{out}\nserver log:\n{}", s.log());
+}
+
+/// Retention removes whole old segments; reading below the horizon says `gap` with the
+/// real first sequence and continues from there.
+#[test]
+fn reading_below_the_retention_horizon_reports_a_gap() {
+    let tmp = TempDir::new("gateway-retention");
+    let cfg = config_full(
+        tmp.path(),
+        "segment_bytes = 1048576\nretention_bytes = 1",
+        "",
+    );
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let (ok, out) = python(&["retention", &url, SECRET]);
     assert!(ok, "{out}\nserver log:\n{}", s.log());
 }
