@@ -104,6 +104,11 @@ fn resume_after_an_abrupt_disconnect_loses_and_duplicates_nothing() {
 }
 
 #[test]
+fn a_resume_takes_over_a_live_socket_and_bad_frames_keep_the_connection() {
+    scenario("takeover");
+}
+
+#[test]
 fn a_client_that_never_reads_is_disconnected_and_others_are_unaffected() {
     scenario("slow");
 }

@@ -299,7 +299,38 @@ async def scenario_retention(url, secret):
     print(json.dumps({"first_seq_after_retention": first}))
 
 
-SCENARIOS = {"slow": scenario_slow, "retention": scenario_retention, "commit_many": scenario_commit_many,
+async def scenario_takeover(url, secret):
+    """A resume while the old socket still looks alive (a phone switching networks) takes
+    the session over: the old socket is closed with 4009, the new one continues. Bad frames
+    get bad_request and the connection stays usable."""
+    topic = "chat.direct.alice:bob"
+    alice = await Device.connect(url, mint(secret, "alice"), "phone")
+    bob = await Device.connect(url, mint(secret, "bob"), "laptop")
+    for bad in ["not json", "{\"op\": 7}", "{\"op\":\"subscribe\",\"id\":\"x\",\"partition\":-1,\"topic\":\"t\"}",
+                "{\"op\":\"send\",\"id\":\"y\",\"conversation\":\"alice:bob\",\"payload\":\"%%%\"}",
+                "{\"op\":\"frobnicate\",\"id\":\"z\"}"]:
+        await bob.ws.send(bad)
+        msg = json.loads(await asyncio.wait_for(bob.ws.recv(), 10))
+        assert msg["op"] == "error" and msg["error"]["code"] == "bad_request", (bad, msg)
+    assert (await bob.request({"op": "ping"}))["op"] == "pong"
+    assert (await bob.request({"op": "subscribe", "topic": topic}))["op"] == "ack"
+    for i in range(3):
+        await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+    first = await bob.records(topic, 3)
+    bob2 = await Device.connect(url, mint(secret, "bob"), "laptop", resume=bob.welcome["token"])
+    assert bob2.welcome.get("resumed") is True, bob2.welcome
+    try:
+        while True:
+            await asyncio.wait_for(bob.ws.recv(), 10)
+    except websockets.exceptions.ConnectionClosed as e:
+        assert e.rcvd is not None and e.rcvd.code == 4009, e
+    for i in range(3, 6):
+        await alice.request({"op": "send", "conversation": "alice:bob", "payload": pay(str(i))})
+    rest = await bob2.records(topic, 3)
+    assert [r["seq"] for r in first + rest] == list(range(1, 7)), [r["seq"] for r in first + rest]
+
+
+SCENARIOS = {"slow": scenario_slow, "takeover": scenario_takeover, "retention": scenario_retention, "commit_many": scenario_commit_many,
              "cursor_after_restart": scenario_cursor_after_restart, "dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
              "resume": scenario_resume, "expiry": scenario_expiry}
 
