@@ -8,6 +8,7 @@
 //! - `membership`: the operator's membership service (client and cache).
 //! - `dedup`, `cursor`: the sans-IO idempotency window and read positions.
 //! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
+//! - `presence`, `signals`: the ephemeral path (presence directory, typing hub), sans-IO.
 
 pub mod cursor;
 pub mod dedup;
@@ -18,4 +19,6 @@ pub mod http_client;
 pub mod identity;
 pub mod membership;
 pub mod plane;
+pub mod presence;
+pub mod signals;
 pub mod topic;
