@@ -7,14 +7,27 @@
 //! scrape `boltq_messages_published` and friends by their exact v1 names.
 
 use super::http::Response;
+use super::messaging_routes::MessagingNumbers;
+use crate::messaging::engine::{SEND_DELIVERED_METRIC, SEND_DURABLE_METRIC};
 use crate::queue::server::dispatch::{CONSUME_WAIT_METRIC, PUBLISH_LATENCY_METRIC};
 use crate::queue::server::mesh::ShardReport;
+use boltq_shards::metrics::MetricsSnapshot;
 use serde_json::{json, Map, Value};
 use std::fmt::Write;
 
 /// Queues listed one by one in `boltq_queue_ready_messages{queue=…}`; beyond this the
 /// per-queue series stop (the totals stay exact), so a scrape stays bounded.
 pub const QUEUE_SERIES_MAX: usize = 1000;
+
+/// Upper bounds (µs) of the buckets of the messaging latency histograms, exported in
+/// seconds. From 0.5 ms (a group commit on a fast disk) to 10 s (a stalled device).
+pub const LATENCY_BUCKETS_US: [u64; 14] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000, 10_000_000,
+];
+
+/// Registry histograms (µs) exported as Prometheus histograms in seconds, not summaries.
+const SECONDS_HISTOGRAMS: [&str; 2] = [SEND_DURABLE_METRIC, SEND_DELIVERED_METRIC];
 
 /// The v1 counters, in v1's order, with their values.
 fn v1_counters(r: &ShardReport) -> [(&'static str, &'static str, u64); 13] {
@@ -141,15 +154,23 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
     ]
 }
 
-pub fn render(report: &ShardReport, as_json: bool) -> Response {
+pub fn render(
+    report: &ShardReport,
+    messaging: Option<&MessagingNumbers>,
+    as_json: bool,
+) -> Response {
     if as_json {
-        return Response::json(200, &json_form(report));
+        let mut v = json_form(report);
+        if let Some(m) = messaging {
+            v["messaging"] = messaging_json(report, m);
+        }
+        return Response::json(200, &v);
     }
-    Response::text(
-        200,
-        "text/plain; version=0.0.4; charset=utf-8",
-        text_form(report),
-    )
+    let mut text = text_form(report);
+    if let Some(m) = messaging {
+        messaging_text(&mut text, report, m);
+    }
+    Response::text(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }
 
 fn text_form(r: &ShardReport) -> String {
@@ -200,6 +221,9 @@ fn text_form(r: &ShardReport) -> String {
         let _ = writeln!(out, "{}{} {value}", key.name, labels(&key.labels));
     }
     for (key, h) in &r.metrics.histograms {
+        if SECONDS_HISTOGRAMS.contains(&key.name.as_str()) {
+            continue; // histograms in seconds, with the messaging numbers
+        }
         type_line(&mut out, &key.name, "summary");
         for q in [0.5, 0.9, 0.99, 0.999] {
             let mut l = key.labels.clone();
@@ -211,6 +235,242 @@ fn text_form(r: &ShardReport) -> String {
         let _ = writeln!(out, "{}_count{} {}", key.name, labels(&key.labels), h.len());
     }
     out
+}
+
+/// Gateway counters and gauges of spec §13.1 (and the improvements it asks for).
+fn gateway_series(
+    g: &crate::messaging::gateway::GatewayStats,
+) -> [(&'static str, &'static str, u64); 11] {
+    [
+        (
+            "boltq_gateway_attached",
+            "Sessions holding a socket",
+            g.attached,
+        ),
+        (
+            "boltq_gateway_sessions",
+            "Sessions tracked: attached and resumable",
+            g.sessions,
+        ),
+        (
+            "boltq_gateway_connections_total",
+            "Accepted gateway upgrades",
+            g.connections,
+        ),
+        (
+            "boltq_gateway_resumed_total",
+            "Successful session resumes",
+            g.resumed,
+        ),
+        (
+            "boltq_gateway_auth_failures_total",
+            "Credentials rejected before the upgrade",
+            g.auth_failures,
+        ),
+        (
+            "boltq_gateway_forbidden_total",
+            "Operations denied by the ACL",
+            g.forbidden,
+        ),
+        (
+            "boltq_gateway_slow_client_drops_total",
+            "Connections closed as slow readers",
+            g.slow_client_drops,
+        ),
+        (
+            "boltq_gateway_records_out_total",
+            "Records delivered in live stream batches",
+            g.records_out,
+        ),
+        (
+            "boltq_gateway_frames_in_total",
+            "Frames read after hello",
+            g.frames_in,
+        ),
+        (
+            "boltq_gateway_frames_out_total",
+            "Frames handed to outbound queues",
+            g.frames_out,
+        ),
+        (
+            "boltq_gateway_sends_total",
+            "Send operations accepted by the gateway",
+            g.sends,
+        ),
+    ]
+}
+
+/// Stream-engine series per shard (label `shard`).
+fn engine_shard_series(
+    e: &crate::messaging::engine::stats::EngineStats,
+) -> [(&'static str, &'static str, u64); 6] {
+    [
+        (
+            "boltq_stream_appends_total",
+            "Client-facing records appended and durable",
+            e.appends,
+        ),
+        (
+            "boltq_stream_pointer_appends_total",
+            "Inbox pointers appended (fan-out on write)",
+            e.pointer_appends,
+        ),
+        (
+            "boltq_stream_pointer_failures_total",
+            "Inbox pointers that could not be written",
+            e.pointer_failures,
+        ),
+        (
+            "boltq_stream_duplicates_total",
+            "Idempotent sends answered from the dedup table",
+            e.duplicates,
+        ),
+        (
+            "boltq_stream_cursor_commits_total",
+            "Cursor commits",
+            e.cursor_commits,
+        ),
+        (
+            "boltq_stream_tail_pending_records",
+            "Records appended, not yet durable (the tail readers cannot see yet)",
+            e.pending_records,
+        ),
+    ]
+}
+
+/// The messaging plane's part of the text exposition: gateway series labelled `node`,
+/// engine series labelled `shard`, process-wide gauges, and the two latency histograms.
+fn messaging_text(out: &mut String, r: &ShardReport, m: &MessagingNumbers) {
+    let node = format!("{{node=\"{}\"}}", escape_label(&m.node));
+    if let Some(g) = &m.gateway {
+        for (name, help, value) in gateway_series(g) {
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{node} {value}"
+            );
+        }
+    }
+    let shards: Vec<(usize, &crate::messaging::engine::stats::EngineStats)> = m
+        .engine
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+        .collect();
+    for i in 0..engine_shard_series(&Default::default()).len() {
+        let (name, help, _) = engine_shard_series(&Default::default())[i];
+        let kind = if name.ends_with("_total") {
+            "counter"
+        } else {
+            "gauge"
+        };
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (shard, e) in &shards {
+            let value = engine_shard_series(e)[i].2;
+            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
+        }
+    }
+    let mut total = crate::messaging::engine::stats::EngineStats::default();
+    for (_, e) in &shards {
+        total.add(e);
+    }
+    let missing = m.engine.len() - shards.len();
+    for (name, help, value) in [
+        ("boltq_stream_topics", "Stream topics", total.topics),
+        (
+            "boltq_stream_partitions_open",
+            "Partitions open on their owner shards",
+            total.partitions_open,
+        ),
+        (
+            "boltq_stream_cursor_keys",
+            "Cursors tracked",
+            total.cursor_keys,
+        ),
+        (
+            "boltq_stream_scrape_shards_missing",
+            "Shards whose stream numbers are missing from this scrape",
+            missing as u64,
+        ),
+    ] {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
+    for (name, help) in [
+        (
+            SEND_DURABLE_METRIC,
+            "Append to durable, seconds (the engine's append path)",
+        ),
+        (
+            SEND_DELIVERED_METRIC,
+            "Record timestamp to its frame queued for a device, seconds",
+        ),
+    ] {
+        histogram_seconds(out, name, help, &r.metrics);
+    }
+}
+
+/// One histogram (recorded in µs) in Prometheus histogram form, in seconds. Bucket
+/// counts are exact to the histogram's precision (1 %): a value counts in the first
+/// bucket whose bound is at or above the lowest value it is indistinguishable from.
+fn histogram_seconds(out: &mut String, name: &str, help: &str, snapshot: &MetricsSnapshot) {
+    let Some(h) = snapshot.histogram(name, &[]) else {
+        return;
+    };
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    let mut counts = [0u64; LATENCY_BUCKETS_US.len()];
+    for v in h.iter_recorded() {
+        let lowest = h.lowest_equivalent(v.value_iterated_to());
+        if let Some(i) = LATENCY_BUCKETS_US.iter().position(|b| lowest <= *b) {
+            counts[i] += v.count_at_value();
+        }
+    }
+    let mut cumulative = 0u64;
+    for (bound, n) in LATENCY_BUCKETS_US.iter().zip(counts) {
+        cumulative += n;
+        let le = *bound as f64 / 1e6;
+        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.len());
+    let sum_s = h.mean() * h.len() as f64 / 1e6;
+    let _ = writeln!(out, "{name}_sum {sum_s}\n{name}_count {}", h.len());
+}
+
+fn messaging_json(r: &ShardReport, m: &MessagingNumbers) -> Value {
+    let mut total = crate::messaging::engine::stats::EngineStats::default();
+    for e in m.engine.iter().flatten() {
+        total.add(e);
+    }
+    let mut latency = Map::new();
+    for (metric, key) in [
+        (SEND_DURABLE_METRIC, "send_durable_us"),
+        (SEND_DELIVERED_METRIC, "send_delivered_us"),
+    ] {
+        if let Some(h) = r.metrics.histogram(metric, &[]) {
+            latency.insert(
+                key.into(),
+                json!({
+                    "count": h.len(),
+                    "p50": h.value_at_quantile(0.5),
+                    "p99": h.value_at_quantile(0.99),
+                    "max": h.max(),
+                }),
+            );
+        }
+    }
+    json!({
+        "node": m.node,
+        "gateway": m.gateway,
+        "engine": total,
+        "engine_per_shard": m.engine,
+        "latency": latency,
+    })
 }
 
 fn labels(l: &[(String, String)]) -> String {
@@ -291,5 +551,75 @@ mod tests {
         let json = json_form(&r);
         assert_eq!(json["messages_published"], 5);
         assert_eq!(json["ready_messages"], 7);
+    }
+
+    #[test]
+    fn messaging_series_and_latency_histograms_in_seconds() {
+        use crate::messaging::engine::stats::EngineStats;
+        use crate::messaging::gateway::GatewayStats;
+        let registry = boltq_shards::metrics::Registry::default();
+        let h = registry.histogram(SEND_DURABLE_METRIC, &[]);
+        for us in [400, 1_000, 3_000, 20_000_000] {
+            h.record(us);
+        }
+        registry.histogram(SEND_DELIVERED_METRIC, &[]).record(700);
+        let r = ShardReport {
+            metrics: registry.snapshot(),
+            ..Default::default()
+        };
+        let m = MessagingNumbers {
+            node: "n\"1".into(),
+            engine: vec![
+                Some(EngineStats {
+                    appends: 2,
+                    topics: 3,
+                    ..Default::default()
+                }),
+                None,
+            ],
+            gateway: Some(GatewayStats {
+                connections: 5,
+                attached: 1,
+                ..Default::default()
+            }),
+        };
+        let text = String::from_utf8(render(&r, Some(&m), false).body).unwrap();
+        assert!(text.contains("boltq_gateway_connections_total{node=\"n\\\"1\"} 5\n"));
+        assert!(text.contains("# TYPE boltq_gateway_attached gauge\n"));
+        assert!(text.contains("boltq_stream_appends_total{shard=\"0\"} 2\n"));
+        assert!(
+            !text.contains("shard=\"1\""),
+            "a silent shard has no series"
+        );
+        assert!(text.contains("boltq_stream_scrape_shards_missing 1\n"));
+        assert!(text.contains("boltq_stream_topics 3\n"));
+        let d = SEND_DURABLE_METRIC;
+        assert!(text.contains(&format!("# TYPE {d} histogram\n")));
+        assert!(
+            !text.contains(&format!("{d}{{quantile")),
+            "not also a summary"
+        );
+        assert!(text.contains(&format!("{d}_bucket{{le=\"0.0005\"}} 1\n")));
+        assert!(text.contains(&format!("{d}_bucket{{le=\"0.001\"}} 2\n")));
+        assert!(text.contains(&format!("{d}_bucket{{le=\"0.005\"}} 3\n")));
+        assert!(text.contains(&format!("{d}_bucket{{le=\"10\"}} 3\n")));
+        assert!(text.contains(&format!("{d}_bucket{{le=\"+Inf\"}} 4\n")));
+        assert!(text.contains(&format!("{d}_count 4\n")));
+        let sum = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{d}_sum ")))
+            .unwrap()
+            .parse::<f64>()
+            .unwrap();
+        assert!((sum - 20.0044).abs() < 0.3, "{sum}");
+        assert!(text.contains(&format!("{SEND_DELIVERED_METRIC}_count 1\n")));
+        let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let n = types.len();
+        types.sort();
+        types.dedup();
+        assert_eq!(types.len(), n, "one TYPE line per metric name");
+        let json: Value = serde_json::from_slice(&render(&r, Some(&m), true).body).unwrap();
+        assert_eq!(json["messaging"]["gateway"]["connections"], 5);
+        assert_eq!(json["messaging"]["latency"]["send_durable_us"]["count"], 4);
     }
 }

@@ -27,6 +27,9 @@ pub struct AdminCtx {
     pub compaction_threshold_bytes: u64,
     /// The messaging gateway mounted on this listener (`messaging.gateway.port = 0`).
     pub gateway: Option<Rc<crate::messaging::gateway::GatewayCtx>>,
+    /// The messaging plane's engine and gateway for the admin routes and `/metrics`,
+    /// whichever listener the gateway serves on; `None` when the plane is off.
+    pub messaging: Option<super::messaging_routes::MessagingAdmin>,
 }
 
 impl AdminCtx {
@@ -64,6 +67,7 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
 /// cannot create unbounded series.
 fn count_request(req: &Request, ctx: &AdminCtx, status: u16) {
     let known = KNOWN_PATHS.contains(&req.path.as_str())
+        || super::messaging_routes::handles(&req.path)
         || matches!(
             req.path.as_str(),
             "/health" | "/livez" | "/readyz" | "/metrics"
@@ -95,10 +99,14 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         "/readyz" => readyz(ctx),
         "/metrics" => {
             let report = ctx.plane.gather_stats().merged().await;
+            let messaging = match &ctx.messaging {
+                Some(m) => Some(super::messaging_routes::gather_numbers(m).await),
+                None => None,
+            };
             let json = req
                 .header("accept")
                 .is_some_and(|a| a.contains("application/json"));
-            super::metrics::render(&report, json)
+            super::metrics::render(&report, messaging.as_ref(), json)
         }
         "/" if get => super::dashboard::index(),
         p if p.starts_with("/dashboard/") && get => super::dashboard::asset(p),
@@ -121,6 +129,7 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         "/exchange/unbind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Unbind).await,
         "/exchange/publish" if post => q::exchange_publish(req, ctx).await,
         p if p.starts_with("/cache/") => super::cache_routes::route(req, ctx).await,
+        p if super::messaging_routes::handles(p) => super::messaging_routes::route(req, ctx).await,
         "/cluster/status" if get => Response::json(200, &json!({"enabled": false})),
         "/cluster/join" | "/cluster/leave" if post => {
             Response::error(400, "clustering is not enabled")

@@ -128,6 +128,17 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         compaction_threshold_bytes: plan.config.storage.compaction_threshold,
         // Mounted on the admin listener only when it has no listener of its own.
         gateway: gateway.clone().filter(|_| plan.gateway_listener.is_none()),
+        messaging: engine
+            .clone()
+            .map(|engine| admin::messaging_routes::MessagingAdmin {
+                engine,
+                gateway: gateway.clone(),
+                // The configured node id, else `standalone` (not the process id: that
+                // would start new metric series at every restart).
+                node: Some(plan.config.cluster.node_id.clone())
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "standalone".to_string()),
+            }),
     });
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let shard = shard.clone();

@@ -114,6 +114,37 @@ pub enum StreamMsg {
     Created { topic: String, partitions: u32 },
     /// To every shard; answered with `StreamReply::Stats`.
     Stats,
+    /// To every shard; answered with `StreamReply::Partitions`: the bounds of the partitions
+    /// of these `(topic, partition count)` that the shard owns (admin `/streams`).
+    Partitions { topics: Vec<(String, u32)> },
+    /// To the partition owner; answered with `StreamReply::Cursors` (admin
+    /// `/streams/cursors`).
+    Cursors {
+        topic: String,
+        partition: u32,
+        group: String,
+    },
+}
+
+/// One partition's bounds as its owner sees them (admin `/streams`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub topic: String,
+    pub partition: u32,
+    pub first_seq: u64,
+    /// One past the newest durable record.
+    pub next_seq: u64,
+    /// Bytes of the partition's log on disk.
+    pub bytes: u64,
+}
+
+/// One cursor group of one partition, with the partition's bounds when it exists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupCursors {
+    /// `(member, position)`, sorted by member.
+    pub members: Vec<(String, u64)>,
+    /// `(first_seq, next_seq)`; `None` when the topic or partition does not exist.
+    pub bounds: Option<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -124,4 +155,6 @@ pub enum StreamReply {
     Cursor(Option<u64>),
     Registered(Result<u32, StreamError>),
     Stats(Box<super::stats::EngineStats>),
+    Partitions(Vec<PartitionStats>),
+    Cursors(Box<GroupCursors>),
 }

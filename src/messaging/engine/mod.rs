@@ -26,7 +26,9 @@ use boltq_io::Store;
 use boltq_shards::{Incoming, ReplyToken, Shard, ShardId};
 use bytes::Bytes;
 use cursors::CursorStore;
-use mesh::{AppendOk, AppendReq, ReadOk, StreamError, StreamMsg, StreamReply};
+use mesh::{
+    AppendOk, AppendReq, GroupCursors, PartitionStats, ReadOk, StreamError, StreamMsg, StreamReply,
+};
 use mirror::{Mirror, PartitionKey};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -39,6 +41,15 @@ pub const MESH_TIMEOUT_MS: u64 = 10_000;
 pub const READ_RECORDS_MAX: usize = 64;
 /// Bytes (key + payload) per read page.
 pub const READ_BYTES_MAX: usize = 256 * 1024;
+/// Partitions one admin `/streams` request may ask the shards about; beyond it the answer
+/// is cut (and says so), so a poll of a node with a million topics stays bounded.
+pub const ADMIN_PARTITIONS_MAX: usize = 100_000;
+/// How long the admin side waits for each shard's numbers.
+pub const ADMIN_MESH_TIMEOUT_MS: u64 = 5_000;
+/// Histogram of append → durable, in µs, per shard registry (`/metrics`).
+pub const SEND_DURABLE_METRIC: &str = "boltq_messaging_send_durable_seconds";
+/// Histogram of record timestamp → record frame queued for a device, in µs.
+pub const SEND_DELIVERED_METRIC: &str = "boltq_messaging_send_delivered_seconds";
 
 /// What the engine needs from the configuration.
 #[derive(Debug, Clone)]
@@ -79,6 +90,10 @@ pub struct Engine {
     dedup: RefCell<DedupTable>,
     cursors: CursorStore,
     stats: RefCell<stats::EngineStats>,
+    /// Append → durable latency (µs) of client-facing appends.
+    send_durable: boltq_shards::metrics::Histogram,
+    /// Record timestamp → frame queued for a device (µs).
+    send_delivered: boltq_shards::metrics::Histogram,
     closing: Cell<bool>,
 }
 
@@ -104,6 +119,8 @@ impl Engine {
     ) -> Result<Rc<Engine>, String> {
         let cursors = CursorStore::load(&store, &cfg.data_dir, shard.id(), shard.count()).await?;
         let dedup = DedupTable::new(cfg.dedup_ttl_ns, cfg.dedup_entries_max);
+        let send_durable = shard.metrics().histogram(SEND_DURABLE_METRIC, &[]);
+        let send_delivered = shard.metrics().histogram(SEND_DELIVERED_METRIC, &[]);
         let engine = Rc::new(Engine {
             shard,
             store,
@@ -117,6 +134,8 @@ impl Engine {
             dedup: RefCell::new(dedup),
             cursors,
             stats: RefCell::new(stats::EngineStats::default()),
+            send_durable,
+            send_delivered,
             closing: Cell::new(false),
         });
         boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();
@@ -170,7 +189,23 @@ impl Engine {
         s.partitions_watched = self.mirror.borrow().watched() as u64;
         s.cursor_keys = self.cursors.keys() as u64;
         s.topics = self.catalog.borrow().len() as u64;
+        s.pending_records = self
+            .owned
+            .borrow()
+            .values()
+            .map(|o| o.pending.borrow().len() as u64)
+            .sum();
         s
+    }
+
+    /// Records the send → delivered latency of records whose frame was just queued for a
+    /// device. Inbox pointers count with their own timestamp (the pointer's append), so
+    /// this measures how late devices hear of each record, not of each message.
+    pub fn note_delivered(&self, records: &[Record]) {
+        let now = now_ns();
+        for r in records {
+            self.send_delivered.record(latency_us(r.timestamp_ns, now));
+        }
     }
 
     fn owner(&self, topic: &str, partition: u32) -> ShardId {
@@ -263,12 +298,81 @@ impl Engine {
     /// Every shard's numbers added up.
     pub async fn stats(&self) -> stats::EngineStats {
         let mut total = stats::EngineStats::default();
-        for dest in 0..self.shard.count() {
-            if let Ok(StreamReply::Stats(s)) = self.ask(dest, StreamMsg::Stats).await {
-                total.add(&s);
-            }
+        for s in self.stats_per_shard().await.into_iter().flatten() {
+            total.add(&s);
         }
         total
+    }
+
+    /// Each shard's numbers, by shard id; `None` for a shard that did not answer.
+    pub async fn stats_per_shard(&self) -> Vec<Option<stats::EngineStats>> {
+        let mut out = Vec::with_capacity(self.shard.count());
+        for dest in 0..self.shard.count() {
+            out.push(match self.ask_admin(dest, StreamMsg::Stats).await {
+                Ok(StreamReply::Stats(s)) => Some(*s),
+                _ => None,
+            });
+        }
+        out
+    }
+
+    /// Bounds of every partition of `topics` (`(name, partition count)`), from their owners,
+    /// sorted by topic then partition. At most [`ADMIN_PARTITIONS_MAX`] partitions: the
+    /// caller cuts the list.
+    pub async fn partition_stats(
+        &self,
+        topics: Vec<(String, u32)>,
+    ) -> Result<Vec<PartitionStats>, StreamError> {
+        let asked: usize = topics.iter().map(|(_, n)| *n as usize).sum();
+        if asked > ADMIN_PARTITIONS_MAX {
+            return Err(StreamError::Limited(format!(
+                "{asked} partitions asked for; at most {ADMIN_PARTITIONS_MAX}"
+            )));
+        }
+        let mut all = Vec::with_capacity(asked);
+        for dest in 0..self.shard.count() {
+            let msg = StreamMsg::Partitions {
+                topics: topics.clone(),
+            };
+            match self.ask_admin(dest, msg).await? {
+                StreamReply::Partitions(p) => all.extend(p),
+                other => return Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+            }
+        }
+        all.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+        Ok(all)
+    }
+
+    /// One cursor group of one partition, with the partition's bounds, from its owner.
+    pub async fn group_cursors(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<GroupCursors, StreamError> {
+        let msg = StreamMsg::Cursors {
+            topic: topic.to_string(),
+            partition,
+            group: group.to_string(),
+        };
+        match self.ask_admin(self.owner(topic, partition), msg).await? {
+            StreamReply::Cursors(c) => Ok(*c),
+            other => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// `ask` with the admin timeout: an operator's poll should not hang for the full
+    /// request timeout on a stuck shard.
+    async fn ask_admin(&self, dest: ShardId, msg: StreamMsg) -> Result<StreamReply, StreamError> {
+        match self
+            .shard
+            .request(dest, ShardMsg::Stream(msg), ADMIN_MESH_TIMEOUT_MS)
+            .await
+        {
+            Ok(ShardMsg::StreamReply(r)) => Ok(r),
+            Ok(other) => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+            Err(e) => Err(StreamError::Internal(format!("shard {dest}: {e}"))),
+        }
     }
 
     // ---- the mesh handler ----------------------------------------------------------------
@@ -343,6 +447,22 @@ impl Engine {
             StreamMsg::Stats => {
                 let s = Box::new(self.local_stats());
                 self.reply(token, StreamReply::Stats(s));
+            }
+            StreamMsg::Partitions { topics } => {
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let p = me.partitions_owned(topics).await;
+                    me.reply(token, StreamReply::Partitions(p));
+                })
+                .detach();
+            }
+            StreamMsg::Cursors {
+                topic,
+                partition,
+                group,
+            } => {
+                let c = self.cursors_owned(&topic, partition, &group);
+                self.reply(token, StreamReply::Cursors(Box::new(c)));
             }
             other => log::warn!("[stream] {other:?} is not a request"),
         }
@@ -608,6 +728,7 @@ impl Engine {
             payload: req.payload.clone(),
         };
         let seq = self.append_record(part, &mut rec).await?;
+        self.send_durable.record(latency_us(now, now_ns()));
         self.publish(key, part, seq);
         let message_id = rec
             .headers
@@ -841,11 +962,122 @@ impl Engine {
         self.cursors.commit(&self.store, key, seq, next_seq).await
     }
 
+    /// Bounds of the partitions of `topics` this shard owns. A partition that is not open
+    /// is opened only when its log exists on disk: a poll must not create directories for
+    /// partitions nobody wrote (those report an empty partition starting at 1).
+    async fn partitions_owned(&self, topics: Vec<(String, u32)>) -> Vec<PartitionStats> {
+        let me = self.shard.id();
+        let mine: Vec<PartitionKey> = topics
+            .iter()
+            .flat_map(|(t, n)| (0..*n).map(move |p| (t.clone(), p)))
+            .filter(|(t, p)| self.owner(t, *p) == me && topic::validate_topic(t).is_ok())
+            .collect();
+        let closed: Vec<PartitionKey> = {
+            let owned = self.owned.borrow();
+            mine.iter()
+                .filter(|k| !owned.contains_key(*k))
+                .cloned()
+                .collect()
+        };
+        let on_disk: std::collections::HashSet<PartitionKey> = if closed.is_empty() {
+            Default::default()
+        } else {
+            let root = boltq_io::store::logs_root(&self.cfg.data_dir);
+            boltq_shards::spawn_blocking(move || {
+                closed
+                    .into_iter()
+                    .filter(|(t, p)| root.join(topic::log_name(t, *p)).exists())
+                    .collect()
+            })
+            .await
+        };
+        let mut out = Vec::with_capacity(mine.len());
+        for key in mine {
+            let open = self.owned.borrow().contains_key(&key) || on_disk.contains(&key);
+            let part = if open {
+                self.open_owned(&key).await.ok()
+            } else {
+                None
+            };
+            out.push(partition_stats_of(key, part.as_deref()));
+        }
+        out
+    }
+
+    fn cursors_owned(&self, topic: &str, partition: u32, group: &str) -> GroupCursors {
+        let mut members = self.cursors.members(topic, partition, group);
+        members.sort();
+        let exists = self
+            .catalog
+            .borrow()
+            .get(topic)
+            .is_some_and(|n| partition < *n);
+        let bounds = exists.then(|| {
+            match self.owned.borrow().get(&(topic.to_string(), partition)) {
+                Some(o) => (o.log.first_seq(), o.published_next.get()),
+                // Not open: nothing was appended since start; the cursors know no more
+                // than an empty partition would tell.
+                None => (1, 1),
+            }
+        });
+        GroupCursors { members, bounds }
+    }
+
     /// Sweeps expired dedup claims once a minute.
     async fn sweep_loop(self: Rc<Self>) {
         loop {
             boltq_shards::sleep(std::time::Duration::from_secs(60)).await;
             self.dedup.borrow_mut().sweep(now_ns());
         }
+    }
+}
+
+/// Microseconds from `from_ns` to `to_ns`; 0 when the clock went back.
+fn latency_us(from_ns: i64, to_ns: i64) -> u64 {
+    (to_ns.saturating_sub(from_ns).max(0) / 1_000) as u64
+}
+
+fn partition_stats_of(key: PartitionKey, part: Option<&Owned>) -> PartitionStats {
+    let (first_seq, next_seq, bytes) = match part {
+        Some(o) => (
+            o.log.first_seq(),
+            o.published_next.get(),
+            o.log.size_bytes(),
+        ),
+        None => (1, 1, 0),
+    };
+    PartitionStats {
+        topic: key.0,
+        partition: key.1,
+        first_seq,
+        next_seq,
+        bytes,
+    }
+}
+
+#[cfg(test)]
+mod admin_tests {
+    use super::*;
+
+    #[test]
+    fn latency_is_microseconds_and_never_negative() {
+        assert_eq!(latency_us(1_000, 3_500_000), 3_499);
+        assert_eq!(latency_us(5_000, 1_000), 0);
+        assert_eq!(latency_us(i64::MIN, i64::MAX), (i64::MAX / 1_000) as u64);
+    }
+
+    #[test]
+    fn a_partition_that_is_not_open_reports_empty_from_one() {
+        let p = partition_stats_of(("t".into(), 3), None);
+        assert_eq!(
+            p,
+            PartitionStats {
+                topic: "t".into(),
+                partition: 3,
+                first_seq: 1,
+                next_seq: 1,
+                bytes: 0
+            }
+        );
     }
 }

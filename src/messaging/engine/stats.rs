@@ -14,6 +14,9 @@ pub struct EngineStats {
     pub cursor_keys: u64,
     pub cursor_commits: u64,
     pub topics: u64,
+    /// Records appended to owned partitions and still waiting to become durable (the
+    /// tail not yet visible to readers): a backlog here is storage falling behind.
+    pub pending_records: u64,
 }
 
 impl EngineStats {
@@ -26,6 +29,7 @@ impl EngineStats {
         self.duplicates += o.duplicates;
         self.cursor_keys += o.cursor_keys;
         self.cursor_commits += o.cursor_commits;
+        self.pending_records += o.pending_records;
         // Every shard holds the whole catalog: take one copy, not the sum.
         self.topics = self.topics.max(o.topics);
     }

@@ -61,6 +61,27 @@ pub struct GatewayStats {
     pub records_out: u64,
     pub slow_client_drops: u64,
     pub sends: u64,
+    /// Sessions tracked, attached or in their resume window (filled by [`GatewayCtx::report`]).
+    pub sessions: u64,
+    /// Sessions holding a socket (filled by [`GatewayCtx::report`]).
+    pub attached: u64,
+}
+
+impl GatewayStats {
+    /// Adds another shard's numbers (every field is a count or a per-shard share).
+    pub fn add(&mut self, o: &GatewayStats) {
+        self.connections += o.connections;
+        self.resumed += o.resumed;
+        self.auth_failures += o.auth_failures;
+        self.forbidden += o.forbidden;
+        self.frames_in += o.frames_in;
+        self.frames_out += o.frames_out;
+        self.records_out += o.records_out;
+        self.slow_client_drops += o.slow_client_drops;
+        self.sends += o.sends;
+        self.sessions += o.sessions;
+        self.attached += o.attached;
+    }
 }
 
 /// The gateway on one shard.
@@ -144,6 +165,35 @@ impl GatewayCtx {
         self.conns.borrow().len()
     }
 
+    /// This shard's counters with its session gauges filled in.
+    pub fn report(&self) -> GatewayStats {
+        let mut s = self.stats.borrow().clone();
+        let sessions = self.sessions.borrow();
+        s.sessions = sessions.len() as u64;
+        s.attached = sessions.attached() as u64;
+        s
+    }
+
+    /// Every shard's [`GatewayCtx::report`], by shard id (`None`: the shard did not answer
+    /// within `timeout_ms`).
+    pub async fn reports(&self, timeout_ms: u64) -> Vec<Option<GatewayStats>> {
+        use crate::server::shard_main::ShardMsg;
+        let shard = self.engine.shard();
+        let mut out = Vec::with_capacity(shard.count());
+        for dest in 0..shard.count() {
+            if dest == shard.id() {
+                out.push(Some(self.report()));
+                continue;
+            }
+            let msg = ShardMsg::Gateway(GatewayMsg::Stats);
+            out.push(match shard.request(dest, msg, timeout_ms).await {
+                Ok(ShardMsg::Gateway(GatewayMsg::StatsOf(s))) => Some(*s),
+                _ => None,
+            });
+        }
+        out
+    }
+
     async fn reap_loop(self: Rc<Self>) {
         let window_ns = self.settings.resume_window.as_nanos() as i64;
         loop {
@@ -168,6 +218,9 @@ pub enum GatewayMsg {
         user: String,
     },
     Taken(Option<session::SessionState>),
+    /// Answered with `StatsOf` (admin `/gateway/stats`, `/metrics`).
+    Stats,
+    StatsOf(Box<GatewayStats>),
 }
 
 impl GatewayCtx {
@@ -196,6 +249,17 @@ impl GatewayCtx {
 
     pub fn on_mesh(&self, incoming: boltq_shards::Incoming<crate::server::shard_main::ShardMsg>) {
         use crate::server::shard_main::ShardMsg;
+        if let boltq_shards::Incoming::Request {
+            msg: ShardMsg::Gateway(GatewayMsg::Stats),
+            token,
+        } = incoming
+        {
+            let s = Box::new(self.report());
+            self.engine
+                .shard()
+                .reply(token, ShardMsg::Gateway(GatewayMsg::StatsOf(s)));
+            return;
+        }
         if let boltq_shards::Incoming::Request {
             msg:
                 ShardMsg::Gateway(GatewayMsg::Take {

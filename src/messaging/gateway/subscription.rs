@@ -129,6 +129,7 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
             s.frames_out += 1;
             s.records_out += records.len() as u64;
         }
+        gw.engine.note_delivered(&records);
         c.out
             .push(Message::Text(text.into()), Some((key.clone(), next)));
         pos = next;

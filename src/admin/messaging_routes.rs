@@ -1,0 +1,513 @@
+//! Admin routes of the messaging plane (spec/messaging-edge.md §11.4): read-only JSON about
+//! stream topics, cursors, the gateway and replication, gathered from every shard over the
+//! mesh at request time.
+//!
+//! GET (and HEAD) only: the spec's "any method" invited cache-busting POSTs and hid typos;
+//! there is nothing to mutate here (§11.6: no topic, session, retention or cursor mutation,
+//! no payload access). With the plane off every route answers 404 with a reason rather
+//! than the generic 404, so an operator knows the route exists and why it is empty.
+//!
+//! The JSON is pretty-printed, as §11.1 asks of messaging routes. The shaping of each body is
+//! a pure function over the gathered numbers, tested below.
+
+use super::http::{Request, Response};
+use super::router::AdminCtx;
+use crate::messaging::cursor::{
+    CURSOR_COMPONENT_BYTES_MAX, CURSOR_TOPIC_BYTES_MAX, PUSH_DISPATCHER_GROUP,
+};
+use crate::messaging::engine::mesh::{GroupCursors, PartitionStats, StreamError};
+use crate::messaging::engine::stats::EngineStats;
+use crate::messaging::engine::{Engine, ADMIN_MESH_TIMEOUT_MS, ADMIN_PARTITIONS_MAX};
+use crate::messaging::gateway::{GatewayCtx, GatewayStats};
+use serde_json::{json, Map, Value};
+use std::rc::Rc;
+
+/// Every route of this file (for telling 405 from 404 and for request metrics).
+pub const PATHS: &[&str] = &[
+    "/streams",
+    "/streams/topic",
+    "/streams/cursors",
+    "/messaging/overview",
+    "/gateway/stats",
+    "/replication",
+];
+
+/// What the warning of `/replication` says on a node without replication.
+pub const STANDALONE_WARNING: &str = "not replicated: this node keeps the only copy of \
+its stream log; losing its disk loses every record and cursor (replication is not built yet)";
+
+/// What the admin handlers of the messaging plane reach. Present whenever the plane is on,
+/// whichever listener the gateway is mounted on.
+pub struct MessagingAdmin {
+    pub engine: Rc<Engine>,
+    /// `None` when `messaging.gateway.enabled` is false.
+    pub gateway: Option<Rc<GatewayCtx>>,
+    /// The `node` label of the gateway metrics.
+    pub node: String,
+}
+
+/// Whether `path` is one of this file's routes.
+pub fn handles(path: &str) -> bool {
+    PATHS.contains(&path)
+}
+
+/// Answers a request to one of [`PATHS`] (auth was checked by the router).
+pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
+    if req.method != "GET" && req.method != "HEAD" {
+        return Response::error(405, "method not allowed");
+    }
+    let Some(m) = &ctx.messaging else {
+        return Response::error(
+            404,
+            "the messaging plane is off (messaging.stream.enabled = false)",
+        );
+    };
+    match req.path.as_str() {
+        "/streams" => streams(m).await,
+        "/streams/topic" => streams_topic(req, m).await,
+        "/streams/cursors" => streams_cursors(req, m).await,
+        "/gateway/stats" => gateway_stats(m).await,
+        "/replication" => pretty(200, &replication_json()),
+        "/messaging/overview" => overview(m).await,
+        _ => Response::error(404, "not found"),
+    }
+}
+
+/// A JSON body, pretty-printed (§11.1), followed by a newline.
+fn pretty(status: u16, value: &Value) -> Response {
+    let mut body = serde_json::to_vec_pretty(value).expect("a Value always serialises");
+    body.push(b'\n');
+    Response {
+        status,
+        content_type: "application/json",
+        body,
+        headers: Vec::new(),
+    }
+}
+
+fn unavailable(e: &StreamError) -> Response {
+    log::warn!("[messaging] admin gather: {e}");
+    Response::error(503, &format!("could not gather the numbers: {e}"))
+}
+
+// ---- /streams ------------------------------------------------------------------------------
+
+/// Topics whose partitions fit in [`ADMIN_PARTITIONS_MAX`], in name order, and whether some
+/// were left out.
+pub fn topics_within_budget(topics: Vec<(String, u32)>) -> (Vec<(String, u32)>, bool) {
+    let mut budget = ADMIN_PARTITIONS_MAX;
+    let mut kept = Vec::with_capacity(topics.len());
+    for (name, n) in topics {
+        if n as usize > budget {
+            return (kept, true);
+        }
+        budget -= n as usize;
+        kept.push((name, n));
+    }
+    (kept, false)
+}
+
+/// `TopicStats` of §11.4 for each topic, from partition numbers sorted by topic.
+pub fn topics_json(partitions: &[PartitionStats]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for chunk in partitions.chunk_by(|a, b| a.topic == b.topic) {
+        let total: u64 = chunk.iter().map(|p| p.bytes).sum();
+        let parts: Vec<Value> = chunk
+            .iter()
+            .map(|p| {
+                json!({
+                    "id": p.partition,
+                    "first_seq": p.first_seq,
+                    "next_seq": p.next_seq,
+                    "records": p.next_seq.saturating_sub(p.first_seq),
+                    "bytes": p.bytes,
+                })
+            })
+            .collect();
+        out.push(json!({"name": chunk[0].topic, "partitions": parts, "total_bytes": total}));
+    }
+    out
+}
+
+/// The body of `/streams` (also the overview's `streams` section).
+async fn streams_json(m: &MessagingAdmin) -> Result<Value, StreamError> {
+    let all = m.engine.topics();
+    let topics_total = all.len();
+    let (topics, truncated) = topics_within_budget(all);
+    let partitions = m.engine.partition_stats(topics).await?;
+    let stats = m.engine.stats().await;
+    let mut body = json!({
+        "topics": topics_json(&partitions),
+        "cursors": {"tracked": stats.cursor_keys},
+    });
+    if truncated {
+        body["truncated"] = json!(true);
+        body["topics_total"] = json!(topics_total);
+    }
+    Ok(body)
+}
+
+async fn streams(m: &MessagingAdmin) -> Response {
+    match streams_json(m).await {
+        Ok(v) => pretty(200, &v),
+        Err(e) => unavailable(&e),
+    }
+}
+
+async fn streams_topic(req: &Request, m: &MessagingAdmin) -> Response {
+    let Some(name) = req.query("name").filter(|n| !n.is_empty()) else {
+        return Response::error(400, "name is required");
+    };
+    let Some(count) = m
+        .engine
+        .topics()
+        .into_iter()
+        .find(|(t, _)| t == name)
+        .map(|(_, n)| n)
+    else {
+        return Response::error(404, "topic not found");
+    };
+    match m
+        .engine
+        .partition_stats(vec![(name.to_string(), count)])
+        .await
+    {
+        Ok(p) => match topics_json(&p).pop() {
+            Some(t) => pretty(200, &t),
+            None => Response::error(404, "topic not found"),
+        },
+        Err(e) => unavailable(&e),
+    }
+}
+
+// ---- /streams/cursors ----------------------------------------------------------------------
+
+/// The parameters of `/streams/cursors`, checked.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CursorQuery {
+    pub topic: String,
+    pub partition: u32,
+    pub group: String,
+}
+
+/// Parses `topic`, `partition` (default 0) and `group` (default `push-dispatcher`).
+pub fn cursor_query(
+    topic: Option<&str>,
+    partition: Option<&str>,
+    group: Option<&str>,
+) -> Result<CursorQuery, String> {
+    let topic = topic.filter(|t| !t.is_empty()).ok_or("topic is required")?;
+    if topic.len() > CURSOR_TOPIC_BYTES_MAX {
+        return Err(format!(
+            "topic is longer than {CURSOR_TOPIC_BYTES_MAX} bytes"
+        ));
+    }
+    crate::messaging::topic::validate_topic(topic).map_err(|e| e.to_string())?;
+    let partition = match partition {
+        None | Some("") => 0,
+        Some(p) => p
+            .parse::<u32>()
+            .map_err(|_| "partition must be a non-negative integer".to_string())?,
+    };
+    let group = group
+        .filter(|g| !g.is_empty())
+        .unwrap_or(PUSH_DISPATCHER_GROUP);
+    if group.len() > CURSOR_COMPONENT_BYTES_MAX {
+        return Err(format!(
+            "group is longer than {CURSOR_COMPONENT_BYTES_MAX} bytes"
+        ));
+    }
+    Ok(CursorQuery {
+        topic: topic.to_string(),
+        partition,
+        group: group.to_string(),
+    })
+}
+
+/// The body of `/streams/cursors`: `watermark` (slowest member) only with members,
+/// `first_seq`/`next_seq` only when the partition exists, `lag` only with both. The lag
+/// saturates at 0: a cursor is clamped to `next_seq` when committed, but a partition's
+/// state after a crash may still be behind a cursor that was written before it.
+pub fn cursors_json(q: &CursorQuery, c: &GroupCursors) -> Value {
+    let members: Map<String, Value> = c
+        .members
+        .iter()
+        .map(|(m, seq)| (m.clone(), json!(seq)))
+        .collect();
+    let mut body = json!({
+        "topic": q.topic,
+        "partition": q.partition,
+        "group": q.group,
+        "members": members,
+    });
+    let watermark = c.members.iter().map(|(_, s)| *s).min();
+    if let Some(w) = watermark {
+        body["watermark"] = json!(w);
+    }
+    if let Some((first, next)) = c.bounds {
+        body["first_seq"] = json!(first);
+        body["next_seq"] = json!(next);
+        if let Some(w) = watermark {
+            body["lag"] = json!(next.saturating_sub(w));
+        }
+    }
+    body
+}
+
+async fn streams_cursors(req: &Request, m: &MessagingAdmin) -> Response {
+    let q = match cursor_query(
+        req.query("topic"),
+        req.query("partition"),
+        req.query("group"),
+    ) {
+        Ok(q) => q,
+        Err(e) => return Response::error(400, &e),
+    };
+    match m
+        .engine
+        .group_cursors(&q.topic, q.partition, &q.group)
+        .await
+    {
+        Ok(c) => pretty(200, &cursors_json(&q, &c)),
+        Err(e) => unavailable(&e),
+    }
+}
+
+// ---- gateway, replication, overview --------------------------------------------------------
+
+/// Every shard's gateway numbers added up, and how many shards did not answer.
+pub async fn gateway_totals(gw: &GatewayCtx) -> (GatewayStats, usize) {
+    let mut total = GatewayStats::default();
+    let mut missing = 0;
+    for r in gw.reports(ADMIN_MESH_TIMEOUT_MS).await {
+        match r {
+            Some(s) => total.add(&s),
+            None => missing += 1,
+        }
+    }
+    (total, missing)
+}
+
+/// The `/gateway/stats` body: the §11.4 fields, plus `shards_missing` when a shard did
+/// not answer (its share is then absent from every number).
+pub fn gateway_json(total: &GatewayStats, missing: usize) -> Value {
+    let mut v = serde_json::to_value(total).expect("plain counters serialise");
+    if missing > 0 {
+        v["shards_missing"] = json!(missing);
+    }
+    v
+}
+
+async fn gateway_section(m: &MessagingAdmin) -> Option<Value> {
+    let gw = m.gateway.as_ref()?;
+    let (total, missing) = gateway_totals(gw).await;
+    Some(gateway_json(&total, missing))
+}
+
+async fn gateway_stats(m: &MessagingAdmin) -> Response {
+    match gateway_section(m).await {
+        Some(v) => pretty(200, &v),
+        None => Response::error(
+            404,
+            "the gateway is off (messaging.gateway.enabled = false)",
+        ),
+    }
+}
+
+/// `/replication` on a node that does not replicate: says so, never pretends.
+pub fn replication_json() -> Value {
+    json!({"role": "standalone", "replicated": false, "warning": STANDALONE_WARNING})
+}
+
+/// The overview of §11.4. Presence, signals and push are `null`: those components are
+/// not running on this node.
+pub fn overview_json(streams: Value, engine: &EngineStats, gateway: Option<Value>) -> Value {
+    json!({
+        "streams": streams,
+        "engine": engine,
+        "presence": Value::Null,
+        "gateway": gateway.unwrap_or(Value::Null),
+        "signals": Value::Null,
+        "push": Value::Null,
+        "replication": replication_json(),
+    })
+}
+
+async fn overview(m: &MessagingAdmin) -> Response {
+    let streams = match streams_json(m).await {
+        Ok(v) => v,
+        Err(e) => return unavailable(&e),
+    };
+    let engine = m.engine.stats().await;
+    let gateway = gateway_section(m).await;
+    pretty(200, &overview_json(streams, &engine, gateway))
+}
+
+// ---- numbers for /metrics ------------------------------------------------------------------
+
+/// What `/metrics` adds for the messaging plane, gathered from every shard.
+#[derive(Debug, Default, Clone)]
+pub struct MessagingNumbers {
+    pub node: String,
+    /// By shard id; `None` for a shard that did not answer.
+    pub engine: Vec<Option<EngineStats>>,
+    /// Every shard's gateway numbers added up; `None` when the gateway is off.
+    pub gateway: Option<GatewayStats>,
+}
+
+pub async fn gather_numbers(m: &MessagingAdmin) -> MessagingNumbers {
+    let gateway = match &m.gateway {
+        Some(gw) => Some(gateway_totals(gw).await.0),
+        None => None,
+    };
+    MessagingNumbers {
+        node: m.node.clone(),
+        engine: m.engine.stats_per_shard().await,
+        gateway,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(topic: &str, partition: u32, first: u64, next: u64, bytes: u64) -> PartitionStats {
+        PartitionStats {
+            topic: topic.into(),
+            partition,
+            first_seq: first,
+            next_seq: next,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn topics_group_partitions_and_sum_bytes() {
+        let t = topics_json(&[
+            part("a", 0, 1, 4, 100),
+            part("a", 1, 3, 3, 50),
+            part("b", 0, 1, 1, 0),
+        ]);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0]["name"], "a");
+        assert_eq!(t[0]["total_bytes"], 150);
+        assert_eq!(t[0]["partitions"][0]["records"], 3);
+        assert_eq!(t[0]["partitions"][1]["records"], 0);
+        assert_eq!(t[0]["partitions"][1]["first_seq"], 3);
+        assert_eq!(t[1]["partitions"][0]["id"], 0);
+        assert_eq!(t[1]["total_bytes"], 0);
+    }
+
+    #[test]
+    fn the_topic_list_is_cut_at_the_partition_budget() {
+        let topics = vec![
+            ("a".to_string(), 16),
+            ("b".to_string(), ADMIN_PARTITIONS_MAX as u32 - 16),
+            ("c".to_string(), 1),
+        ];
+        let (kept, cut) = topics_within_budget(topics);
+        assert!(cut);
+        assert_eq!(kept.len(), 2);
+        let (kept, cut) = topics_within_budget(vec![("a".to_string(), 1)]);
+        assert!(!cut);
+        assert_eq!(kept.len(), 1);
+    }
+
+    #[test]
+    fn cursor_query_defaults_and_rejects() {
+        assert_eq!(
+            cursor_query(Some("chat.inbox.bob"), None, None),
+            Ok(CursorQuery {
+                topic: "chat.inbox.bob".into(),
+                partition: 0,
+                group: PUSH_DISPATCHER_GROUP.into()
+            })
+        );
+        assert_eq!(
+            cursor_query(None, None, None),
+            Err("topic is required".into())
+        );
+        assert_eq!(
+            cursor_query(Some("t"), Some("-1"), None),
+            Err("partition must be a non-negative integer".into())
+        );
+        assert!(cursor_query(Some("t"), Some("x"), None).is_err());
+        assert!(cursor_query(Some("a..b"), None, None).is_err());
+        let long = "g".repeat(CURSOR_COMPONENT_BYTES_MAX + 1);
+        assert!(cursor_query(Some("t"), None, Some(&long)).is_err());
+        assert_eq!(
+            cursor_query(Some("t"), Some("3"), Some("user:bob"))
+                .unwrap()
+                .partition,
+            3
+        );
+    }
+
+    #[test]
+    fn cursors_report_watermark_and_saturating_lag() {
+        let q = cursor_query(Some("t"), None, Some("user:bob")).unwrap();
+        let c = GroupCursors {
+            members: vec![("laptop".into(), 10), ("phone".into(), 42)],
+            bounds: Some((1, 50)),
+        };
+        let v = cursors_json(&q, &c);
+        assert_eq!(v["watermark"], 10);
+        assert_eq!(v["lag"], 40);
+        assert_eq!(v["members"]["phone"], 42);
+        // A cursor ahead of the partition (state behind after a crash): lag 0, not a wrap.
+        let ahead = GroupCursors {
+            members: vec![("phone".into(), 60)],
+            bounds: Some((1, 50)),
+        };
+        assert_eq!(cursors_json(&q, &ahead)["lag"], 0);
+        // No members: no watermark, no lag; no partition: no bounds.
+        let none = GroupCursors::default();
+        let v = cursors_json(&q, &none);
+        assert!(v.get("watermark").is_none());
+        assert!(v.get("lag").is_none());
+        assert!(v.get("next_seq").is_none());
+        assert_eq!(v["members"], json!({}));
+    }
+
+    #[test]
+    fn gateway_totals_serialise_every_field_and_flag_missing_shards() {
+        let mut a = GatewayStats {
+            connections: 2,
+            attached: 1,
+            ..Default::default()
+        };
+        a.add(&GatewayStats {
+            connections: 3,
+            sessions: 4,
+            ..Default::default()
+        });
+        let v = gateway_json(&a, 0);
+        assert_eq!(v["connections"], 5);
+        assert_eq!(v["sessions"], 4);
+        assert_eq!(v["attached"], 1);
+        for f in [
+            "resumed",
+            "auth_failures",
+            "forbidden",
+            "frames_in",
+            "frames_out",
+            "records_out",
+            "slow_client_drops",
+        ] {
+            assert_eq!(v[f], 0, "{f}");
+        }
+        assert!(v.get("shards_missing").is_none());
+        assert_eq!(gateway_json(&a, 1)["shards_missing"], 1);
+    }
+
+    #[test]
+    fn replication_says_standalone_and_not_replicated() {
+        let v = replication_json();
+        assert_eq!(v["role"], "standalone");
+        assert!(v["warning"].as_str().unwrap().contains("not replicated"));
+        let o = overview_json(json!({"topics": []}), &EngineStats::default(), None);
+        assert_eq!(o["replication"]["role"], "standalone");
+        assert!(o["gateway"].is_null());
+        assert!(o["presence"].is_null());
+    }
+}
