@@ -19,13 +19,18 @@
 //!   batch and a dead-letter page all encode within the frame limit (the parser's size
 //!   and name limits exist for exactly this);
 //! - every reply frame decodes back to itself, and only the push has a top-level
-//!   `subscriber_id`.
+//!   `subscriber_id`;
+//! - an accepted stream command (0x1D–0x20) names a valid topic; a STREAM_PUBLISH's record
+//!   fits in one READ/TAIL page whatever its key, headers and payload, and every stream
+//!   reply (published, page, committed) is one valid JSON frame.
 #![no_main]
 
 use boltq::queue::message::{Message, MessageId};
 use boltq::queue::protocol::frame::{self, status, Frame, PAYLOAD_BYTES_MAX};
 use boltq::queue::protocol::reply;
 use boltq::queue::protocol::request::{self, Request};
+use boltq::queue::protocol::stream::records::{self, PageHead};
+use boltq::queue::protocol::stream::{commit, publish, StreamRequest};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
@@ -68,6 +73,7 @@ fn check_request(f: Frame<'_>) {
             check_delivery(p.routing_key, p.payload, p.headers, p.priority)
         }
         Ok(Request::Auth { api_key: Err(e) }) => check_error_reply(&e.text()),
+        Ok(Request::Stream(s)) => check_stream_request(s),
         Ok(_) => {}
     }
 }
@@ -137,4 +143,55 @@ fn single_frame(out: &[u8], code: u8) -> Option<serde_json::Value> {
     assert!(f.payload.len() <= PAYLOAD_BYTES_MAX);
     serde_json::from_slice::<serde::de::IgnoredAny>(f.payload).expect("reply is JSON");
     serde_json::from_slice(f.payload).ok()
+}
+
+fn check_stream_request(s: StreamRequest) {
+    let (target, consumer) = match &s {
+        StreamRequest::Publish(p) => (&p.target, None),
+        StreamRequest::Read(r) => (&r.target, None),
+        StreamRequest::Tail(t) => (&t.target, t.consumer.as_ref()),
+        StreamRequest::Commit(c) => (&c.target, Some(&c.consumer)),
+    };
+    boltq::messaging::topic::Namespace::of(&target.topic).expect("accepted topics are valid");
+    let head = PageHead {
+        topic: &target.topic,
+        partition: u32::MAX,
+        from: u64::MAX,
+        first_seq: u64::MAX,
+        next_seq: u64::MAX,
+        gap: true,
+        consumer: consumer.map(|c| (c.group.as_str(), c.member.as_str())),
+    };
+    let mut out = Vec::new();
+    records::page(&head, &[], &mut out);
+    single_frame(&out, status::OK);
+    match &s {
+        StreamRequest::Publish(p) => {
+            let record = boltq_io::record::Record {
+                seq: u64::MAX - 1,
+                timestamp_ns: i64::MIN,
+                flags: 0,
+                epoch: 0,
+                key: Bytes::from(p.target.key.clone()),
+                headers: p
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (Bytes::from(k.clone()), Bytes::from(v.clone())))
+                    .collect(),
+                payload: Bytes::from(p.payload.clone()),
+            };
+            let mut out = Vec::new();
+            assert_eq!(records::page(&head, &[record], &mut out), 1, "a record fits a page");
+            single_frame(&out, status::OK);
+            let mut out = Vec::new();
+            publish::published(&p.target.topic, u32::MAX, u64::MAX, i64::MIN, &mut out);
+            single_frame(&out, status::OK);
+        }
+        StreamRequest::Commit(c) => {
+            let mut out = Vec::new();
+            commit::committed(c, u32::MAX, &mut out);
+            single_frame(&out, status::OK);
+        }
+        StreamRequest::Read(_) | StreamRequest::Tail(_) => {}
+    }
 }

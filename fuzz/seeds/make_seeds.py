@@ -94,6 +94,11 @@ requests = {
     "dlq_read": (0x1A, b'{"queue":"orders","offset":0,"limit":10}'),
     "dlq_requeue": (0x1B, b'{"queue":"orders","limit":5}'),
     "dlq_purge": (0x1C, b'{"queue":"orders"}'),
+    "stream_publish": (0x1D, b'{"topic":"match.alice","key":"alice","headers":{"trace":"t1"},"payload":{"score":3}}'),
+    "stream_publish_b64": (0x1D, b'{"topic":"orders.eu","partition":2,"payload_base64":"AP8B"}'),
+    "stream_read": (0x1E, b'{"topic":"orders.eu","key":"shop-1","from":5,"max":10}'),
+    "stream_tail": (0x1F, b'{"topic":"orders.eu","key":"shop-1","group":"billing","member":"w1","max":100,"wait_ms":5000}'),
+    "stream_commit": (0x20, b'{"topic":"orders.eu","key":"shop-1","group":"billing","member":"w1","seq":42}'),
     "escapes": (0x01, b'{"TOPIC":"q","payload":{"s":"\\u00e9\\ud83d\\ude00\\n"},"Headers":{"k":null}}'),
 }
 os.makedirs("tcp_request", exist_ok=True)

@@ -19,12 +19,15 @@
 //!   rustls; the handshake is done inside `connect`, bounded by `timeout_ms`.
 //! - The raw API ([`Client::send_frame`], [`Client::read_frame`], [`Client::pipeline`],
 //!   [`Client::send_bytes`], [`Client::read_wire_frame`]) is for tests that need exact bytes.
+//! - Stream commands for trusted backends (publish, read, tail, commit on the messaging
+//!   plane's stream topics) are in [`stream`].
 //! - [`fake_server`] is a scripted stand-in for the server, for unit tests of clients.
 
 mod error;
 pub mod fake_server;
 pub mod gateway;
 pub mod json;
+pub mod stream;
 mod tls;
 mod types;
 mod wire;
@@ -33,6 +36,9 @@ mod wire;
 mod tests;
 
 pub use error::{ClientError, Result};
+pub use stream::{
+    StreamAt, StreamConsumer, StreamPage, StreamPayload, StreamPublished, StreamRecord,
+};
 pub use tls::{ClientCertificate, ClientTls};
 pub use types::{ConsumedMessage, Headers, PublishOptions, PublishReply, Push, CONSUME_BATCH_KEY};
 pub use wire::{RawFrame, PUSH_QUEUE_BYTES_MAX, PUSH_QUEUE_FRAMES_MAX};

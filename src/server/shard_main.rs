@@ -109,10 +109,12 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
         let plane = Rc::clone(&plane);
         let shard = shard.clone();
+        let engine = engine.clone();
         move |conn| {
             crate::queue::server::connection::serve(
                 conn,
                 Rc::clone(&plane),
+                engine.clone(),
                 shard.shutdown_requested(),
             )
         }

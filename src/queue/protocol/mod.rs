@@ -3,3 +3,4 @@
 pub mod frame;
 pub mod reply;
 pub mod request;
+pub mod stream;

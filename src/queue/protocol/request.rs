@@ -32,6 +32,9 @@
 //! | `0x1B` | DLQ_REQUEUE | `{"queue","limit"?}` (≥ 1, default all) | `{"queue","requeued":n}` — moved back to the tail of `queue`, `retry` reset to 0 |
 //! | `0x1C` | DLQ_PURGE | `{"queue"}` | `{"queue","purged":n}` |
 //!
+//! Stream commands (`0x1D`–`0x20`: publish, read, tail, commit on the messaging plane's
+//! stream topics) are parsed by [`super::stream`].
+//!
 //! # Stricter than v1 (each closes a hole v1 has; no v1 SDK sends such requests)
 //!
 //! - Exchange types are validated: anything but `direct`, `fanout`, `topic`, `headers`
@@ -44,7 +47,7 @@
 //!   4 MiB frame is refused at publish (`message too large: …`) instead of being stored and
 //!   then breaking every consumer's connection.
 
-mod json;
+pub(super) mod json;
 
 use super::frame::{op, Frame};
 use crate::queue::message::MessageId;
@@ -134,6 +137,8 @@ pub enum Request {
     DlqRequeue { queue: String, limit: Option<u64> },
     /// 0x1C: drop every dead letter of `queue`.
     DlqPurge { queue: String },
+    /// 0x1D–0x20: stream commands for trusted backends (see [`super::stream`]).
+    Stream(super::stream::StreamRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,6 +269,7 @@ impl Request {
             Request::DlqRead { .. } => ext_op::DLQ_READ,
             Request::DlqRequeue { .. } => ext_op::DLQ_REQUEUE,
             Request::DlqPurge { .. } => ext_op::DLQ_PURGE,
+            Request::Stream(s) => s.code(),
         }
     }
 }
@@ -355,13 +361,20 @@ pub fn parse(frame: Frame<'_>) -> Result<Request, RequestError> {
         ext_op::DLQ_READ => parse_dlq_read(p),
         ext_op::DLQ_REQUEUE => parse_dlq_requeue(p),
         ext_op::DLQ_PURGE => parse_dlq_purge(p),
-        code => Err(RequestError::UnknownCommand(code)),
+        code => match super::stream::parse(code, p) {
+            Some(r) => r.map(Request::Stream),
+            None => Err(RequestError::UnknownCommand(code)),
+        },
     }
 }
 
 /// Decodes a v1 JSON object; `member` handles the keys it knows (returning `None` for the
 /// rest, which are skipped, as Go ignores unknown keys).
-fn decode<F>(payload: &[u8], struct_name: &'static str, mut member: F) -> Result<(), String>
+pub(super) fn decode<F>(
+    payload: &[u8],
+    struct_name: &'static str,
+    mut member: F,
+) -> Result<(), String>
 where
     F: FnMut(&mut Reader<'_>, &str) -> Option<Result<(), Syntax>>,
 {
@@ -371,12 +384,12 @@ where
     })
 }
 
-fn invalid_json(detail: String) -> RequestError {
+pub(super) fn invalid_json(detail: String) -> RequestError {
     RequestError::InvalidJson(detail)
 }
 
 /// BoltQ addition: refuses over-long names (see [`NAME_BYTES_MAX`]).
-fn check_name(field: &str, value: &str) -> Result<(), RequestError> {
+pub(super) fn check_name(field: &str, value: &str) -> Result<(), RequestError> {
     if value.len() > NAME_BYTES_MAX {
         return Err(RequestError::Invalid(format!(
             "{field} is too long: at most {NAME_BYTES_MAX} bytes"
@@ -514,7 +527,7 @@ fn parse_consume(payload: &[u8]) -> Result<Request, RequestError> {
 }
 
 /// An optional integer (Go: `*int`): `null` resets it to absent.
-fn read_optional_int(
+pub(super) fn read_optional_int(
     r: &mut Reader<'_>,
     field: &str,
     into: &mut Option<i128>,

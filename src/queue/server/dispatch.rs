@@ -31,6 +31,9 @@ pub struct ConnState {
     consumes_in_flight: u64,
     confirm: bool,
     seq_no: u64,
+    /// The shard's stream engine for the stream commands; `None` when the messaging plane
+    /// is off (they answer [`super::stream::PLANE_OFF`]).
+    engine: Option<Rc<crate::messaging::engine::Engine>>,
 }
 
 impl ConnState {
@@ -43,7 +46,13 @@ impl ConnState {
             consumes_in_flight: 0,
             confirm: false,
             seq_no: 0,
+            engine: None,
         }
+    }
+
+    /// Gives the connection the shard's stream engine (the messaging plane is on).
+    pub fn set_engine(&mut self, engine: Option<Rc<crate::messaging::engine::Engine>>) {
+        self.engine = engine;
     }
 
     fn next_confirm_seq(&mut self) -> Option<u64> {
@@ -101,6 +110,8 @@ pub enum Pending {
         queue: String,
     },
     Stats(StatsGather),
+    /// A stream command (0x1D–0x20): the engine call, run when the reply is due.
+    Stream(super::stream::StreamReply),
     Exchange(super::plane::ExchangeSubmitted),
     DlqList(super::plane::DlqListGather),
     DlqRead(super::plane::DlqReadSubmitted),
@@ -192,6 +203,7 @@ impl Pending {
                 other => error_reply(other, out),
             },
             Pending::Stats(gather) => reply::stats(&gather.merged().await.stats, out),
+            Pending::Stream(reply) => out.extend_from_slice(&reply.await),
             Pending::Exchange(ex) => match ex.result(plane).await {
                 Ok(()) => reply::ok(out),
                 Err(e) => reply::error(&e, out),
@@ -344,6 +356,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
                 queue,
             }
         }
+        Request::Stream(s) => Pending::Stream(super::stream::run(st.engine.clone(), s)),
         Request::DlqPurge { queue } => {
             let slot = slot_of_name(&queue);
             let cmd = Command::DeadLetterPurge {

@@ -8,5 +8,6 @@ pub mod mesh;
 pub mod outbound;
 pub mod plane;
 pub mod snapshot;
+pub mod stream;
 pub mod waiters;
 pub mod wal;

@@ -110,7 +110,7 @@ fn unknown_command_text_has_two_lowercase_hex_digits() {
     assert_eq!(err_text(0x00, "{}"), "unknown command: 0x00");
     assert_eq!(err_text(0x0a, "{}"), "unknown command: 0x0a");
     assert_eq!(err_text(0x0f, ""), "unknown command: 0x0f");
-    assert_eq!(err_text(0x1d, "{}"), "unknown command: 0x1d");
+    assert_eq!(err_text(0x21, "{}"), "unknown command: 0x21");
     assert_eq!(err_text(0xff, "garbage"), "unknown command: 0xff");
     assert_eq!(
         req(0xab, "").unwrap_err(),
