@@ -103,6 +103,13 @@ pub struct StreamRecord {
     pub payload: Vec<u8>,
 }
 
+impl StreamRecord {
+    /// The payload in base64 (standard alphabet, padded), as the server sends it.
+    pub fn payload_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.payload)
+    }
+}
+
 /// A READ or TAIL reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamPage {

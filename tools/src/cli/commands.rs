@@ -1,7 +1,7 @@
 //! v1's commands: `server`, `publish`, `consume`, `ack`, `nack`, `stats`, `health`.
 
 use super::flags::{Flag, FlagSet, Stop, Values, EXIT_FLAG_ERROR};
-use super::{dlq, format, Streams};
+use super::{dlq, format, stream, Streams};
 use boltq::client::{Client, PublishOptions};
 
 const PUBLISH_FLAGS: FlagSet = FlagSet {
@@ -46,6 +46,9 @@ pub(super) fn dispatch(
         "stats" => stats(client, io),
         "health" => health(client, io),
         "dlq" => dlq::run(args, client, io),
+        "stream-publish" | "stream-tail" | "stream-commit" => {
+            stream::run(command, args, client, io)
+        }
         other => {
             io.err_line(&format::unknown_command(other));
             // v1 prints this usage on stdout (only the first line goes to stderr).

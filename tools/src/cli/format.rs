@@ -25,6 +25,8 @@ Commands:
   stats     Show broker statistics
   health    Check server health
   dlq       Dead letters: list, read, requeue, purge
+  stream-publish, stream-tail, stream-commit
+            Stream topics of the messaging plane (trusted backends)
 
 Environment:
   BOLTQ_ADDR          TCP server address (default: localhost:9091)

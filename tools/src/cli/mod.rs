@@ -1,5 +1,6 @@
 //! `boltq-cli`, a drop-in for v1's CLI (spec §9): same commands, flags (Go `flag` rules),
-//! environment variables, output and exit codes, plus `dlq` for BoltQ's dead-letter commands.
+//! environment variables, output and exit codes, plus `dlq` for BoltQ's dead-letter commands and
+//! `stream-publish` / `stream-tail` / `stream-commit` for its stream commands.
 //!
 //! Like v1 it connects before looking at the command, so every command except a bare
 //! invocation (which prints the usage) needs a reachable server, `server` and `-h` included.
@@ -15,6 +16,7 @@ mod dlq;
 pub mod flags;
 pub mod format;
 pub mod settings;
+mod stream;
 
 #[cfg(test)]
 mod tests;
