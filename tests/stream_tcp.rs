@@ -314,3 +314,43 @@ fn stream_commands_need_auth_and_the_messaging_plane() {
         }
     }
 }
+
+/// Partitions are owned by different shards and connections land on either: for each of
+/// several partitions a fresh connection's long-poll is woken by the append, whether the
+/// owner is its own shard or another one, and two tails waiting on the same partition
+/// (sharing the shard's mirror) are both woken.
+#[test]
+fn long_polls_are_woken_whichever_shard_owns_the_partition() {
+    let (s, _tmp) = start();
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    for partition in 0..6u32 {
+        let at = StreamAt::topic("wake.t").partition(partition);
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (addr, at) = (addr.clone(), at.clone());
+                std::thread::spawn(move || {
+                    let opts = ClientOptions {
+                        api_key: Some(API_KEY.to_string()),
+                        ..Default::default()
+                    };
+                    let mut c = Client::connect(&addr, opts).unwrap();
+                    let started = Instant::now();
+                    let page = c.stream_tail(&at, None, None, 10, 8_000).unwrap();
+                    (texts(&page), started.elapsed())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let mut p = backend(&s);
+        let text = format!("p{partition}");
+        publish_text(&mut p, &at, &text);
+        for w in waiters {
+            let (got, waited) = w.join().unwrap();
+            assert_eq!(got, [text.clone()], "partition {partition}");
+            assert!(
+                waited < Duration::from_millis(6_000),
+                "partition {partition}: {waited:?}"
+            );
+        }
+    }
+}
