@@ -346,7 +346,7 @@ fn long_polls_are_woken_whichever_shard_owns_the_partition() {
         publish_text(&mut p, &at, &text);
         for w in waiters {
             let (got, waited) = w.join().unwrap();
-            assert_eq!(got, [text.clone()], "partition {partition}");
+            assert_eq!(got, [text.as_str()], "partition {partition}");
             assert!(
                 waited < Duration::from_millis(6_000),
                 "partition {partition}: {waited:?}"
