@@ -114,6 +114,19 @@ impl Conn {
         }
     }
 
+    /// Shuts the socket down in both directions now. Dropping a connection is not enough
+    /// when a write is still posted to the kernel for a peer that stopped reading: the
+    /// descriptor stays open until that write completes, which may be never. After this the
+    /// peer sees the connection end and posted operations fail.
+    pub async fn abort(&self) {
+        match &self.0 {
+            Stream::Plain(s) => {
+                let _ = s.shutdown(std::net::Shutdown::Both).await;
+            }
+            Stream::Tls(s) => s.abort().await,
+        }
+    }
+
     /// Whether this connection came from a TLS listener.
     pub fn is_tls(&self) -> bool {
         matches!(self.0, Stream::Tls(_))

@@ -162,6 +162,13 @@ enum State {
 }
 
 impl TlsConn {
+    /// Shuts the socket down in both directions (see `Conn::abort`).
+    pub(crate) async fn abort(&self) {
+        if let State::Established(s) = &self.state {
+            let _ = s.get_ref().0.shutdown(std::net::Shutdown::Both).await;
+        }
+    }
+
     pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.peer
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "peer address unknown"))
