@@ -1,79 +1,22 @@
-//! Every `boltq-bench` scenario for about a second against a real `boltq` server, checking
-//! that the JSON report parses and its counts add up.
-//!
-//! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
-//! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
-//! given to the root package's own tests. So the first test runs `cargo build -p boltq --bin
-//! boltq` with this test's profile and target directory (a no-op when it is up to date; cargo
-//! releases its build lock before it runs tests) and uses `target/<profile>/boltq`. Setting
-//! `BOLTQ_SERVER_BIN` skips the build and uses that binary instead. The bench itself is run
-//! through `CARGO_BIN_EXE_boltq-bench`, which cargo always builds fresh for these tests.
+//! Every TCP `boltq-bench` scenario for about a second against a real `boltq` server,
+//! checking that the JSON report parses and its counts add up. (The gateway scenarios are in
+//! `gateway_bench_smoke.rs`; how the server binary is found is in `support/mod.rs`.) The
+//! bench itself is run through `CARGO_BIN_EXE_boltq-bench`, which cargo always builds fresh
+//! for these tests.
+
+mod support;
 
 use boltq::client::{Client, ClientOptions};
 use boltq_io::testutil::TempDir;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-const BENCH: &str = env!("CARGO_BIN_EXE_boltq-bench");
+use support::{free_port, server_binary, BENCH};
 
 /// The runs share two cores and a disk with each other and with the server: one at a time
 /// keeps each bench's second of load from starving another's server.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn server_binary() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("BOLTQ_SERVER_BIN") {
-            return PathBuf::from(p);
-        }
-        // The bench binary sits in target/<profile>/; the server binary is built next to it.
-        let profile_dir = Path::new(BENCH).parent().expect("bench binary directory");
-        let target_dir = profile_dir.parent().expect("target directory");
-        let profile = profile_dir.file_name().unwrap().to_str().unwrap();
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "-p", "boltq", "--bin", "boltq"])
-            .arg("--target-dir")
-            .arg(target_dir)
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-        match profile {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        let status = cmd
-            .status()
-            .expect("run cargo build for the boltq server binary");
-        assert!(status.success(), "cargo build -p boltq --bin boltq failed");
-        let bin = profile_dir.join("boltq");
-        assert!(bin.exists(), "{} missing after the build", bin.display());
-        bin
-    })
-}
-
-fn free_port() -> u16 {
-    // Never the same port twice in this process: the kernel may hand an ephemeral port out
-    // again as soon as the probe closes, and a server's two ports must differ.
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&port) {
-            given.push(port);
-            return port;
-        }
-    }
-}
 
 struct Server {
     child: Child,

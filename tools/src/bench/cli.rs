@@ -5,15 +5,21 @@ use super::cpus::CpuList;
 use clap::{Args, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
-Transport: the v1 TCP protocol of the queue plane only. WebSocket scenarios (chat, channel,
-reconnect) come with the messaging plane; TLS is not supported yet (plain TCP).
+Transport: publish, consume, queue, pubsub and exchange speak the v1 TCP protocol to --addr.
+chat, channel and reconnect are WebSocket scenarios: devices connect to the messaging
+gateway at --url with HS256 tokens minted from --secret (the server's
+messaging.identity.keys); --addr and --api-key do not apply to them. No TLS (ws://, plain
+TCP) on either transport.
 
 Loop modes: without --rate each connection keeps --depth requests in flight (closed loop).
 With --rate the senders follow a fixed schedule (open loop) and latency is measured from the
 intended send time, so a stalled server shows up as latency instead of as a lower rate.
 
 Counts: for every request kind, sent = acknowledged (OK or EMPTY reply) + errors. Drained
-runs also check consumed = published; pub/sub checks delivered = published x subscribers.
+runs also check consumed = published; pub/sub checks delivered = published x subscribers;
+chat and channel check delivered = acknowledged sends x recipients (every record in order,
+none repeated or skipped); reconnect checks that every device resumed and received exactly
+what was written while it was away.
 Exit status: 0 when errors <= --max-errors, 1 when more, 2 on a setup failure.";
 
 /// Load generator for a BoltQ server.
@@ -36,6 +42,14 @@ pub enum Scenario {
     Pubsub(PubsubArgs),
     /// PUBLISH_EXCHANGE through a topic exchange with B bindings (one queue per binding).
     Exchange(ExchangeArgs),
+    /// Gateway: N devices in M direct or group conversations; send→sent and send→delivered
+    /// latency.
+    Chat(ChatArgs),
+    /// Gateway: one large group, K listeners, P senders; fan-out latency.
+    Channel(ChannelArgs),
+    /// Gateway: N devices drop their connections at once, miss messages, and resume; time
+    /// until all are caught up, nothing lost or repeated.
+    Reconnect(ReconnectArgs),
 }
 
 /// Options shared by every scenario.
@@ -209,5 +223,135 @@ pub struct ExchangeArgs {
     pub connections: usize,
     /// Requests in flight per connection.
     #[arg(long, default_value_t = 1)]
+    pub depth: usize,
+}
+
+/// Where and how gateway devices connect.
+#[derive(Args, Debug, Clone)]
+pub struct GatewayArgs {
+    /// Gateway URL (ws:// only).
+    #[arg(long, default_value = "ws://127.0.0.1:9090/ws")]
+    pub url: String,
+    /// HS256 secret the server verifies tokens with (a `messaging.identity.keys` secret,
+    /// at least 32 bytes). The generator mints one token per device from it.
+    #[arg(long)]
+    pub secret: String,
+    /// `kid` of the minted tokens (the `id` of that key in the server's configuration).
+    #[arg(long, default_value = "k1")]
+    pub key_id: String,
+    /// Token lifetime. A run must end before its tokens expire (the server closes
+    /// connections at expiry).
+    #[arg(long, default_value_t = 3600)]
+    pub token_ttl_secs: u64,
+    /// Tenant claim (`tid`) of the tokens, passed to the membership service.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Run a membership service for the run's own groups on this address (host:port), for
+    /// a server whose `[messaging.chat] membership_url` points at it.
+    #[arg(long)]
+    pub membership_listen: Option<String>,
+    /// Devices connecting or setting up at once (per thread); the rest wait their turn, so
+    /// a mass (re)connect does not overflow the server's accept backlog.
+    #[arg(long, default_value_t = 256)]
+    pub connect_concurrency: usize,
+    /// Suffix of every id this run uses (after --prefix); default: derived from the clock,
+    /// so runs against one server never share users, topics or cursors.
+    #[arg(long)]
+    pub run_id: Option<String>,
+}
+
+/// Payload of gateway sends.
+#[derive(Args, Debug, Clone)]
+pub struct WsPayloadArgs {
+    /// Payload bytes of each send (before base64): a 24-byte stamp (sender, sequence, send
+    /// time) and filler.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(24..=524_288))]
+    pub size: u32,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConversationKind {
+    Direct,
+    Group,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub payload: WsPayloadArgs,
+    /// Devices (one user each), all connected for the whole run.
+    #[arg(long, default_value_t = 100)]
+    pub devices: usize,
+    /// Conversations (default: devices/2 direct ones, or devices/group-size groups, so each
+    /// device is in exactly one).
+    #[arg(long)]
+    pub conversations: Option<usize>,
+    /// Direct conversations need nothing else; groups need a membership service (see
+    /// --membership-listen).
+    #[arg(long, value_enum, default_value_t = ConversationKind::Direct)]
+    pub kind: ConversationKind,
+    /// Members per group.
+    #[arg(long, default_value_t = 8)]
+    pub group_size: usize,
+    /// Sends in flight per device. Closed loop: exactly this many (default 1). Open loop
+    /// (--rate): at most this many (default 16).
+    #[arg(long)]
+    pub depth: Option<usize>,
+    /// Also subscribe every device to its inbox and count the pointer records.
+    #[arg(long)]
+    pub inbox: bool,
+    /// Skip the setup step in which one member of each conversation sends an unmeasured
+    /// message first (which creates the topics before measuring starts).
+    #[arg(long)]
+    pub no_prime: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ChannelArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub payload: WsPayloadArgs,
+    /// Members subscribed to the channel.
+    #[arg(long, default_value_t = 100)]
+    pub listeners: usize,
+    /// Members sending to it (not subscribed).
+    #[arg(long, default_value_t = 1)]
+    pub senders: usize,
+    /// Sends in flight per sender (closed loop default 1; open loop default 16).
+    #[arg(long)]
+    pub depth: Option<usize>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ReconnectArgs {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(flatten)]
+    pub gateway: GatewayArgs,
+    #[command(flatten)]
+    pub payload: WsPayloadArgs,
+    /// Devices that go away and resume.
+    #[arg(long, default_value_t = 100)]
+    pub devices: usize,
+    /// 1: each device shares a direct conversation with the writer user. More: devices are
+    /// in groups of this size with the writer (fewer partitions on the server; needs a
+    /// membership service, see --membership-listen).
+    #[arg(long, default_value_t = 1)]
+    pub group_size: usize,
+    /// Messages written to each device's conversation while it is away.
+    #[arg(long, default_value_t = 2)]
+    pub away_messages: u64,
+    /// Connections of the writer user that write while the devices are away.
+    #[arg(long, default_value_t = 1)]
+    pub writers: usize,
+    /// Sends in flight per writer connection.
+    #[arg(long, default_value_t = 64)]
     pub depth: usize,
 }

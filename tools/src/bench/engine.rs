@@ -87,9 +87,10 @@ pub struct Target {
     pub api_key: Option<String>,
 }
 
-pub struct WorkerPlan {
+/// One loop thread's share of a run: its CPU and its connections.
+pub struct WorkerPlan<C = ConnSpec> {
     pub cpu: Option<usize>,
-    pub conns: Vec<ConnSpec>,
+    pub conns: Vec<C>,
 }
 
 // ---- connection state ----------------------------------------------------------------------

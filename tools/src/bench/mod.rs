@@ -1,4 +1,5 @@
-//! `boltq-bench`: the bundled load generator (issue 7), TCP scenarios of the queue plane.
+//! `boltq-bench`: the bundled load generator (issue 7): TCP scenarios of the queue plane here,
+//! WebSocket scenarios of the messaging gateway in [`gateway`].
 //!
 //! - [`cli`]: the command line (clap).
 //! - [`engine`]: the event loop driving pipelined connections (one thread per `--cpus` CPU).
@@ -12,6 +13,7 @@
 pub mod cli;
 pub mod cpus;
 pub mod engine;
+pub mod gateway;
 pub mod poll;
 pub mod report;
 pub mod run;
@@ -73,6 +75,9 @@ fn common_of(s: &Scenario) -> &Common {
         Scenario::Queue(a) => &a.common,
         Scenario::Pubsub(a) => &a.common,
         Scenario::Exchange(a) => &a.common,
+        Scenario::Chat(a) => &a.common,
+        Scenario::Channel(a) => &a.common,
+        Scenario::Reconnect(a) => &a.common,
     }
 }
 
@@ -84,6 +89,9 @@ pub fn run_scenario(s: Scenario) -> Result<(Value, bool), String> {
         Scenario::Queue(a) => queue(a),
         Scenario::Pubsub(a) => pubsub(a),
         Scenario::Exchange(a) => exchange(a),
+        Scenario::Chat(a) => gateway::chat(a),
+        Scenario::Channel(a) => gateway::channel(a),
+        Scenario::Reconnect(a) => gateway::reconnect(a),
     }
 }
 
@@ -720,7 +728,16 @@ mod tests {
         use clap::CommandFactory;
         let help = Cli::command().render_long_help().to_string();
         assert!(help.contains("WebSocket scenarios"), "{help}");
-        for s in ["publish", "consume", "queue", "pubsub", "exchange"] {
+        for s in [
+            "publish",
+            "consume",
+            "queue",
+            "pubsub",
+            "exchange",
+            "chat",
+            "channel",
+            "reconnect",
+        ] {
             assert!(help.contains(s), "{s} missing from help");
         }
     }
@@ -736,7 +753,24 @@ mod tests {
         ok("queue --producers 1 --consumers 1 --depth 64 --size 1024 --cpus 1 --warmup-secs 1");
         ok("pubsub --subscribers 10 --rate 1000 --messages 10");
         ok("exchange --bindings 100 --duration-secs 1 --max-errors 5");
+        let secret = "--secret 0123456789abcdef0123456789abcdef";
+        ok(&format!(
+            "chat {secret} --devices 10000 --rate 10000 --kind group --group-size 4"
+        ));
+        ok(&format!(
+            "chat {secret} --inbox --no-prime --depth 4 --url ws://h:1/ws --json"
+        ));
+        ok(&format!(
+            "channel {secret} --listeners 1000 --senders 2 --membership-listen 127.0.0.1:1"
+        ));
+        ok(&format!(
+            "reconnect {secret} --devices 10 --away-messages 3 --writers 2 --depth 8"
+        ));
         assert!(Cli::try_parse_from(["boltq-bench", "publish", "--size", "10"]).is_err());
-        assert!(Cli::try_parse_from(["boltq-bench", "chat"]).is_err());
+        assert!(
+            Cli::try_parse_from(["boltq-bench", "chat"]).is_err(),
+            "--secret is required"
+        );
+        assert!(Cli::try_parse_from(["boltq-bench", "chat", "--size", "23"]).is_err());
     }
 }

@@ -6,6 +6,7 @@ use super::engine::{self, ConnSpec, Target, WorkerPlan};
 use super::poll::now_ns;
 use super::stats::{Counters, Series, Shared};
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::Sender;
 use std::sync::{mpsc, Arc, Barrier};
 use std::time::Duration;
 
@@ -17,8 +18,9 @@ pub enum Primary {
     Delivered,
 }
 
-pub struct Plan {
-    pub conns: Vec<ConnSpec>,
+/// What to run: `C` is one connection's description, [`ConnSpec`] for the TCP engine.
+pub struct Plan<C = ConnSpec> {
+    pub conns: Vec<C>,
     /// Connections that send messages (producers); consumers wait for them.
     pub senders: usize,
     pub primary: Primary,
@@ -94,7 +96,38 @@ fn secs_ns(s: f64) -> u64 {
 }
 
 /// Runs `plan` against `common.addr`; Err when setup (connect, AUTH, SUBSCRIBE) failed.
-pub fn execute(mut plan: Plan, common: &Common) -> Result<Finished, String> {
+pub fn execute(plan: Plan, common: &Common) -> Result<Finished, String> {
+    let target = Target {
+        addr: common.addr.clone(),
+        api_key: common.api_key.clone(),
+    };
+    execute_with(plan, common, move |wp, shared, ready, go| {
+        engine::run_worker(wp, target.clone(), shared, ready, go)
+    })
+}
+
+/// How a loop thread runs: set up its connections, report the outcome on the sender, wait
+/// at the barrier, then drive them until every one has finished (see [`engine::run_worker`]).
+pub trait Worker<C>:
+    Fn(WorkerPlan<C>, Arc<Shared>, Sender<Result<(), String>>, Arc<Barrier>) + Clone + Send + 'static
+{
+}
+
+impl<C, F> Worker<C> for F where
+    F: Fn(WorkerPlan<C>, Arc<Shared>, Sender<Result<(), String>>, Arc<Barrier>)
+        + Clone
+        + Send
+        + 'static
+{
+}
+
+/// [`execute`] with any engine: spreads `plan.conns` round-robin over the loop threads, each
+/// running `worker`, and keeps time as described in the module doc.
+pub fn execute_with<C: Send + 'static>(
+    mut plan: Plan<C>,
+    common: &Common,
+    worker: impl Worker<C>,
+) -> Result<Finished, String> {
     let cpus = common
         .cpus
         .as_ref()
@@ -108,7 +141,7 @@ pub fn execute(mut plan: Plan, common: &Common) -> Result<Finished, String> {
         .threads
         .unwrap_or(cpus.len().max(1))
         .clamp(1, plan.conns.len().max(1));
-    let mut per_worker: Vec<WorkerPlan> = (0..threads)
+    let mut per_worker: Vec<WorkerPlan<C>> = (0..threads)
         .map(|w| WorkerPlan {
             cpu: (!cpus.is_empty()).then(|| cpus[w % cpus.len()]),
             conns: Vec::new(),
@@ -123,18 +156,14 @@ pub fn execute(mut plan: Plan, common: &Common) -> Result<Finished, String> {
         plan.senders,
         secs_ns(plan.request_timeout_secs),
     ));
-    let target = Target {
-        addr: common.addr.clone(),
-        api_key: common.api_key.clone(),
-    };
     let go = Arc::new(Barrier::new(threads + 1));
     let (ready_tx, ready_rx) = mpsc::channel();
     let mut handles = Vec::new();
     for (w, wp) in per_worker.into_iter().enumerate() {
-        let (t, s, r, g) = (target.clone(), shared.clone(), ready_tx.clone(), go.clone());
+        let (f, s, r, g) = (worker.clone(), shared.clone(), ready_tx.clone(), go.clone());
         let h = std::thread::Builder::new()
             .name(format!("bench-{w}"))
-            .spawn(move || engine::run_worker(wp, t, s, r, g))
+            .spawn(move || f(wp, s, r, g))
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         handles.push(h);
     }
@@ -222,8 +251,8 @@ pub fn execute(mut plan: Plan, common: &Common) -> Result<Finished, String> {
     })
 }
 
-fn progress_line(
-    plan: &Plan,
+fn progress_line<C>(
+    plan: &Plan<C>,
     shared: &Shared,
     prev: &Snapshot,
     now: &Snapshot,

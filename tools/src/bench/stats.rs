@@ -24,14 +24,29 @@ pub enum Op {
     PublishExchange = 2,
     Consume = 3,
     Ack = 4,
+    /// Gateway: WebSocket connect, upgrade and `hello` → `welcome`.
+    Hello = 5,
+    /// Gateway: `subscribe` → `ack`.
+    Subscribe = 6,
+    /// Gateway: `send` → `sent`.
+    Send = 7,
+    /// Gateway: `commit` → `ack`.
+    Commit = 8,
 }
 
-pub const OPS: [Op; 5] = [
+/// Number of [`Op`] kinds (the size of the per-kind counter arrays).
+pub const OP_COUNT: usize = 9;
+
+pub const OPS: [Op; OP_COUNT] = [
     Op::Publish,
     Op::PublishTopic,
     Op::PublishExchange,
     Op::Consume,
     Op::Ack,
+    Op::Hello,
+    Op::Subscribe,
+    Op::Send,
+    Op::Commit,
 ];
 
 impl Op {
@@ -42,11 +57,19 @@ impl Op {
             Op::PublishExchange => "publish_exchange",
             Op::Consume => "consume",
             Op::Ack => "ack",
+            Op::Hello => "hello",
+            Op::Subscribe => "subscribe",
+            Op::Send => "send",
+            Op::Commit => "commit",
         }
     }
 
+    /// Requests that store a message (the gateway's `send` included).
     pub fn is_publish(self) -> bool {
-        matches!(self, Op::Publish | Op::PublishTopic | Op::PublishExchange)
+        matches!(
+            self,
+            Op::Publish | Op::PublishTopic | Op::PublishExchange | Op::Send
+        )
     }
 }
 
@@ -61,16 +84,27 @@ pub enum Series {
     Ack = 2,
     /// Send time in the payload → the consumer holds the message.
     EndToEnd = 3,
-    /// Send time in the payload → the subscriber holds the push.
+    /// Send time in the payload → the subscriber holds the push (gateway: another member
+    /// of the conversation holds the `record`).
     Delivery = 4,
+    /// Gateway: `send` (its intended time in open loop) → `sent`.
+    Send = 5,
+    /// Gateway: start of a (re)connect → `welcome`.
+    Hello = 6,
+    /// Gateway `reconnect`: start of the mass reconnect → this device holds every record
+    /// sent while it was away.
+    CatchUp = 7,
 }
 
-pub const SERIES: [Series; 5] = [
+pub const SERIES: [Series; 8] = [
     Series::Publish,
     Series::Consume,
     Series::Ack,
     Series::EndToEnd,
     Series::Delivery,
+    Series::Send,
+    Series::Hello,
+    Series::CatchUp,
 ];
 
 impl Series {
@@ -81,6 +115,9 @@ impl Series {
             Series::Ack => "ack",
             Series::EndToEnd => "end_to_end",
             Series::Delivery => "delivery",
+            Series::Send => "send",
+            Series::Hello => "hello",
+            Series::CatchUp => "catch_up",
         }
     }
 }
@@ -121,10 +158,10 @@ impl Hists {
 
 #[derive(Default)]
 pub struct Counters {
-    pub sent: [AtomicU64; 5],
+    pub sent: [AtomicU64; OP_COUNT],
     /// Replies that are not errors (OK, and EMPTY for CONSUME).
-    pub acknowledged: [AtomicU64; 5],
-    pub errors: [AtomicU64; 5],
+    pub acknowledged: [AtomicU64; OP_COUNT],
+    pub errors: [AtomicU64; OP_COUNT],
     /// CONSUME replies that were EMPTY.
     pub empty: AtomicU64,
     /// Messages received in CONSUME replies.

@@ -1,0 +1,335 @@
+//! The gateway scenarios of `boltq-bench` (chat, channel, reconnect) for about a second
+//! each against a real `boltq` with the messaging plane on, checking that the JSON report
+//! parses and its counts add up: sent = acknowledged + errors for every request kind, and
+//! delivered = acknowledged sends × recipients once the run has drained.
+
+mod support;
+
+use boltq::client::{Client, ClientOptions};
+use boltq_io::testutil::TempDir;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use support::{free_port, server_binary, BENCH};
+
+const SECRET: &str = "smoke-secret-0123456789abcdef-0123456789";
+
+/// One run at a time: two cores are shared by the server, the generator and the tests.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// A server with stream, identity and gateway on, and a membership URL pointing at a port
+/// where the bench's own membership service will listen.
+struct Server {
+    child: Child,
+    tcp: String,
+    url: String,
+    membership: String,
+    _dir: TempDir,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = TempDir::new("gateway-bench-smoke");
+        let (tcp, http, members) = (free_port(), free_port(), free_port());
+        let config = dir.path().join("boltq.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[messaging.stream]\nenabled = true\n\n\
+                 [messaging.identity]\nenabled = true\n\
+                 keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\n\
+                 [messaging.gateway]\nenabled = true\n\n\
+                 [messaging.chat]\nmembership_url = \"http://127.0.0.1:{members}\"\n"
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let child = Command::new(server_binary())
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .args(["--host", "127.0.0.1", "--shards", "2"])
+            .args(["--tcp-port", &tcp.to_string()])
+            .args(["--http-port", &http.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn the boltq server");
+        let server = Server {
+            child,
+            tcp: format!("127.0.0.1:{tcp}"),
+            url: format!("ws://127.0.0.1:{http}/ws"),
+            membership: format!("127.0.0.1:{members}"),
+            _dir: dir,
+        };
+        server.wait_ready();
+        server
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let options = ClientOptions {
+                timeout_ms: 1000,
+                ..Default::default()
+            };
+            if let Ok(mut c) = Client::connect(&self.tcp, options) {
+                if c.ping().is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server at {} not ready in 30 s", self.tcp);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the bench with `args` plus `--url --secret --json --quiet`; exit code and report.
+fn bench(server: &Server, args: &[&str]) -> (i32, Value) {
+    let out = Command::new(BENCH)
+        .args(args)
+        .args(["--url", &server.url, "--secret", SECRET])
+        .args(["--json", "--quiet"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run boltq-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "report is not JSON ({e}); exit {:?}\nstdout: {stdout}\nstderr: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (out.status.code().unwrap_or(-1), report)
+}
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// No errors, exit 0, every request kind adds up, every check of the report passed.
+fn assert_clean(code: i32, r: &Value) {
+    assert_eq!(num(&r["errors"]["total"]), 0, "{r}");
+    assert_eq!((code, &r["pass"]), (0, &Value::Bool(true)), "{r}");
+    let ops = r["ops"].as_object().expect("ops");
+    for (name, o) in ops {
+        let (sent, acked, errs) = (num(&o["sent"]), num(&o["acknowledged"]), num(&o["errors"]));
+        assert_eq!(sent, acked + errs, "{name}: {o}");
+    }
+    for (name, ok) in r["checks"].as_object().unwrap() {
+        assert_eq!(ok, &Value::Bool(true), "check {name} failed: {r}");
+    }
+    assert!(r["window_secs"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+fn acked_sends(r: &Value) -> u64 {
+    let send = &r["ops"]["send"];
+    assert_eq!(
+        num(&send["sent"]),
+        num(&send["acknowledged"]) + num(&send["errors"])
+    );
+    num(&send["acknowledged"])
+}
+
+#[test]
+fn chat_direct_delivers_every_send_to_the_other_member() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "chat",
+        "--duration-secs",
+        "1",
+        "--devices",
+        "20",
+        "--depth",
+        "2",
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let sends = acked_sends(&r);
+    assert!(sends > 0, "{r}");
+    let m = &r["messages"];
+    assert_eq!(num(&m["published"]), sends, "{r}");
+    assert_eq!(
+        num(&m["delivered"]),
+        sends,
+        "one recipient per direct send: {r}"
+    );
+    assert_eq!(num(&m["echoes"]), sends, "{r}");
+    // Setup: 20 devices connected, each subscribed to its one conversation, 10 primed.
+    assert_eq!(num(&r["ops"]["hello"]["acknowledged"]), 20, "{r}");
+    assert_eq!(num(&r["ops"]["subscribe"]["acknowledged"]), 20, "{r}");
+    assert_eq!(num(&m["prime_acked"]), 10, "{r}");
+    let lat = &r["latency_us"];
+    assert_eq!(num(&lat["delivery"]["count"]), sends, "{r}");
+    assert_eq!(num(&lat["send"]["count"]), sends, "{r}");
+    assert!(lat["delivery"]["p99"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+#[test]
+fn chat_groups_through_the_builtin_membership_service_with_inbox_pointers() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "chat",
+        "--duration-secs",
+        "1",
+        "--devices",
+        "12",
+        "--kind",
+        "group",
+        "--group-size",
+        "4",
+        "--inbox",
+        "--membership-listen",
+        &server.membership,
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let sends = acked_sends(&r);
+    assert!(sends > 0, "{r}");
+    let m = &r["messages"];
+    assert_eq!(num(&m["delivered"]), sends * 3, "three other members: {r}");
+    assert_eq!(num(&m["expected_deliveries"]), sends * 3, "{r}");
+    // Every send (the 3 primes too) puts a pointer in each of the 4 members' inboxes.
+    assert_eq!(num(&m["prime_acked"]), 3, "{r}");
+    assert_eq!(num(&m["inbox_pointers"]), (sends + 3) * 4, "{r}");
+    // The server asked the bench's service (is-member on subscribe, members on each send).
+    assert!(num(&m["membership_calls"]) >= sends, "{r}");
+}
+
+#[test]
+fn chat_open_loop_sends_exactly_the_budget_on_schedule() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "chat",
+        "--messages",
+        "300",
+        "--rate",
+        "500",
+        "--devices",
+        "10",
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    assert_eq!(acked_sends(&r), 300, "{r}");
+    assert_eq!(num(&r["messages"]["delivered"]), 300, "{r}");
+    // 300 sends at 500/s take about 0.6 s however fast the server is.
+    assert!(r["window_secs"].as_f64().unwrap() >= 0.55, "{r}");
+    assert_eq!(r["config"]["depth"], 16, "open-loop default window: {r}");
+}
+
+#[test]
+fn channel_fans_every_send_out_to_every_listener() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "channel",
+        "--duration-secs",
+        "1",
+        "--listeners",
+        "25",
+        "--senders",
+        "2",
+        "--membership-listen",
+        &server.membership,
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let sends = acked_sends(&r);
+    assert!(sends > 0, "{r}");
+    assert_eq!(num(&r["messages"]["delivered"]), sends * 25, "{r}");
+    assert_eq!(
+        num(&r["latency_us"]["delivery"]["count"]),
+        sends * 25,
+        "{r}"
+    );
+    assert!(
+        r["messages"].get("echoes").is_none(),
+        "senders do not subscribe: {r}"
+    );
+}
+
+#[test]
+fn reconnect_resumes_every_device_with_nothing_lost_or_repeated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "reconnect",
+        "--devices",
+        "30",
+        "--away-messages",
+        "3",
+        "--writers",
+        "2",
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let m = &r["messages"];
+    assert_eq!(acked_sends(&r), 90, "{r}");
+    assert_eq!(num(&m["disconnected"]), 30, "{r}");
+    assert_eq!(num(&m["resumed"]), 30, "{r}");
+    assert_eq!(num(&m["not_resumed"]), 0, "{r}");
+    assert_eq!(num(&m["caught_up"]), 30, "{r}");
+    assert_eq!(num(&m["delivered"]), 90, "{r}");
+    // 30 devices plus 2 writers at setup, 30 again on resume.
+    assert_eq!(num(&r["ops"]["hello"]["acknowledged"]), 62, "{r}");
+    assert_eq!(num(&r["ops"]["commit"]["acknowledged"]), 30, "{r}");
+    assert_eq!(num(&r["latency_us"]["catch_up"]["count"]), 30, "{r}");
+    assert_eq!(num(&r["latency_us"]["hello"]["count"]), 30, "{r}");
+    assert!(m["all_caught_up_secs"].as_f64().unwrap() > 0.0, "{r}");
+}
+
+#[test]
+fn reconnect_in_groups_resumes_every_member() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let args = [
+        "reconnect",
+        "--devices",
+        "24",
+        "--group-size",
+        "5",
+        "--away-messages",
+        "2",
+        "--membership-listen",
+        &server.membership,
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let m = &r["messages"];
+    // 24 devices in 5 groups (the last has 4): 2 writes to each group while away.
+    assert_eq!(r["config"]["conversations"], 5, "{r}");
+    assert_eq!(acked_sends(&r), 10, "{r}");
+    assert_eq!(num(&m["resumed"]), 24, "{r}");
+    assert_eq!(num(&m["caught_up"]), 24, "{r}");
+    assert_eq!(num(&m["delivered"]), 48, "every device got both writes: {r}");
+    assert_eq!(num(&m["prime_acked"]), 5, "{r}");
+}
+
+#[test]
+fn a_wrong_secret_is_a_setup_failure() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let out = Command::new(BENCH)
+        .args(["chat", "--duration-secs", "1", "--devices", "2", "--quiet"])
+        .args(["--url", &server.url])
+        .args(["--secret", "not-the-server-secret-0123456789abcdef"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HTTP 401"), "{err}");
+}

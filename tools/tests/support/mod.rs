@@ -1,0 +1,66 @@
+//! What the smoke tests of `boltq-bench` share: the server binary and free ports.
+//!
+//! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
+//! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
+//! given to the root package's own tests. So the first call runs `cargo build -p boltq --bin
+//! boltq` with this test's profile and target directory (a no-op when it is up to date; cargo
+//! releases its build lock before it runs tests) and uses `target/<profile>/boltq`. Setting
+//! `BOLTQ_SERVER_BIN` skips the build and uses that binary instead.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub const BENCH: &str = env!("CARGO_BIN_EXE_boltq-bench");
+
+pub fn server_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("BOLTQ_SERVER_BIN") {
+            return PathBuf::from(p);
+        }
+        // The bench binary sits in target/<profile>/; the server binary is built next to it.
+        let profile_dir = Path::new(BENCH).parent().expect("bench binary directory");
+        let target_dir = profile_dir.parent().expect("target directory");
+        let profile = profile_dir.file_name().unwrap().to_str().unwrap();
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "boltq", "--bin", "boltq"])
+            .arg("--target-dir")
+            .arg(target_dir)
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+        match profile {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let status = cmd
+            .status()
+            .expect("run cargo build for the boltq server binary");
+        assert!(status.success(), "cargo build -p boltq --bin boltq failed");
+        let bin = profile_dir.join("boltq");
+        assert!(bin.exists(), "{} missing after the build", bin.display());
+        bin
+    })
+}
+
+pub fn free_port() -> u16 {
+    // Never the same port twice in this process: the kernel may hand an ephemeral port out
+    // again as soon as the probe closes, and a server's two ports must differ.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
