@@ -11,9 +11,10 @@
 //! are applied in one place, and the same pure function can later name a node instead of
 //! a shard (G48: "route signals through the node serving the conversation").
 //!
-//! The rate limiter lives with the user's presence owner
-//! (`presence::owner_of_user`), so one user's budget is shared by all their devices
-//! whichever shards hold their sockets.
+//! A sender's token bucket lives on one shard, `presence::owner_of_user` of its
+//! [`limiter_key`], so one user's budget is shared by all their devices whichever shards
+//! hold their sockets (a `typing` op on another shard asks it with a request: one mesh
+//! round trip, the price of a budget that is really per user).
 //!
 //! Lossy by design, never unbounded: every table has a limit, and a signal that meets a
 //! full outbound queue is dropped for that connection only (and counted).

@@ -62,6 +62,12 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let (engine, gateway) = match (&plan.messaging, &store) {
         (Some(m), Some(store)) => {
             let (e, g) = m.start(shard.clone(), Rc::clone(store)).await?;
+            if let Some(g) = &g {
+                g.configure_ephemeral(
+                    &plan.config.messaging.presence,
+                    &plan.config.messaging.signals,
+                );
+            }
             (Some(e), g)
         }
         _ => (None, None),
@@ -94,7 +100,8 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 boltq_shards::Incoming::Request {
                     msg: ShardMsg::Gateway(_),
                     ..
-                },
+                }
+                | boltq_shards::Incoming::Message(ShardMsg::Gateway(_)),
                 _,
             ) => match &gateway {
                 Some(g) => g.on_mesh(incoming),

@@ -16,7 +16,7 @@ use boltq_io::listener::Conn;
 use boltq_shards::Task;
 use futures_lite::StreamExt;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +42,10 @@ pub struct Connection {
     pub session: RefCell<Option<String>>,
     pub device: RefCell<String>,
     pub subs: RefCell<HashMap<super::session::SubKey, Task<()>>>,
+    /// (user, device) once presence is bound (not for the anonymous principal).
+    pub presence: RefCell<Option<(String, String)>>,
+    /// Typing topics this connection listens to (implicit on its first `typing` there).
+    pub typing: RefCell<BTreeSet<String>>,
     last_inbound: Cell<Instant>,
 }
 
@@ -94,6 +98,8 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
         session: RefCell::new(None),
         device: RefCell::new(String::new()),
         subs: RefCell::new(HashMap::new()),
+        presence: RefCell::new(None),
+        typing: RefCell::new(BTreeSet::new()),
         last_inbound: Cell::new(Instant::now()),
     });
     gw.conns.borrow_mut().insert(id, Rc::clone(&out));
@@ -109,7 +115,15 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     if !out.is_closing() {
         out.close(1000, "", true);
     }
-    let _ = boltq_shards::timeout(Duration::from_millis(CLOSE_DRAIN_MS + 500), writer).await;
+    let sender =
+        boltq_shards::timeout(Duration::from_millis(CLOSE_DRAIN_MS + 500), writer).await;
+    if let Some(sender) = sender {
+        if let Ok(ws) = WebSocketStream::reunite(sender, receiver) {
+            // A peer that stopped reading still has our last write posted to the kernel;
+            // shut the socket so it is released now, not when that write completes.
+            ws.get_ref().abort().await;
+        }
+    }
     gw.conns.borrow_mut().remove(&id);
 }
 
@@ -217,7 +231,12 @@ pub async fn wait_room_or_drop(c: &Connection) -> bool {
     }
 }
 
-async fn write_loop(mut sender: async_tungstenite::WebSocketSender<Conn>, c: Rc<Connection>) {
+/// Writes queued frames until the connection closes; returns the sending half so the
+/// socket can be shut down.
+async fn write_loop(
+    mut sender: async_tungstenite::WebSocketSender<Conn>,
+    c: Rc<Connection>,
+) -> async_tungstenite::WebSocketSender<Conn> {
     let out = Rc::clone(&c.out);
     loop {
         let t = out.has_work.ticket();
@@ -252,18 +271,25 @@ async fn write_loop(mut sender: async_tungstenite::WebSocketSender<Conn>, c: Rc<
         out.has_work.wait(t).await;
     }
     out.finish();
+    sender
 }
 
 /// Pings every third of the pong timeout through the writer; the read loop enforces the
-/// deadline (any inbound frame re-arms it).
+/// deadline (any inbound frame re-arms it). Each ping also refreshes the presence
+/// heartbeat, so the tick is at most a third of `presence.ttl` too: a live socket's
+/// session never expires between two heartbeats.
 async fn liveness_loop(c: Rc<Connection>) {
-    let every = (c.gw.settings.pong_timeout / 3).max(Duration::from_millis(100));
+    let ttl = c.gw.ephemeral.settings.borrow().presence_ttl;
+    let every = (c.gw.settings.pong_timeout / 3)
+        .min(ttl / 3)
+        .max(Duration::from_millis(100));
     loop {
         boltq_shards::sleep(every).await;
         if c.out.is_closing() {
             return;
         }
         c.out.push(Message::Ping(Vec::new().into()), None);
+        super::ops::heartbeat(&c);
     }
 }
 
@@ -285,6 +311,7 @@ async fn expiry_timer(c: Rc<Connection>) {
 }
 
 async fn teardown(c: &Rc<Connection>) {
+    super::ops::leave_ephemeral(c);
     let subs: Vec<_> = c.subs.borrow_mut().drain().collect();
     for (key, task) in subs {
         drop(task);

@@ -6,6 +6,11 @@
 //! - `subscription`: streaming a partition to a socket.
 //! - `session`, `outbound`: state kept across sockets; the bounded outbound queue.
 //! - `frame`: the JSON frame codec.
+//!
+//! The ephemeral path (presence and typing, docs/presence-and-typing.md) is wired here: the
+//! sans-IO cores `messaging::presence` and `messaging::signals` live in each shard's
+//! [`Ephemeral`], and their messages travel between shards as `GatewayMsg::Presence` and
+//! `GatewayMsg::Signal`.
 
 pub mod connection;
 pub mod frame;
@@ -20,10 +25,13 @@ use crate::messaging::engine::Engine;
 use crate::messaging::identity::acl::Policy;
 use crate::messaging::identity::token::Verifier;
 use crate::messaging::membership::MembershipClient;
+use crate::messaging::presence::{self, Delivery, PresenceDirectory, PresenceMsg};
+use crate::messaging::signals::{self, RateLimiter, SignalHub, SignalMsg};
+use async_tungstenite::tungstenite::Message;
 use outbound::Outbound;
 use session::SessionStore;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -65,6 +73,18 @@ pub struct GatewayStats {
     pub sessions: u64,
     /// Sessions holding a socket (filled by [`GatewayCtx::report`]).
     pub attached: u64,
+    /// `presence_event` frames queued to watchers on this shard.
+    pub presence_events: u64,
+    /// Presence events dropped because the watcher's outbound queue was full.
+    pub presence_drops: u64,
+    /// `signal` frames queued to listeners on this shard.
+    pub signals_out: u64,
+    /// Signals dropped because the listener's outbound queue was full.
+    pub signal_drops: u64,
+    /// `typing` requests refused by the per-user rate limit.
+    pub signals_limited: u64,
+    /// Ephemeral messages dropped because the outbox to another shard was full.
+    pub ephemeral_mesh_drops: u64,
 }
 
 impl GatewayStats {
@@ -81,6 +101,62 @@ impl GatewayStats {
         self.sends += o.sends;
         self.sessions += o.sessions;
         self.attached += o.attached;
+        self.presence_events += o.presence_events;
+        self.presence_drops += o.presence_drops;
+        self.signals_out += o.signals_out;
+        self.signal_drops += o.signal_drops;
+        self.signals_limited += o.signals_limited;
+        self.ephemeral_mesh_drops += o.ephemeral_mesh_drops;
+    }
+}
+
+/// Settings of the ephemeral path (`[messaging.presence]`, `[messaging.signals]`).
+#[derive(Debug, Clone)]
+pub struct EphemeralSettings {
+    pub presence_ttl: Duration,
+    pub sweep_interval: Duration,
+    pub signals: crate::config::SignalsConfig,
+}
+
+impl EphemeralSettings {
+    pub fn from_config(
+        p: &crate::config::PresenceConfig,
+        s: &crate::config::SignalsConfig,
+    ) -> EphemeralSettings {
+        EphemeralSettings {
+            presence_ttl: p.ttl.max(Duration::from_millis(1)),
+            sweep_interval: p.sweep_interval.max(Duration::from_millis(1)),
+            signals: s.clone(),
+        }
+    }
+}
+
+/// One shard's share of presence and typing: the directory of the users it owns, the
+/// listener lists of the typing topics it owns, the rate limits of the senders it owns,
+/// and which users each local connection watches (late events for a user no longer
+/// watched are filtered out here).
+pub struct Ephemeral {
+    pub settings: RefCell<EphemeralSettings>,
+    pub presence: RefCell<PresenceDirectory>,
+    pub hub: RefCell<SignalHub>,
+    pub limiter: RefCell<RateLimiter>,
+    pub watching: RefCell<HashMap<u64, BTreeSet<String>>>,
+}
+
+impl Ephemeral {
+    fn new(settings: EphemeralSettings) -> Ephemeral {
+        Ephemeral {
+            presence: RefCell::new(PresenceDirectory::new(
+                settings.presence_ttl.as_nanos() as i64
+            )),
+            hub: RefCell::new(SignalHub::default()),
+            limiter: RefCell::new(RateLimiter::new(
+                settings.signals.rate_per_second,
+                settings.signals.burst,
+            )),
+            watching: RefCell::new(HashMap::new()),
+            settings: RefCell::new(settings),
+        }
     }
 }
 
@@ -96,6 +172,7 @@ pub struct GatewayCtx {
     pub conns: RefCell<HashMap<u64, Rc<Outbound>>>,
     pub stats: RefCell<GatewayStats>,
     pub closing: Cell<bool>,
+    pub ephemeral: Ephemeral,
     next_conn: Cell<u64>,
     rng: ring::rand::SystemRandom,
 }
@@ -130,11 +207,32 @@ impl GatewayCtx {
             conns: RefCell::new(HashMap::new()),
             stats: RefCell::new(GatewayStats::default()),
             closing: Cell::new(false),
+            ephemeral: Ephemeral::new(EphemeralSettings::from_config(
+                &Default::default(),
+                &Default::default(),
+            )),
             next_conn: Cell::new(shard << 48),
             rng: ring::rand::SystemRandom::new(),
         });
         boltq_shards::spawn(Rc::clone(&gw).reap_loop()).detach();
+        boltq_shards::spawn(Rc::clone(&gw).sweep_loop()).detach();
         gw
+    }
+
+    /// Applies `[messaging.presence]` and `[messaging.signals]`; called once at start,
+    /// before any connection is accepted.
+    pub fn configure_ephemeral(
+        &self,
+        p: &crate::config::PresenceConfig,
+        s: &crate::config::SignalsConfig,
+    ) {
+        let settings = EphemeralSettings::from_config(p, s);
+        let e = &self.ephemeral;
+        assert_eq!(e.presence.borrow().sessions(), 0, "configured before use");
+        *e.presence.borrow_mut() = PresenceDirectory::new(settings.presence_ttl.as_nanos() as i64);
+        *e.limiter.borrow_mut() =
+            RateLimiter::new(settings.signals.rate_per_second, settings.signals.burst);
+        *e.settings.borrow_mut() = settings;
     }
 
     pub fn next_conn_id(&self) -> u64 {
@@ -221,6 +319,10 @@ pub enum GatewayMsg {
     /// Answered with `StatsOf` (admin `/gateway/stats`, `/metrics`).
     Stats,
     StatsOf(Box<GatewayStats>),
+    /// Presence between a connection's shard and the user's owner shard.
+    Presence(PresenceMsg),
+    /// Typing signals between a connection's shard and the topic's owner shard.
+    Signal(SignalMsg),
 }
 
 impl GatewayCtx {
@@ -249,44 +351,283 @@ impl GatewayCtx {
 
     pub fn on_mesh(&self, incoming: boltq_shards::Incoming<crate::server::shard_main::ShardMsg>) {
         use crate::server::shard_main::ShardMsg;
-        if let boltq_shards::Incoming::Request {
-            msg: ShardMsg::Gateway(GatewayMsg::Stats),
-            token,
-        } = incoming
-        {
-            let s = Box::new(self.report());
-            self.engine
-                .shard()
-                .reply(token, ShardMsg::Gateway(GatewayMsg::StatsOf(s)));
-            return;
+        match incoming {
+            boltq_shards::Incoming::Request {
+                msg:
+                    ShardMsg::Gateway(GatewayMsg::Take {
+                        session,
+                        secret,
+                        user,
+                    }),
+                token,
+            } => {
+                let window_ns = self.settings.resume_window.as_nanos() as i64;
+                let taken = self.sessions.borrow_mut().take(
+                    &session,
+                    secret.as_bytes(),
+                    &user,
+                    boltq_io::store::now_ns(),
+                    window_ns,
+                );
+                let state = taken.map(|(state, conn)| {
+                    if let Some(conn) = conn {
+                        ops::close_taken_over(self, conn);
+                    }
+                    state
+                });
+                self.engine
+                    .shard()
+                    .reply(token, ShardMsg::Gateway(GatewayMsg::Taken(state)));
+            }
+            boltq_shards::Incoming::Request {
+                msg: ShardMsg::Gateway(GatewayMsg::Signal(SignalMsg::Take { key })),
+                token,
+            } => {
+                let ok = self.take_signal_token(&key);
+                self.engine.shard().reply(
+                    token,
+                    ShardMsg::Gateway(GatewayMsg::Signal(SignalMsg::Taken(ok))),
+                );
+            }
+            boltq_shards::Incoming::Request {
+                msg: ShardMsg::Gateway(GatewayMsg::Stats),
+                token,
+            } => self.engine.shard().reply(
+                token,
+                ShardMsg::Gateway(GatewayMsg::StatsOf(Box::new(self.report()))),
+            ),
+            boltq_shards::Incoming::Message(ShardMsg::Gateway(GatewayMsg::Presence(m))) => {
+                self.on_presence(m)
+            }
+            boltq_shards::Incoming::Message(ShardMsg::Gateway(GatewayMsg::Signal(m))) => {
+                self.on_signal(m)
+            }
+            _ => log::warn!("[gateway] unexpected mesh message"),
         }
-        if let boltq_shards::Incoming::Request {
-            msg:
-                ShardMsg::Gateway(GatewayMsg::Take {
-                    session,
-                    secret,
-                    user,
-                }),
-            token,
-        } = incoming
+    }
+}
+
+// ---- the ephemeral path: presence and typing ------------------------------------------
+
+impl GatewayCtx {
+    fn shard_id(&self) -> usize {
+        self.engine.shard().id()
+    }
+
+    /// Sends a one-way gateway message; at the outbox cap it is dropped and counted
+    /// (ephemeral traffic is lossy by design; the TTL sweep repairs a lost unbind).
+    fn to_shard(&self, dest: usize, msg: GatewayMsg) {
+        use crate::server::shard_main::ShardMsg;
+        if self
+            .engine
+            .shard()
+            .send(dest, ShardMsg::Gateway(msg))
+            .is_err()
         {
-            let window_ns = self.settings.resume_window.as_nanos() as i64;
-            let taken = self.sessions.borrow_mut().take(
-                &session,
-                secret.as_bytes(),
-                &user,
-                boltq_io::store::now_ns(),
-                window_ns,
-            );
-            let state = taken.map(|(state, conn)| {
-                if let Some(conn) = conn {
-                    ops::close_taken_over(self, conn);
+            self.stats.borrow_mut().ephemeral_mesh_drops += 1;
+            log::warn!("[gateway] outbox to shard {dest} full: ephemeral message dropped");
+        }
+    }
+
+    /// Sends a presence message to the shard owning `user`.
+    pub fn presence_to_owner(&self, user: &str, msg: PresenceMsg) {
+        let dest = presence::owner_of_user(user, self.engine.shard().count());
+        self.to_shard(dest, GatewayMsg::Presence(msg));
+    }
+
+    /// Sends a signal message to the shard owning `topic`.
+    pub fn signal_to_owner(&self, topic: &str, msg: SignalMsg) {
+        let dest = signals::owner_of_topic(topic, self.engine.shard().count());
+        self.to_shard(dest, GatewayMsg::Signal(msg));
+    }
+
+    fn on_presence(&self, m: PresenceMsg) {
+        let now = boltq_io::store::now_ns();
+        let mut dir = self.ephemeral.presence.borrow_mut();
+        let out: Vec<Delivery> = match m {
+            PresenceMsg::Bind { user, device, conn } => match dir.bind(&user, &device, conn, now) {
+                Ok(d) => vec![d],
+                Err(e) => {
+                    log::warn!("[presence] bind {user}/{device}: {e}");
+                    Vec::new()
                 }
-                state
+            },
+            PresenceMsg::Unbind { user, device, conn } => {
+                dir.unbind(&user, &device, conn, now).into_iter().collect()
+            }
+            PresenceMsg::Heartbeat { user, device, conn } => {
+                dir.heartbeat(&user, &device, conn, now);
+                Vec::new()
+            }
+            PresenceMsg::State {
+                user,
+                device,
+                conn,
+                state,
+            } => dir
+                .set_state(&user, &device, conn, state, now)
+                .into_iter()
+                .collect(),
+            PresenceMsg::Watch { user, watcher } => match dir.watch(&user, watcher, now) {
+                Ok(d) => vec![d],
+                Err(e) => {
+                    log::warn!("[presence] watch {user}: {e}");
+                    Vec::new()
+                }
+            },
+            PresenceMsg::Unwatch { user, watcher } => {
+                dir.unwatch(&user, watcher);
+                Vec::new()
+            }
+            PresenceMsg::Events(events) => {
+                drop(dir);
+                return self.presence_events_here(events);
+            }
+        };
+        drop(dir);
+        self.send_deliveries(out);
+    }
+
+    /// Sends events to the shards of their watchers (this shard's directly).
+    fn send_deliveries(&self, deliveries: Vec<Delivery>) {
+        let me = self.shard_id();
+        for (shard, events) in presence::by_shard(deliveries) {
+            if shard == me {
+                self.presence_events_here(events);
+            } else {
+                self.to_shard(shard, GatewayMsg::Presence(PresenceMsg::Events(events)));
+            }
+        }
+    }
+
+    /// Queues `presence_event` frames to this shard's watchers that still watch the user.
+    fn presence_events_here(&self, events: Vec<(presence::PresenceEvent, Vec<u64>)>) {
+        for (ev, conns) in events {
+            let frame = text(|o| {
+                frame::presence_event(
+                    o,
+                    &frame::PresenceOut {
+                        user_id: &ev.user,
+                        device_id: &ev.device,
+                        state: ev.state,
+                        online: ev.online,
+                        at_ns: ev.at_ns,
+                    },
+                )
             });
-            self.engine
-                .shard()
-                .reply(token, ShardMsg::Gateway(GatewayMsg::Taken(state)));
+            for conn in conns {
+                let watching = self
+                    .ephemeral
+                    .watching
+                    .borrow()
+                    .get(&conn)
+                    .is_some_and(|set| set.contains(&ev.user));
+                if !watching {
+                    continue;
+                }
+                if self.push_lossy(conn, &frame) {
+                    self.stats.borrow_mut().presence_events += 1;
+                } else {
+                    self.stats.borrow_mut().presence_drops += 1;
+                }
+            }
+        }
+    }
+
+    /// Queues a frame to a local connection unless its outbound queue is full (then the
+    /// frame is dropped: ephemeral frames never make a producer wait). False when dropped.
+    fn push_lossy(&self, conn: u64, frame: &str) -> bool {
+        let conns = self.conns.borrow();
+        let Some(out) = conns.get(&conn) else {
+            return false;
+        };
+        if out.is_closing() || !out.has_room() {
+            return false;
+        }
+        out.push(Message::Text(frame.to_string().into()), None);
+        self.stats.borrow_mut().frames_out += 1;
+        true
+    }
+
+    fn on_signal(&self, m: SignalMsg) {
+        match m {
+            SignalMsg::Listen { topic, listener } => {
+                if let Err(e) = self.ephemeral.hub.borrow_mut().listen(&topic, listener) {
+                    log::warn!("[signals] listen {topic}: {e}");
+                }
+            }
+            SignalMsg::Unlisten { topic, shard, conn } => self
+                .ephemeral
+                .hub
+                .borrow_mut()
+                .unlisten(&topic, shard, conn),
+            SignalMsg::Publish(signal) => {
+                let routes = self.ephemeral.hub.borrow().route(&signal);
+                let me = self.shard_id();
+                for (shard, conns) in routes {
+                    if shard == me {
+                        self.signals_here(&conns, &signal);
+                    } else {
+                        let signal = signal.clone();
+                        self.to_shard(
+                            shard,
+                            GatewayMsg::Signal(SignalMsg::Deliver { conns, signal }),
+                        );
+                    }
+                }
+            }
+            SignalMsg::Deliver { conns, signal } => self.signals_here(&conns, &signal),
+            SignalMsg::Take { .. } | SignalMsg::Taken(_) => {
+                log::warn!("[signals] rate-limit question sent one-way")
+            }
+        }
+    }
+
+    /// Queues `signal` frames to this shard's listeners (dropped where the queue is full).
+    fn signals_here(&self, conns: &[u64], s: &signals::Signal) {
+        let frame = text(|o| {
+            frame::signal(
+                o,
+                &frame::SignalOut {
+                    topic: &s.topic,
+                    sender: &s.sender,
+                    kind: &s.kind,
+                    headers: frame::HeadersOut::Text(&s.headers),
+                    payload: &s.payload,
+                    at_ns: s.at_ns,
+                },
+            )
+        });
+        for conn in conns {
+            if self.push_lossy(*conn, &frame) {
+                self.stats.borrow_mut().signals_out += 1;
+            } else {
+                self.stats.borrow_mut().signal_drops += 1;
+            }
+        }
+    }
+
+    /// One token of `key`'s budget, from this shard's limiter.
+    pub fn take_signal_token(&self, key: &str) -> bool {
+        self.ephemeral
+            .limiter
+            .borrow_mut()
+            .take(key, boltq_io::store::now_ns())
+    }
+
+    /// Expires silent presence sessions and forgets idle rate-limit buckets, every
+    /// `presence.sweep_interval`.
+    async fn sweep_loop(self: Rc<Self>) {
+        loop {
+            let every = self.ephemeral.settings.borrow().sweep_interval;
+            boltq_shards::sleep(every).await;
+            if self.closing.get() {
+                return;
+            }
+            let now = boltq_io::store::now_ns();
+            let expired = self.ephemeral.presence.borrow_mut().sweep(now);
+            self.send_deliveries(expired);
+            self.ephemeral.limiter.borrow_mut().collect_idle(now);
         }
     }
 }

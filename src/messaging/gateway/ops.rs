@@ -9,11 +9,13 @@ use crate::messaging::engine::mesh::{AppendReq, StreamError};
 use crate::messaging::engine::READ_RECORDS_MAX;
 use crate::messaging::identity::acl::{Action, Decision, MembershipQuestion};
 use crate::messaging::identity::principal::Principal;
+use crate::messaging::presence::{self, PresenceMsg, Watcher};
+use crate::messaging::signals::{self, Signal, SignalMsg};
 use crate::messaging::topic::{self, Namespace};
 use crate::messaging::{fanout, membership};
 use base64::Engine as _;
 use bytes::Bytes;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 
 /// Names the server sets on every conversation record and pointer; a client's values for
@@ -127,6 +129,7 @@ pub async fn hello_first(c: &Rc<Connection>, req: Request) -> bool {
     *c.session.borrow_mut() = Some(sid.clone());
     let token = format!("{sid}.{new_secret}");
     c.send_frame(text(|o| frame::welcome(o, &id, &sid, &token, was_resumed)));
+    bind_presence(c);
     if was_resumed {
         restore_subscriptions(c, state).await;
     }
@@ -235,7 +238,10 @@ pub async fn handle(c: &Rc<Connection>, req: Request) {
                 false,
             )
         })),
-        Request::Ping { id } => c.send_frame(text(|o| frame::pong(o, &id))),
+        Request::Ping { id } => {
+            heartbeat(c);
+            c.send_frame(text(|o| frame::pong(o, &id)))
+        }
         Request::Subscribe {
             id,
             topic,
@@ -286,17 +292,16 @@ pub async fn handle(c: &Rc<Connection>, req: Request) {
             headers,
             payload,
         } => publish(c, &id, &topic, &key, headers, payload).await,
-        Request::Typing { id, .. } => c.send_error(
-            &id,
-            ErrorCode::UnsupportedVersion,
-            "ephemeral signals are not configured",
-        ),
-        Request::Presence { id, .. } => c.send_frame(text(|o| frame::ack(o, &id))),
-        Request::WatchPresence { id, .. } => c.send_error(
-            &id,
-            ErrorCode::UnsupportedVersion,
-            "presence is not configured",
-        ),
+        Request::Typing {
+            id,
+            conversation,
+            typing: on,
+        } => typing(c, &id, &conversation, on).await,
+        Request::Presence { id, state } => {
+            set_presence(c, state);
+            c.send_frame(text(|o| frame::ack(o, &id)))
+        }
+        Request::WatchPresence { id, users } => watch_presence(c, &id, users).await,
     }
 }
 
@@ -765,5 +770,228 @@ async fn commit(c: &Rc<Connection>, id: &str, topic_name: &str, partition: Optio
         Ok(()) => c.send_frame(text(|o| frame::ack(o, id))),
         Err(StreamError::Invalid(m)) => c.send_error(id, ErrorCode::NotFound, &m),
         Err(e) => internal(c, id, &e),
+    }
+}
+
+// ---- presence and typing (spec §2.5.7–§2.5.10, §9; docs/presence-and-typing.md) --------
+
+/// Binds this device's presence at the user's owner shard; the anonymous principal has no
+/// presence (§9.1 "Bind").
+fn bind_presence(c: &Connection) {
+    let user = c.user();
+    if user.is_empty() || c.principal.borrow().anonymous {
+        return;
+    }
+    let device = c.device.borrow().clone();
+    c.gw.presence_to_owner(
+        &user,
+        PresenceMsg::Bind {
+            user: user.clone(),
+            device: device.clone(),
+            conn: c.id,
+        },
+    );
+    *c.presence.borrow_mut() = Some((user, device));
+}
+
+/// Refreshes this device's presence session (server ping tick, `ping` op).
+pub fn heartbeat(c: &Connection) {
+    if let Some((user, device)) = c.presence.borrow().clone() {
+        let msg = PresenceMsg::Heartbeat {
+            user: user.clone(),
+            device,
+            conn: c.id,
+        };
+        c.gw.presence_to_owner(&user, msg);
+    }
+}
+
+/// The `presence` op: sets this device's state (no ACL; unbound connections are ignored).
+fn set_presence(c: &Connection, state: frame::PresenceState) {
+    if let Some((user, device)) = c.presence.borrow().clone() {
+        let msg = PresenceMsg::State {
+            user: user.clone(),
+            device,
+            conn: c.id,
+            state,
+        };
+        c.gw.presence_to_owner(&user, msg);
+    }
+}
+
+/// The `watch_presence` op: every user checked as read on `presence.<user>` first (a
+/// denial leaves the previous set active), then the new set replaces the old one, the ack
+/// goes out, and each watched user's owner sends one snapshot (§19 decision 19).
+async fn watch_presence(c: &Rc<Connection>, id: &str, users: Vec<String>) {
+    if users.len() > presence::WATCHED_USERS_PER_CONNECTION_MAX {
+        let m = format!(
+            "users has {} entries; the limit is {}",
+            users.len(),
+            presence::WATCHED_USERS_PER_CONNECTION_MAX
+        );
+        return c.send_error(id, ErrorCode::BadRequest, &m);
+    }
+    if let Some(bad) = users.iter().find(|u| !topic::valid_id(u)) {
+        let m = format!("invalid user id {bad:?}");
+        return c.send_error(id, ErrorCode::BadRequest, &m);
+    }
+    for user in &users {
+        if !allowed(c, &format!("presence.{user}"), Action::Read).await {
+            return forbid(c, id);
+        }
+    }
+    let new: BTreeSet<String> = users.into_iter().collect();
+    let old = {
+        let mut watching = c.gw.ephemeral.watching.borrow_mut();
+        let old = watching.remove(&c.id).unwrap_or_default();
+        if !new.is_empty() {
+            watching.insert(c.id, new.clone());
+        }
+        old
+    };
+    let watcher = Watcher {
+        shard: c.gw.engine.shard().id(),
+        conn: c.id,
+    };
+    for user in old.difference(&new) {
+        let msg = PresenceMsg::Unwatch {
+            user: user.clone(),
+            watcher,
+        };
+        c.gw.presence_to_owner(user, msg);
+    }
+    c.send_frame(text(|o| frame::ack(o, id)));
+    for user in &new {
+        let msg = PresenceMsg::Watch {
+            user: user.clone(),
+            watcher,
+        };
+        c.gw.presence_to_owner(user, msg);
+    }
+}
+
+/// The `typing` op (§2.5.7): write access to `typing.<conversation>`, an implicit listen on
+/// first use, one token of the sender's budget, then the signal goes to the topic's owner.
+async fn typing(c: &Rc<Connection>, id: &str, conversation: &str, on: bool) {
+    let topic_name = topic::typing_topic(conversation);
+    if let Err(e) = topic::validate_topic(&topic_name) {
+        return c.send_error(id, ErrorCode::BadRequest, &e.to_string());
+    }
+    if !allowed(c, &topic_name, Action::Write).await {
+        return forbid(c, id);
+    }
+    listen_typing(c, &topic_name);
+    let user = c.user();
+    let Ok(granted) = take_signal_token(c, &signals::limiter_key(&user, c.id)).await else {
+        return c.send_error(id, ErrorCode::Internal, "rate limiter unreachable; retry");
+    };
+    if !granted {
+        c.gw.stats.borrow_mut().signals_limited += 1;
+        return c.send_frame(text(|o| {
+            frame::error(
+                o,
+                id,
+                ErrorCode::RateLimited,
+                "typing signals are rate limited",
+                true,
+            )
+        }));
+    }
+    let kind = if on {
+        signals::KIND_TYPING
+    } else {
+        signals::KIND_STOP_TYPING
+    };
+    let signal = Signal {
+        topic: topic_name.clone(),
+        sender: user,
+        kind: kind.to_string(),
+        headers: Vec::new(),
+        payload: Vec::new(),
+        at_ns: now_ns(),
+    };
+    let payload_max = c.gw.ephemeral.settings.borrow().signals.max_payload as usize;
+    if let Err(e) = signals::validate(&signal, payload_max) {
+        return c.send_error(id, ErrorCode::BadRequest, &e.to_string());
+    }
+    c.gw.signal_to_owner(&topic_name, SignalMsg::Publish(signal));
+    c.send_frame(text(|o| frame::ack(o, id)));
+}
+
+/// Listens to a typing topic on this connection's first signal there; past
+/// `TOPICS_PER_CONNECTION_MAX` the connection simply does not listen (§2.5.7 step 4:
+/// subscription errors are ignored).
+fn listen_typing(c: &Connection, topic_name: &str) {
+    {
+        let mut topics = c.typing.borrow_mut();
+        if topics.contains(topic_name) || topics.len() >= signals::TOPICS_PER_CONNECTION_MAX {
+            return;
+        }
+        topics.insert(topic_name.to_string());
+    }
+    let listener = signals::Listener {
+        shard: c.gw.engine.shard().id(),
+        conn: c.id,
+        user: c.user(),
+    };
+    let msg = SignalMsg::Listen {
+        topic: topic_name.to_string(),
+        listener,
+    };
+    c.gw.signal_to_owner(topic_name, msg);
+}
+
+/// Asks the shard owning `key`'s bucket for one token (here when this shard owns it).
+async fn take_signal_token(c: &Connection, key: &str) -> Result<bool, ()> {
+    use crate::server::shard_main::ShardMsg;
+    let shard = c.gw.engine.shard();
+    let owner = presence::owner_of_user(key, shard.count());
+    if owner == shard.id() {
+        return Ok(c.gw.take_signal_token(key));
+    }
+    let msg = ShardMsg::Gateway(super::GatewayMsg::Signal(SignalMsg::Take {
+        key: key.to_string(),
+    }));
+    match shard.request(owner, msg, SIGNAL_TOKEN_TIMEOUT_MS).await {
+        Ok(ShardMsg::Gateway(super::GatewayMsg::Signal(SignalMsg::Taken(ok)))) => Ok(ok),
+        _ => Err(()),
+    }
+}
+
+/// How long a `typing` op waits for the rate limiter on another shard.
+pub const SIGNAL_TOKEN_TIMEOUT_MS: u64 = 1_000;
+
+/// Leaves the ephemeral path at disconnect: unbinds presence at once (§19 decision 1; the
+/// owner ignores it if a newer connection holds the device), drops the watches and the
+/// typing listens.
+pub fn leave_ephemeral(c: &Connection) {
+    if let Some((user, device)) = c.presence.borrow_mut().take() {
+        let msg = PresenceMsg::Unbind {
+            user: user.clone(),
+            device,
+            conn: c.id,
+        };
+        c.gw.presence_to_owner(&user, msg);
+    }
+    let watched = c.gw.ephemeral.watching.borrow_mut().remove(&c.id);
+    let watcher = Watcher {
+        shard: c.gw.engine.shard().id(),
+        conn: c.id,
+    };
+    for user in watched.unwrap_or_default() {
+        let msg = PresenceMsg::Unwatch {
+            user: user.clone(),
+            watcher,
+        };
+        c.gw.presence_to_owner(&user, msg);
+    }
+    let topics = std::mem::take(&mut *c.typing.borrow_mut());
+    for t in topics {
+        let msg = SignalMsg::Unlisten {
+            topic: t.clone(),
+            shard: c.gw.engine.shard().id(),
+            conn: c.id,
+        };
+        c.gw.signal_to_owner(&t, msg);
     }
 }
