@@ -341,9 +341,14 @@ pub struct PushConfig {
     /// Default `"3s"`.
     #[serde(with = "duration::as_string")]
     pub grace_delay: Duration,
-    /// Inbox discovery cadence. Default `"30s"`; > 0.
+    /// Inbox discovery cadence. Default `"30s"`; > 0. This build is told of every new
+    /// inbox by the engine at once; the interval paces its re-scan of inboxes it could not
+    /// track (memory full) and is otherwise unused.
     #[serde(with = "duration::as_string")]
     pub scan_interval: Duration,
+    /// HMAC-SHA256 key of the `X-BoltQ-Signature` header of every webhook call (spec §19
+    /// decision 13). Required when `enabled`; at least 32 bytes. Default "".
+    pub signing_secret: String,
 }
 
 impl Default for PushConfig {
@@ -356,6 +361,7 @@ impl Default for PushConfig {
             max_attempts: 5,
             grace_delay: Duration::from_secs(3),
             scan_interval: Duration::from_secs(30),
+            signing_secret: String::new(),
         }
     }
 }

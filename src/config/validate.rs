@@ -412,9 +412,19 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
             &p.webhook_url,
             "required when messaging.push.enabled = true",
         )?;
+        require(
+            p.signing_secret.len() >= crate::messaging::push::dispatcher::SIGNING_SECRET_BYTES_MIN,
+            "messaging.push.signing_secret",
+            "required when messaging.push.enabled = true, at least 32 bytes",
+        )?;
     }
     positive_duration("messaging.push.timeout", p.timeout)?;
-    at_least("messaging.push.max_attempts", u64::from(p.max_attempts), 1)?;
+    range(
+        "messaging.push.max_attempts",
+        u64::from(p.max_attempts),
+        1,
+        u64::from(crate::messaging::push::dispatcher::ATTEMPTS_MAX),
+    )?;
     positive_duration("messaging.push.scan_interval", p.scan_interval)?;
 
     positive_duration("messaging.dedup.ttl", m.dedup.ttl)?;
@@ -566,4 +576,49 @@ fn replication(c: &Config, env: EnvLookup) -> Check {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod push_tests {
+    use crate::config::Config;
+
+    fn push_config(extra: &str) -> String {
+        format!(
+            "[messaging.stream]\nenabled = true\n[messaging.push]\nenabled = true\n\
+             webhook_url = \"http://h/p\"\n{extra}"
+        )
+    }
+
+    fn check(toml: &str) -> Result<(), String> {
+        let c = Config::from_toml_str(toml).map_err(|e| e.to_string())?;
+        c.validate(&|_: &str| None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn signing_secret_is_required_and_long_when_push_is_on() {
+        let missing = check(&push_config("")).unwrap_err();
+        assert!(
+            missing.contains("messaging.push.signing_secret"),
+            "{missing}"
+        );
+        let short = check(&push_config(&format!(
+            "signing_secret = \"{}\"",
+            "s".repeat(31)
+        )));
+        assert!(short.unwrap_err().contains("at least 32 bytes"));
+        check(&push_config(&format!(
+            "signing_secret = \"{}\"",
+            "s".repeat(32)
+        )))
+        .unwrap();
+        // Off: no secret needed.
+        check("[messaging.push]\nenabled = false").unwrap();
+    }
+
+    #[test]
+    fn max_attempts_is_bounded() {
+        let many = check("[messaging.push]\nmax_attempts = 101").unwrap_err();
+        assert!(many.contains("messaging.push.max_attempts"), "{many}");
+        check("[messaging.push]\nmax_attempts = 100").unwrap();
+    }
 }

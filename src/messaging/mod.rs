@@ -20,5 +20,6 @@ pub mod identity;
 pub mod membership;
 pub mod plane;
 pub mod presence;
+pub mod push;
 pub mod signals;
 pub mod topic;

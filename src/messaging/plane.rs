@@ -88,13 +88,17 @@ impl MessagingPlan {
         })
     }
 
-    /// Starts the engine and the gateway on one shard.
+    /// Starts the engine, the push dispatcher (when enabled) and the gateway on one shard.
     pub async fn start(
         &self,
         shard: Shard<ShardMsg>,
         store: Rc<Store>,
     ) -> Result<(Rc<Engine>, Option<Rc<GatewayCtx>>), String> {
         let engine = Engine::start(shard, store, self.engine.clone(), self.topics.clone()).await?;
+        if self.config.push.enabled {
+            // Lives as long as its loop (which holds it) and the engine's pointer hook.
+            crate::messaging::push::Pusher::start(Rc::clone(&engine), &self.config.push)?;
+        }
         let Some(settings) = &self.gateway else {
             return Ok((engine, None));
         };

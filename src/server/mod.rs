@@ -66,11 +66,6 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
             "messaging replication",
         ),
         (
-            config.messaging.push.enabled,
-            "messaging.push.enabled = true",
-            "offline push",
-        ),
-        (
             config.messaging.stream.enabled && config.storage.mode == StorageMode::Memory,
             "messaging.stream.enabled = true with storage.mode = \"memory\"",
             "the messaging plane without disk storage",

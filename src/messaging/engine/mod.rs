@@ -95,7 +95,13 @@ pub struct Engine {
     /// Record timestamp → frame queued for a device (µs).
     send_delivered: boltq_shards::metrics::Histogram,
     closing: Cell<bool>,
+    /// Told of every inbox pointer appended here (the push dispatcher of this shard), so an
+    /// inbox is watched from its first pointer (spec §19 decision 14).
+    pointer_hook: RefCell<Option<PointerHook>>,
 }
+
+/// Called with (inbox topic, partition, seq) after a pointer became durable on this shard.
+pub type PointerHook = Rc<dyn Fn(&str, u32, u64)>;
 
 fn now_ns() -> i64 {
     boltq_io::store::now_ns()
@@ -137,6 +143,7 @@ impl Engine {
             send_durable,
             send_delivered,
             closing: Cell::new(false),
+            pointer_hook: RefCell::new(None),
         });
         boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();
         Ok(engine)
@@ -177,6 +184,11 @@ impl Engine {
             .collect();
         t.sort();
         t
+    }
+
+    /// Installs the hook told of every inbox pointer this shard appends (one per shard).
+    pub fn set_pointer_hook(&self, hook: PointerHook) {
+        *self.pointer_hook.borrow_mut() = Some(hook);
     }
 
     pub fn mirror(&self) -> &RefCell<Mirror> {
@@ -880,6 +892,10 @@ impl Engine {
                 let seq = self.append_record(&part, &mut rec).await?;
                 self.publish(&key, &part, seq);
                 self.stats.borrow_mut().pointer_appends += 1;
+                let hook = self.pointer_hook.borrow().clone();
+                if let Some(hook) = hook {
+                    hook(&key.0, key.1, seq);
+                }
             }
             Ok::<(), StreamError>(())
         };

@@ -1,0 +1,428 @@
+//! Offline push end to end (spec/messaging-edge.md §10, §19 decisions 13–15;
+//! docs/offline-push.md): the real binary, devices through
+//! `boltq::client::gateway::GatewayClient`, and the operator's webhook played by the test
+//! (a std thread HTTP/1.1 server on 127.0.0.1:0 that records every request and answers
+//! each call with the next scripted status, 200 once the script is used up).
+
+mod support;
+
+use boltq::client::gateway::GatewayClient;
+use boltq::messaging::identity::token::{mint_hs256, Claims};
+use boltq_io::testutil::TempDir;
+use serde_json::{json, Value};
+use std::collections::{HashMap, VecDeque};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use support::Server;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
+const AUTH: &str = "Bearer hook-token";
+/// Bound on waiting for calls that must come.
+const WAIT: Duration = Duration::from_secs(15);
+
+// ---- the webhook receiver --------------------------------------------------------------
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Call {
+    at: Instant,
+    request_line: String,
+    /// Lower-case names.
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Call {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("webhook body is JSON")
+    }
+
+    fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    /// The notifications' `user_id`s.
+    fn users(&self) -> Vec<String> {
+        self.json()["notifications"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["user_id"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    calls: Vec<Call>,
+    /// Statuses of the next calls, in order.
+    script: VecDeque<u16>,
+}
+
+struct Webhook {
+    port: u16,
+    shared: Arc<Mutex<Shared>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Webhook {
+    fn start(script: &[u16]) -> Webhook {
+        let shared = Arc::new(Mutex::new(Shared {
+            calls: Vec::new(),
+            script: script.iter().copied().collect(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let (sh, st) = (Arc::clone(&shared), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || accept_loop(listener, sh, st));
+        Webhook {
+            port,
+            shared,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/push", self.port)
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        self.shared.lock().unwrap().calls.clone()
+    }
+
+    /// Waits until `done(calls)` holds; panics with the server log after [`WAIT`].
+    fn wait_for(&self, s: &Server, what: &str, done: impl Fn(&[Call]) -> bool) -> Vec<Call> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let calls = self.calls();
+            if done(&calls) {
+                return calls;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: calls so far {:?}\nserver log:\n{}",
+                calls.iter().map(|c| c.json()).collect::<Vec<_>>(),
+                s.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, stop: Arc<AtomicBool>) {
+    while !stop.load(Ordering::SeqCst) {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                let shared = Arc::clone(&shared);
+                std::thread::spawn(move || serve(conn, &shared));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => panic!("webhook accept: {e}"),
+        }
+    }
+}
+
+/// Serves requests on one keep-alive connection until the client closes it.
+fn serve(conn: TcpStream, shared: &Mutex<Shared>) {
+    conn.set_nonblocking(false).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut writer = conn.try_clone().unwrap();
+    let mut reader = BufReader::new(conn);
+    loop {
+        let mut request_line = String::new();
+        match reader.read_line(&mut request_line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let mut headers = HashMap::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let (k, v) = line.split_once(':').expect("header line");
+            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
+        }
+        let len: usize = headers
+            .get("content-length")
+            .map_or(0, |v| v.parse().unwrap());
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        let status = {
+            let mut sh = shared.lock().unwrap();
+            sh.calls.push(Call {
+                at: Instant::now(),
+                request_line: request_line.trim_end().to_string(),
+                headers,
+                body,
+            });
+            sh.script.pop_front().unwrap_or(200)
+        };
+        let answer = if status == 200 {
+            "{}"
+        } else {
+            "{\"error\":\"x\"}"
+        };
+        let reply = format!(
+            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        );
+        if writer.write_all(reply.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+// ---- the server and its clients --------------------------------------------------------
+
+fn start(hook: &Webhook, grace: &str) -> (Server, TempDir) {
+    let tmp = TempDir::new("push");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[messaging.stream]\nenabled = true\n\
+             [messaging.identity]\nenabled = true\nleeway = \"1s\"\n\
+             keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
+             [messaging.gateway]\nenabled = true\n\
+             [messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
+             auth_header = \"{AUTH}\"\nsigning_secret = \"{SIGNING_SECRET}\"\n\
+             grace_delay = \"{grace}\"\ntimeout = \"2s\"\nmax_attempts = 5\n",
+            hook.url()
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    (server, tmp)
+}
+
+fn token(user: &str) -> String {
+    let claims = Claims {
+        sub: user.to_string(),
+        exp: Some(now_s() + 3600),
+        ..Default::default()
+    };
+    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
+}
+
+fn now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
+    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    GatewayClient::connect(&url, &token(user), device, None)
+        .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
+}
+
+/// Sends a direct message; returns the `sent` body.
+fn send(c: &mut GatewayClient, peer_pair: &str, text: &str) -> Value {
+    let reply = c.send_text(peer_pair, "direct", "", text).unwrap();
+    assert_eq!(reply["op"], "sent", "send {text:?}: {reply}");
+    reply["sent"].clone()
+}
+
+/// Checks `v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>` with ring, independently of
+/// the server's code path.
+fn signature_ok(call: &Call) -> bool {
+    let ts = call.header("x-boltq-timestamp");
+    let Some(hex) = call.header("x-boltq-signature").strip_prefix("v1=") else {
+        return false;
+    };
+    let Some(tag) = decode_hex(hex) else {
+        return false;
+    };
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SIGNING_SECRET.as_bytes());
+    let mut signed = format!("{ts}.").into_bytes();
+    signed.extend_from_slice(&call.body);
+    ring::hmac::verify(&key, &signed, &tag).is_ok()
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Every notification of every call, for `user`.
+fn notifications_for(calls: &[Call], user: &str) -> Vec<Value> {
+    calls
+        .iter()
+        .flat_map(|c| c.json()["notifications"].as_array().unwrap().clone())
+        .filter(|n| n["user_id"] == user)
+        .collect()
+}
+
+// ---- tests -----------------------------------------------------------------------------
+
+#[test]
+fn an_offline_recipient_gets_one_signed_call_and_the_sender_none() {
+    let hook = Webhook::start(&[]);
+    let (s, _tmp) = start(&hook, "200ms");
+    let mut alice = connect(&s, "alice", "a-phone");
+    let sent = send(&mut alice, "alice:bob", "hello bob");
+    hook.wait_for(&s, "bob's push", |c| {
+        !notifications_for(c, "bob").is_empty()
+    });
+    // Anything else would have come with it or soon after.
+    std::thread::sleep(Duration::from_millis(1500));
+    let calls = hook.calls();
+    assert_eq!(calls.len(), 1, "one call: {:?}", calls);
+    let call = &calls[0];
+    assert_eq!(call.request_line, "POST /push HTTP/1.1");
+    assert_eq!(call.header("content-type"), "application/json");
+    assert_eq!(call.header("authorization"), AUTH);
+    assert!(signature_ok(call), "signature verifies: {call:?}");
+    let ts: i64 = call.header("x-boltq-timestamp").parse().unwrap();
+    assert!((ts - now_s()).abs() <= 30, "timestamp is now: {ts}");
+    assert!(!call.header("x-boltq-delivery").is_empty());
+    assert_eq!(
+        call.users(),
+        vec!["bob"],
+        "the sender is never pushed (D14)"
+    );
+
+    let body = call.json();
+    assert_eq!(body["count"], 1);
+    assert!(body["sent_at"].as_i64().unwrap() > 0);
+    let n = &body["notifications"][0];
+    assert_eq!(n["user_id"], "bob");
+    assert_eq!(n["sender_id"], "alice");
+    assert_eq!(n["kind"], "direct");
+    assert_eq!(n["conversation_id"], "alice:bob");
+    assert_eq!(n["conv_topic"], "chat.direct.alice:bob");
+    assert_eq!(n["message_id"], sent["message_id"]);
+    assert_eq!(n["conv_seq"], sent["seq"]);
+    assert_eq!(n["conv_partition"], sent["partition"]);
+    assert_eq!(n["headers"]["pointer"], "1");
+    assert_eq!(n["headers"]["message_id"], sent["message_id"]);
+    assert_eq!(n["attempt"], 1);
+    assert!(n["at"].as_i64().unwrap() > 0);
+    assert!(
+        n.get("text").is_none() && n.get("payload").is_none(),
+        "no content"
+    );
+
+    // A tampered body no longer verifies: the check above is not vacuous.
+    let mut forged = call.clone();
+    forged.body[0] = b' ';
+    assert!(!signature_ok(&forged));
+}
+
+#[test]
+fn the_first_messages_to_a_brand_new_user_are_pushed() {
+    let hook = Webhook::start(&[]);
+    let (s, _tmp) = start(&hook, "0s");
+    let mut alice = connect(&s, "alice", "a-phone");
+    // dave has never been seen: his inbox is created by the first pointer. A burst of
+    // three must all be pushed, the first included (decision 14).
+    let seqs: Vec<Value> = (0..3)
+        .map(|i| send(&mut alice, "alice:dave", &format!("m{i}"))["seq"].clone())
+        .collect();
+    let calls = hook.wait_for(&s, "dave's three pushes", |c| {
+        notifications_for(c, "dave").len() >= 3
+    });
+    let got: Vec<Value> = notifications_for(&calls, "dave")
+        .iter()
+        .map(|n| n["conv_seq"].clone())
+        .collect();
+    assert_eq!(got, seqs, "every message, in order, once");
+    assert!(notifications_for(&calls, "alice").is_empty());
+}
+
+#[test]
+fn a_failing_receiver_gets_the_batch_again_with_backoff_until_it_succeeds() {
+    let hook = Webhook::start(&[500, 503]);
+    let (s, _tmp) = start(&hook, "0s");
+    let mut alice = connect(&s, "alice", "a-phone");
+    send(&mut alice, "alice:erin", "are you there");
+    let calls = hook.wait_for(&s, "three attempts", |c| c.len() >= 3);
+    std::thread::sleep(Duration::from_millis(2500));
+    let calls_after = hook.calls();
+    assert_eq!(
+        calls_after.len(),
+        3,
+        "no call after the 2xx: {calls_after:?}"
+    );
+    let attempts: Vec<Value> = calls
+        .iter()
+        .map(|c| c.json()["notifications"][0]["attempt"].clone())
+        .collect();
+    assert_eq!(attempts, vec![json!(1), json!(2), json!(3)]);
+    let ids: Vec<&str> = calls.iter().map(|c| c.header("x-boltq-delivery")).collect();
+    assert!(
+        ids.iter().all(|i| *i == ids[0]),
+        "same delivery id: {ids:?}"
+    );
+    assert!(calls.iter().all(signature_ok), "every attempt signed");
+    let gap1 = calls[1].at - calls[0].at;
+    let gap2 = calls[2].at - calls[1].at;
+    assert!(gap1 >= Duration::from_millis(900), "backoff 1 s: {gap1:?}");
+    assert!(gap2 >= Duration::from_millis(1900), "backoff 2 s: {gap2:?}");
+    assert!(gap2 < Duration::from_secs(6), "not much more: {gap2:?}");
+    assert_eq!(notifications_for(&calls, "erin").len(), 3);
+}
+
+#[test]
+fn a_message_read_on_another_device_during_the_grace_delay_is_not_pushed() {
+    let hook = Webhook::start(&[]);
+    let (s, _tmp) = start(&hook, "2s");
+    let mut alice = connect(&s, "alice", "a-phone");
+    let mut bob = connect(&s, "bob", "b-laptop");
+    let to_bob = send(&mut alice, "alice:bob", "read me on the laptop");
+    let ack = bob
+        .request(json!({
+            "op": "commit",
+            "topic": "chat.direct.alice:bob",
+            "partition": to_bob["partition"],
+            "seq": to_bob["seq"].as_u64().unwrap() + 1,
+        }))
+        .unwrap();
+    assert_eq!(ack["op"], "ack", "commit: {ack}");
+    // Offline before the grace delay ends: only the read cursor can keep the push away.
+    let _ = bob.close(); // how it ends does not matter here, only that it does
+                         // carol reads nothing: her push proves the pipeline ran past bob's pointer.
+    send(&mut alice, "alice:carol", "unread");
+    let calls = hook.wait_for(&s, "carol's push", |c| {
+        !notifications_for(c, "carol").is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let calls = [calls, hook.calls()].concat();
+    assert!(
+        notifications_for(&calls, "bob").is_empty(),
+        "bob read it during the grace delay: {:?}",
+        calls.iter().map(Call::json).collect::<Vec<_>>()
+    );
+}
