@@ -1,8 +1,9 @@
 //! The HTTP admin server: health, the queue plane's and the messaging plane's admin routes,
-//! the dashboard.
+//! the dashboard, the browser chat demo.
 
 pub mod cache_routes;
 pub mod dashboard;
+pub mod demo;
 pub mod http;
 pub mod messaging_routes;
 pub mod metrics;

@@ -30,6 +30,8 @@ pub struct AdminCtx {
     /// The messaging plane's engine and gateway for the admin routes and `/metrics`,
     /// whichever listener the gateway serves on; `None` when the plane is off.
     pub messaging: Option<super::messaging_routes::MessagingAdmin>,
+    /// The browser chat demo and its token route; `None` unless `messaging.gateway.demo`.
+    pub demo: Option<super::demo::Demo>,
 }
 
 impl AdminCtx {
@@ -54,6 +56,9 @@ fn is_public(path: &str) -> bool {
     matches!(path, "/health" | "/livez" | "/readyz" | "/metrics")
         || path == "/"
         || path.starts_with("/dashboard/")
+        // A browser page cannot send the admin key; the demo is a dev-only feature and
+        // every `/demo/` path is 404 when it is off.
+        || super::demo::handles(path)
 }
 
 /// Answers one request.
@@ -128,6 +133,9 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         "/exchange/bind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Bind).await,
         "/exchange/unbind" if post => q::exchange_op(req, ctx, q::ExchangeRoute::Unbind).await,
         "/exchange/publish" if post => q::exchange_publish(req, ctx).await,
+        p if super::demo::handles(p) => {
+            super::demo::route(req, ctx.demo.as_ref(), crate::messaging::gateway::now_s())
+        }
         p if p.starts_with("/cache/") => super::cache_routes::route(req, ctx).await,
         p if super::messaging_routes::handles(p) => super::messaging_routes::route(req, ctx).await,
         "/cluster/status" if get => Response::json(200, &json!({"enabled": false})),

@@ -223,6 +223,11 @@ pub struct GatewayConfig {
     pub history_limit: u32,
     /// Allowed `Origin` values; empty (default) = any.
     pub allowed_origins: Vec<String>,
+    /// Serve the browser chat demo at `/demo/chat` and its dev-only token route
+    /// `/demo/token` on the HTTP admin listener. Default false; requires `enabled`.
+    /// Anyone who reaches the listener can then mint a token for any user: for a
+    /// developer's machine, never for production.
+    pub demo: bool,
     pub tls: GatewayTlsConfig,
 }
 
@@ -241,6 +246,7 @@ impl Default for GatewayConfig {
             read_limit: 1024 * 1024,
             history_limit: 200,
             allowed_origins: Vec::new(),
+            demo: false,
             tls: GatewayTlsConfig::default(),
         }
     }

@@ -319,6 +319,11 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
             "requires messaging.identity.enabled = true (a public socket cannot be authorised by the shared API key alone)",
         )?;
     }
+    require(
+        g.enabled || !g.demo,
+        "messaging.gateway.demo",
+        "requires messaging.gateway.enabled = true (the demo page talks to the gateway)",
+    )?;
     if !g.path.starts_with('/') {
         return Err(ConfigError::invalid(
             "messaging.gateway.path",

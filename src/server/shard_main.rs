@@ -148,6 +148,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "standalone".to_string()),
             }),
+        demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });
     let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
         let shard = shard.clone();

@@ -1,0 +1,634 @@
+//! The browser chat demo (`messaging.gateway.demo = true`), end to end: headless Chromium
+//! opens `/demo/chat` from the real binary in two tabs, logs in as alice and bob, both open
+//! their direct conversation; alice's typing shows in bob's tab, her message appears there,
+//! bob's answer appears in hers, presence dots are green, and bob's tab survives a reload by
+//! resuming its gateway session (and still receives). Plain HTTP tests check that every
+//! `/demo/` path is 404 with the flag off, that the token route refuses bad user ids and mints
+//! tokens the gateway accepts, and that the flag needs the gateway.
+//!
+//! Screenshots (full page, 1280 px wide) go to the test output folder, `target/test-output/`
+//! (under `$CARGO_TARGET_DIR` when that is set):
+//! - `demo-bob-typing.png`: bob's tab while alice types;
+//! - `demo-alice.png`, `demo-bob.png`: both tabs after one message each way;
+//! - `demo-bob-resumed.png`: bob's tab after a reload, with a message sent after it.
+//!
+//! Needs Chromium and python3 like tests/dashboard_browser.rs (`BOLTQ_CHROMIUM=<path>`,
+//! `BOLTQ_SKIP_BROWSER=1` skips the browser test only); the tabs are driven by
+//! `tests/browser/demo_driver.py`, which extends `cdp_driver.py` with tabs.
+
+mod support;
+
+use boltq::messaging::identity::token::Verifier;
+use boltq_io::testutil::TempDir;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+use support::{http, run_to_exit, Server};
+
+/// How long Chromium may take to open its DevTools port.
+const BROWSER_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bound on one driver command beyond its own timeout.
+const DRIVER_MARGIN: Duration = Duration::from_secs(5);
+const SECRET: &str = "demo-secret-0123456789abcdef0123456789";
+
+/// A server with the messaging plane, the gateway on the admin listener, and the demo flag.
+fn start(demo: bool) -> (Server, TempDir) {
+    let tmp = TempDir::new("demo");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[messaging.stream]\nenabled = true\n\
+             [messaging.identity]\nenabled = true\n\
+             keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
+             [messaging.gateway]\nenabled = true\ndemo = {demo}\n"
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    (server, tmp)
+}
+
+fn post_token(s: &Server, body: &[u8]) -> support::HttpResponse {
+    http(
+        s.http_port,
+        "POST",
+        "/demo/token",
+        &[("Content-Type", "application/json")],
+        body,
+    )
+}
+
+#[test]
+fn every_demo_path_is_404_when_the_flag_is_off() {
+    let (s, _tmp) = start(false);
+    for (method, path, body) in [
+        ("GET", "/demo/chat", &b""[..]),
+        ("GET", "/demo/boltq-gateway.js", b""),
+        ("GET", "/demo/chat.js", b""),
+        ("POST", "/demo/token", br#"{"user":"alice"}"#),
+    ] {
+        let r = http(s.http_port, method, path, &[], body);
+        assert_eq!(r.status, 404, "{method} {path}: {}", r.body);
+        assert!(!r.body.contains("token"), "{method} {path}: {}", r.body);
+    }
+}
+
+#[test]
+fn token_route_mints_tokens_the_gateway_accepts_and_refuses_bad_user_ids() {
+    let (s, _tmp) = start(true);
+    for body in [
+        &br#"{"user":""}"#[..],
+        br#"{"user":"alice.bob"}"#,
+        br#"{"user":"alice:bob"}"#,
+        br#"{"user":"al ice"}"#,
+        br#"{"user":"*"}"#,
+        br#"{"user":7}"#,
+        br#"{}"#,
+        b"user=alice",
+    ] {
+        let r = post_token(&s, body);
+        assert_eq!(
+            r.status,
+            400,
+            "{}: {}",
+            String::from_utf8_lossy(body),
+            r.body
+        );
+        assert!(r.json()["error"].is_string(), "{}", r.body);
+    }
+    let long = format!(r#"{{"user":"{}"}}"#, "a".repeat(129));
+    assert_eq!(post_token(&s, long.as_bytes()).status, 400);
+    assert_eq!(
+        http(s.http_port, "GET", "/demo/token", &[], b"").status,
+        405
+    );
+
+    let r = post_token(&s, br#"{"user":"alice"}"#);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("cache-control"), Some("no-store"));
+    let v = r.json();
+    assert_eq!(v["user"], "alice");
+    assert_eq!(
+        v["gateway"],
+        json!({"port": 0, "path": "/ws", "tls": false})
+    );
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let expires = v["expires_at"].as_i64().unwrap();
+    assert!(
+        (now_s + 60..=now_s + 3600).contains(&expires),
+        "short-lived: {expires} vs now {now_s}"
+    );
+    let token = v["token"].as_str().unwrap();
+    let verifier = Verifier::new(vec![("k1".into(), SECRET.as_bytes().to_vec())], "", 0).unwrap();
+    assert_eq!(verifier.verify(token, now_s).unwrap().user_id, "alice");
+    // And the gateway itself takes it.
+    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let mut c = boltq::client::gateway::GatewayClient::connect(&url, token, "web-1", None)
+        .unwrap_or_else(|e| panic!("the gateway accepts a demo token: {e}\n{}", s.log()));
+    let pong = c.request(json!({"op": "ping"})).unwrap();
+    assert_eq!(pong["op"], "pong", "{pong}");
+
+    let page = http(s.http_port, "GET", "/demo/chat", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/demo/chat.js"), "{}", page.body);
+    let module = http(s.http_port, "GET", "/demo/boltq-gateway.js", &[], b"");
+    assert_eq!(module.status, 200);
+    assert_eq!(
+        module.header("content-type"),
+        Some("text/javascript; charset=utf-8")
+    );
+    let copy = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("clients/js/boltq-gateway.js"),
+    )
+    .unwrap();
+    assert_eq!(
+        module.body, copy,
+        "the served module is clients/js/boltq-gateway.js"
+    );
+}
+
+#[test]
+fn the_demo_flag_requires_the_gateway() {
+    let tmp = TempDir::new("demo-config");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(&path, "[messaging.gateway]\ndemo = true\n").unwrap();
+    let (code, out) = run_to_exit(&["--config", path.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("messaging.gateway.demo"), "{out}");
+}
+
+/// The page's state as the test reads it, in one tab.
+const PAGE_STATE: &str = r#"(() => {
+  const d = window.__demo || {};
+  const shown = (id) => { const e = document.getElementById(id); return !!e && !e.hidden; };
+  return {
+    status: document.getElementById('status').dataset.state,
+    resumed: !!d.resumed,
+    listening: d.listeningTo || '',
+    presenceSupported: !!d.presenceSupported,
+    typingSupported: !!d.typingSupported,
+    typing: shown('typing') ? document.getElementById('typing').textContent : '',
+    messages: [...document.querySelectorAll('#messages li')].map((li) =>
+      li.querySelector('.sender').textContent + ': ' + li.querySelector('.text').textContent),
+    convs: [...document.querySelectorAll('#convs li')].map((li) => ({
+      id: li.dataset.conv,
+      online: li.querySelector('.presence').dataset.online === 'true'
+        && !li.querySelector('.presence').hidden,
+      unread: li.querySelector('.unread').textContent,
+    })),
+  };
+})()"#;
+
+/// Waits until `cond` (a JS expression over `s`, the page state) holds in `tab`.
+fn wait_for(b: &mut Browser, tab: &str, cond: &str, timeout_ms: u64) -> Value {
+    b.tab(
+        tab,
+        json!({"op": "wait", "expr": format!(
+            "(() => {{ const s = {PAGE_STATE}; return ({cond}) ? s : null; }})()"
+        )}),
+        timeout_ms,
+    )
+}
+
+fn log_in(b: &mut Browser, tab: &str, url: &str, user: &str) {
+    let href = b.tab(
+        tab,
+        json!({"op": "open", "url": url, "width": 1280, "height": 800}),
+        20_000,
+    );
+    assert_eq!(href, json!(url));
+    b.tab(
+        tab,
+        json!({"op": "type", "selector": "#login-user", "text": user}),
+        5_000,
+    );
+    b.tab(tab, json!({"op": "click", "selector": "#login-btn"}), 5_000);
+    wait_for(b, tab, "s.status === 'open'", 15_000);
+}
+
+fn open_chat(b: &mut Browser, tab: &str, peer: &str, conv: &str) {
+    b.tab(
+        tab,
+        json!({"op": "type", "selector": "#peer", "text": peer}),
+        5_000,
+    );
+    b.tab(tab, json!({"op": "click", "selector": "#open-btn"}), 5_000);
+    wait_for(
+        b,
+        tab,
+        &format!(
+            "s.listening === {} && s.convs.some((c) => c.id === {0})",
+            json!(conv)
+        ),
+        15_000,
+    );
+}
+
+fn send(b: &mut Browser, tab: &str, text: &str) {
+    b.tab(
+        tab,
+        json!({"op": "type", "selector": "#composer", "text": text}),
+        5_000,
+    );
+    b.tab(tab, json!({"op": "click", "selector": "#send-btn"}), 5_000);
+}
+
+fn sees(b: &mut Browser, tab: &str, line: &str) -> Value {
+    wait_for(
+        b,
+        tab,
+        &format!("s.messages.includes({})", json!(line)),
+        15_000,
+    )
+}
+
+#[test]
+fn two_tabs_chat_see_typing_and_presence_and_survive_a_reload() {
+    let Some(chromium) = chromium_or_fail() else {
+        return;
+    };
+    let (s, _tmp) = start(true);
+    let out_dir = test_output_dir();
+    let shots = [
+        "demo-bob-typing.png",
+        "demo-alice.png",
+        "demo-bob.png",
+        "demo-bob-resumed.png",
+    ]
+    .map(|n| out_dir.join(n));
+    for p in &shots {
+        let _ = std::fs::remove_file(p);
+    }
+    let url = format!("http://127.0.0.1:{}/demo/chat", s.http_port);
+    let mut b = Browser::launch(&chromium);
+    log_in(&mut b, "alice", &url, "alice");
+    log_in(&mut b, "bob", &url, "bob");
+    open_chat(&mut b, "alice", "bob", "alice:bob");
+    open_chat(&mut b, "bob", "alice", "alice:bob");
+
+    // Presence: each sees the other online.
+    for tab in ["alice", "bob"] {
+        let st = wait_for(
+            &mut b,
+            tab,
+            "s.convs.some((c) => c.id === 'alice:bob' && c.online)",
+            10_000,
+        );
+        assert_eq!(st["presenceSupported"], true, "{st}");
+    }
+
+    // Typing: alice types, bob's tab says so.
+    b.tab(
+        "alice",
+        json!({"op": "type", "selector": "#composer", "text": "hel"}),
+        5_000,
+    );
+    let st = wait_for(
+        &mut b,
+        "bob",
+        "s.typing.includes('alice is typing')",
+        10_000,
+    );
+    assert_eq!(st["typingSupported"], true, "{st}");
+    b.tab("bob", json!({"op": "screenshot", "path": shots[0]}), 15_000);
+
+    // Messages both ways.
+    send(&mut b, "alice", "lo bob");
+    let st = sees(&mut b, "bob", "alice: hello bob");
+    assert_eq!(st["messages"], json!(["alice: hello bob"]), "{st}");
+    wait_for(&mut b, "bob", "s.typing === ''", 10_000);
+    sees(&mut b, "alice", "alice: hello bob");
+    send(&mut b, "bob", "hi alice");
+    let st = sees(&mut b, "alice", "bob: hi alice");
+    assert_eq!(
+        st["messages"],
+        json!(["alice: hello bob", "bob: hi alice"]),
+        "in order, once each: {st}"
+    );
+    sees(&mut b, "bob", "bob: hi alice");
+    b.tab(
+        "alice",
+        json!({"op": "screenshot", "path": shots[1]}),
+        15_000,
+    );
+    b.tab("bob", json!({"op": "screenshot", "path": shots[2]}), 15_000);
+
+    // A reload resumes bob's session (token in sessionStorage) and keeps the conversation.
+    b.tab("bob", json!({"op": "reload"}), 20_000);
+    let st = wait_for(
+        &mut b,
+        "bob",
+        "s.status === 'open' && s.resumed && s.messages.length === 2",
+        15_000,
+    );
+    assert_eq!(
+        st["messages"],
+        json!(["alice: hello bob", "bob: hi alice"]),
+        "{st}"
+    );
+    wait_for(&mut b, "bob", "s.listening === 'alice:bob'", 10_000);
+    send(&mut b, "alice", "still there?");
+    let st = sees(&mut b, "bob", "alice: still there?");
+    assert_eq!(
+        st["messages"].as_array().unwrap().len(),
+        3,
+        "no duplicates: {st}"
+    );
+    b.tab("bob", json!({"op": "screenshot", "path": shots[3]}), 15_000);
+
+    // A conversation bob never opened shows up from his inbox pointers, with its unread
+    // count (carol writes from a native client).
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = boltq::messaging::identity::token::Claims {
+        sub: "carol".into(),
+        exp: Some(now_s + 600),
+        ..Default::default()
+    };
+    let carol_token =
+        boltq::messaging::identity::token::mint_hs256(Some("k1"), SECRET.as_bytes(), &claims);
+    let ws = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let mut carol = boltq::client::gateway::GatewayClient::connect(&ws, &carol_token, "cli", None)
+        .unwrap_or_else(|e| panic!("carol connects: {e}"));
+    for n in 0..2 {
+        let sent = carol
+            .request(json!({"op": "send", "conversation": "bob:carol", "client_msg_id": format!("c-{n}"), "payload": "aGkgYm9i"}))
+            .unwrap();
+        assert_eq!(sent["op"], "sent", "{sent}");
+    }
+    wait_for(
+        &mut b,
+        "bob",
+        "s.convs.some((c) => c.id === 'bob:carol' && c.unread === '2')",
+        10_000,
+    );
+    b.tab(
+        "bob",
+        json!({"op": "click", "selector": "#convs li[data-conv='bob:carol']"}),
+        5_000,
+    );
+    let st = wait_for(&mut b, "bob", "s.messages.length === 2", 10_000);
+    assert_eq!(
+        st["messages"],
+        json!(["carol: hi bob", "carol: hi bob"]),
+        "{st}"
+    );
+    assert!(
+        st["convs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["unread"] == ""),
+        "opening it clears the count: {st}"
+    );
+
+    for tab in ["alice", "bob"] {
+        let errors = b.tab(tab, json!({"op": "errors"}), 5_000);
+        assert_eq!(
+            errors["exceptions"],
+            json!([]),
+            "{tab}: uncaught exceptions: {errors}"
+        );
+    }
+    b.quit();
+    for p in &shots {
+        assert!(png_ok(p), "{} is a PNG", p.display());
+    }
+    println!("screenshots in {}", out_dir.display());
+}
+
+/// `target/test-output`, created.
+fn test_output_dir() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let dir = target.join("test-output");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn png_ok(p: &Path) -> bool {
+    std::fs::read(p).is_ok_and(|b| b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+/// The Chromium binary; `None` (test skipped) only when `BOLTQ_SKIP_BROWSER=1`. Without
+/// Chromium (or python3) the test fails: CI must run it.
+fn chromium_or_fail() -> Option<PathBuf> {
+    if std::env::var("BOLTQ_SKIP_BROWSER").as_deref() == Ok("1") {
+        println!("demo browser test SKIPPED (BOLTQ_SKIP_BROWSER=1)");
+        return None;
+    }
+    let chromium = match std::env::var_os("BOLTQ_CHROMIUM") {
+        Some(p) => {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "BOLTQ_CHROMIUM={} is not a file", p.display());
+            Some(p)
+        }
+        None => find_on_path("chromium"),
+    };
+    let Some(chromium) = chromium.filter(|p| p.is_file()) else {
+        panic!(
+            "Chromium is not installed: this test needs the Debian `chromium` package \
+             (/usr/bin/chromium). `.ci/run` installs it when missing \
+             (`apt-get install -y chromium`); or set BOLTQ_CHROMIUM=<path to a Chromium \
+             binary>, or BOLTQ_SKIP_BROWSER=1 to skip the browser test"
+        );
+    };
+    assert!(
+        find_on_path("python3").is_some(),
+        "python3 is not on PATH: the browser test drives Chromium with \
+         tests/browser/demo_driver.py (standard library only)"
+    );
+    Some(chromium)
+}
+
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Headless Chromium plus the CDP driver script. Dropping it kills both (Chromium's whole
+/// process group: the browser, its zygote, renderers and GPU process), on success and on
+/// panic alike.
+struct Browser {
+    chromium: Option<Child>,
+    driver: Option<Child>,
+    stdin: Option<ChildStdin>,
+    answers: Receiver<String>,
+    profile: TempDir,
+}
+
+impl Browser {
+    fn launch(chromium: &Path) -> Browser {
+        let profile = TempDir::new("chromium-profile");
+        let user_data = profile.path().join("user-data");
+        std::fs::create_dir_all(&user_data).unwrap();
+        let log = std::fs::File::create(profile.path().join("chromium.log")).unwrap();
+        let child = Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-extensions",
+                "--disable-default-apps",
+                "--no-first-run",
+                "--no-default-browser-check",
+                "--hide-scrollbars",
+                "--mute-audio",
+                "--window-size=1280,1000",
+                "--remote-debugging-address=127.0.0.1",
+                "--remote-debugging-port=0",
+            ])
+            .arg(format!("--user-data-dir={}", user_data.display()))
+            .arg("about:blank")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            // Its own process group, so the guard can end every Chromium process at once.
+            .process_group(0)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", chromium.display()));
+        let (tx, answers) = mpsc::channel();
+        let mut b = Browser {
+            chromium: Some(child),
+            driver: None,
+            stdin: None,
+            answers,
+            profile,
+        };
+        let port = b.devtools_port(&user_data);
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/demo_driver.py");
+        let driver_log = std::fs::File::create(b.profile.path().join("driver.log")).unwrap();
+        let mut driver = Command::new("python3")
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .arg(&script)
+            .arg(port.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(driver_log)
+            .spawn()
+            .expect("spawn python3 tests/browser/demo_driver.py");
+        b.stdin = driver.stdin.take();
+        let stdout = driver.stdout.take().unwrap();
+        b.driver = Some(driver);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        b
+    }
+
+    /// The port Chromium chose, from `<user-data-dir>/DevToolsActivePort` (first line).
+    fn devtools_port(&mut self, user_data: &Path) -> u16 {
+        let file = user_data.join("DevToolsActivePort");
+        let deadline = Instant::now() + BROWSER_START_TIMEOUT;
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                if let Some(port) = text.lines().next().and_then(|l| l.trim().parse().ok()) {
+                    return port;
+                }
+            }
+            if let Some(status) = self.chromium.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "Chromium exited ({status}) before opening its DevTools port; log:\n{}",
+                    self.logs()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Chromium did not open its DevTools port in {BROWSER_START_TIMEOUT:?}; log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let read = |name: &str| {
+            std::fs::read_to_string(self.profile.path().join(name)).unwrap_or_default()
+        };
+        format!(
+            "--- chromium ---\n{}\n--- demo_driver.py ---\n{}",
+            read("chromium.log"),
+            read("driver.log")
+        )
+    }
+
+    /// Sends one command (with `timeout_ms`) and returns its value; panics on an error or
+    /// when no answer comes in time.
+    fn call(&mut self, mut cmd: Value, timeout_ms: u64) -> Value {
+        cmd["timeout_ms"] = json!(timeout_ms);
+        let line = format!("{cmd}\n");
+        let stdin = self.stdin.as_mut().expect("driver running");
+        if let Err(e) = stdin.write_all(line.as_bytes()).and_then(|_| stdin.flush()) {
+            panic!("writing to the driver: {e}; logs:\n{}", self.logs());
+        }
+        let wait = Duration::from_millis(timeout_ms) + DRIVER_MARGIN;
+        let answer = match self.answers.recv_timeout(wait) {
+            Ok(a) => a,
+            Err(e) => panic!(
+                "no answer to {cmd} in {wait:?} ({e}); logs:\n{}",
+                self.logs()
+            ),
+        };
+        let v: Value = serde_json::from_str(&answer)
+            .unwrap_or_else(|e| panic!("bad driver answer {answer:?}: {e}"));
+        if v["ok"] != true {
+            panic!(
+                "browser command {cmd} failed: {}; logs:\n{}",
+                v["error"],
+                self.logs()
+            );
+        }
+        v["value"].clone()
+    }
+
+    /// [`Browser::call`] in the tab named `tab` (opened on first use).
+    fn tab(&mut self, tab: &str, mut cmd: Value, timeout_ms: u64) -> Value {
+        cmd["tab"] = json!(tab);
+        self.call(cmd, timeout_ms)
+    }
+
+    fn quit(&mut self) {
+        self.call(json!({"op": "quit"}), 2_000);
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if let Some(mut d) = self.driver.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        if let Some(mut c) = self.chromium.take() {
+            // Chromium's whole process group (spawned with process_group(0), so its pgid is
+            // its pid): the browser, its zygote, renderers and GPU process.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", c.id())])
+                .status();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
