@@ -2,7 +2,9 @@
 //! opens `/demo/chat` from the real binary in two tabs, logs in as alice and bob, both open
 //! their direct conversation; alice's typing shows in bob's tab, her message appears there,
 //! bob's answer appears in hers, presence dots are green, and bob's tab survives a reload by
-//! resuming its gateway session (and still receives). Plain HTTP tests check that every
+//! resuming its gateway session (and still receives). A second browser test crashes the
+//! server under an open page: the client module reconnects, re-subscribes from the last
+//! record it had, and receives again. Plain HTTP tests check that every
 //! `/demo/` path is 404 with the flag off, that the token route refuses bad user ids and mints
 //! tokens the gateway accepts, and that the flag needs the gateway.
 //!
@@ -405,6 +407,100 @@ fn two_tabs_chat_see_typing_and_presence_and_survive_a_reload() {
         assert!(png_ok(p), "{} is a PNG", p.display());
     }
     println!("screenshots in {}", out_dir.display());
+}
+
+/// The client module survives a server crash: the page reconnects with backoff and a fresh
+/// token, finds its session gone (a new process), re-subscribes from the last record it had,
+/// and receives what is sent after the restart; its pure helpers behave as documented.
+#[test]
+fn the_page_reconnects_and_resubscribes_after_a_server_crash() {
+    let Some(chromium) = chromium_or_fail() else {
+        return;
+    };
+    let tmp = TempDir::new("demo-restart");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[messaging.stream]\nenabled = true\n\
+             [messaging.identity]\nenabled = true\n\
+             keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
+             [messaging.gateway]\nenabled = true\ndemo = true\n"
+        ),
+    )
+    .unwrap();
+    let s = Server::start_restartable(&["--config", path.to_str().unwrap()]);
+    let url = format!("http://127.0.0.1:{}/demo/chat", s.http_port);
+    let mut b = Browser::launch(&chromium);
+    log_in(&mut b, "alice", &url, "alice");
+
+    let helpers = b.tab(
+        "alice",
+        json!({"op": "eval", "expr": r#"(async () => {
+            const m = await import('/demo/boltq-gateway.js');
+            const n = [...Array(40).keys()];
+            return {
+              direct: [m.directId('bob', 'alice'), m.directId('alice', 'bob')],
+              text: m.payloadText(m.encodePayload('h\u00e9llo \u2713')),
+              high: n.map((i) => m.backoffMs(i, 250, 15000, () => 0.999999)),
+              low: n.map((i) => m.backoffMs(i, 250, 15000, () => 0)),
+            };
+        })()"#}),
+        5_000,
+    );
+    assert_eq!(helpers["direct"], json!(["alice:bob", "alice:bob"]));
+    assert_eq!(helpers["text"], "h\u{e9}llo \u{2713}", "UTF-8 round trip");
+    let (high, low) = (&helpers["high"], &helpers["low"]);
+    assert_eq!(
+        (&low[0], &low[3], &low[39]),
+        (&json!(125), &json!(1000), &json!(7500))
+    );
+    assert!(
+        high.as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d.as_u64().unwrap() < 15000),
+        "capped: {high}"
+    );
+
+    open_chat(&mut b, "alice", "bob", "alice:bob");
+    send(&mut b, "alice", "before the crash");
+    sees(&mut b, "alice", "alice: before the crash");
+
+    let (s, _) = s.restart_when_ports_free(9);
+    let st = wait_for(&mut b, "alice", "s.status === 'open'", 30_000);
+    assert_eq!(st["resumed"], false, "a new process has no sessions: {st}");
+
+    // bob writes from a native client; alice's page gets it on its re-issued subscription.
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let claims = boltq::messaging::identity::token::Claims {
+        sub: "bob".into(),
+        exp: Some(now_s + 600),
+        ..Default::default()
+    };
+    let token =
+        boltq::messaging::identity::token::mint_hs256(Some("k1"), SECRET.as_bytes(), &claims);
+    let ws = format!("ws://127.0.0.1:{}/ws", s.http_port);
+    let mut bob = boltq::client::gateway::GatewayClient::connect(&ws, &token, "cli", None)
+        .unwrap_or_else(|e| panic!("bob connects: {e}"));
+    let sent = bob
+        .request(json!({"op": "send", "conversation": "alice:bob", "client_msg_id": "b-1", "payload": "YWZ0ZXIgdGhlIGNyYXNo"}))
+        .unwrap();
+    assert_eq!(sent["op"], "sent", "{sent}");
+    let st = sees(&mut b, "alice", "bob: after the crash");
+    assert_eq!(
+        st["messages"],
+        json!(["alice: before the crash", "bob: after the crash"]),
+        "{st}"
+    );
+    send(&mut b, "alice", "welcome back");
+    sees(&mut b, "alice", "alice: welcome back");
+    let errors = b.tab("alice", json!({"op": "errors"}), 5_000);
+    assert_eq!(errors["exceptions"], json!([]), "{errors}");
+    b.quit();
 }
 
 /// `target/test-output`, created.
