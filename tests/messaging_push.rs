@@ -426,3 +426,31 @@ fn a_message_read_on_another_device_during_the_grace_delay_is_not_pushed() {
         calls.iter().map(Call::json).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_user_with_a_live_session_is_not_pushed_until_they_disconnect() {
+    let hook = Webhook::start(&[]);
+    let (s, _tmp) = start(&hook, "300ms");
+    let mut alice = connect(&s, "alice", "a-phone");
+    let bob = connect(&s, "bob", "b-phone");
+    send(&mut alice, "alice:bob", "while you are here");
+    send(&mut alice, "alice:carol", "carol is away");
+    let calls = hook.wait_for(&s, "carol's push", |c| {
+        !notifications_for(c, "carol").is_empty()
+    });
+    std::thread::sleep(Duration::from_millis(1000));
+    let calls = [calls, hook.calls()].concat();
+    assert!(
+        notifications_for(&calls, "bob").is_empty(),
+        "bob was connected: suppressed"
+    );
+    let _ = bob.close(); // presence unbinds on close (decision 1)
+    std::thread::sleep(Duration::from_millis(300));
+    let later = send(&mut alice, "alice:bob", "now you are gone");
+    let calls = hook.wait_for(&s, "bob's push after disconnect", |c| {
+        !notifications_for(c, "bob").is_empty()
+    });
+    let got = notifications_for(&calls, "bob");
+    assert_eq!(got.len(), 1, "only the message sent while offline: {got:?}");
+    assert_eq!(got[0]["conv_seq"], later["seq"]);
+}

@@ -7,6 +7,7 @@ use crate::messaging::gateway::{GatewayCtx, GatewaySettings};
 use crate::messaging::identity::acl::Policy;
 use crate::messaging::identity::token::Verifier;
 use crate::messaging::membership::MembershipClient;
+use crate::messaging::push::Pusher;
 use crate::messaging::topic::PartitionCounts;
 use crate::server::shard_main::ShardMsg;
 use boltq_io::log::LogConfig;
@@ -95,10 +96,11 @@ impl MessagingPlan {
         store: Rc<Store>,
     ) -> Result<(Rc<Engine>, Option<Rc<GatewayCtx>>), String> {
         let engine = Engine::start(shard, store, self.engine.clone(), self.topics.clone()).await?;
-        if self.config.push.enabled {
-            // Lives as long as its loop (which holds it) and the engine's pointer hook.
-            crate::messaging::push::Pusher::start(Rc::clone(&engine), &self.config.push)?;
-        }
+        // The pusher lives as long as its loop (which holds it) and the engine's hook.
+        let pusher = match self.config.push.enabled {
+            true => Some(Pusher::start(Rc::clone(&engine), &self.config.push)?),
+            false => None,
+        };
         let Some(settings) = &self.gateway else {
             return Ok((engine, None));
         };
@@ -114,6 +116,14 @@ impl MessagingPlan {
             policy,
             membership,
         );
+        if let Some(p) = pusher {
+            // Suppression: users with a live session get no push (spec §10.4).
+            let g = Rc::clone(&gw);
+            p.set_online_probe(Rc::new(move |user: String| {
+                let g = Rc::clone(&g);
+                Box::pin(async move { g.user_online(&user).await })
+            }));
+        }
         Ok((engine, Some(gw)))
     }
 }

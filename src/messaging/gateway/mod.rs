@@ -323,7 +323,18 @@ pub enum GatewayMsg {
     Presence(PresenceMsg),
     /// Typing signals between a connection's shard and the topic's owner shard.
     Signal(SignalMsg),
+    /// To the owner of `user`: has the user any bound session (whatever its state)?
+    /// Answered with `OnlineIs`; the push dispatcher's suppression (docs/offline-push.md).
+    Online {
+        user: String,
+    },
+    OnlineIs(bool),
 }
+
+/// How long the push dispatcher waits for a presence answer before treating the user as
+/// offline (spec §18.5 G45: a false "online" silently loses a notification, a false
+/// "offline" costs one redundant push).
+pub const ONLINE_QUERY_TIMEOUT_MS: u64 = 1_000;
 
 impl GatewayCtx {
     /// Asks the other shards for a session this shard does not hold.
@@ -347,6 +358,24 @@ impl GatewayCtx {
             }
         }
         None
+    }
+
+    /// Whether `user` has a bound presence session on any shard, asked of the user's
+    /// owner shard. No answer in [`ONLINE_QUERY_TIMEOUT_MS`] counts as offline (G45).
+    pub async fn user_online(&self, user: &str) -> bool {
+        use crate::server::shard_main::ShardMsg;
+        let shard = self.engine.shard();
+        let dest = presence::owner_of_user(user, shard.count());
+        if dest == shard.id() {
+            return self.ephemeral.presence.borrow().online(user);
+        }
+        let msg = ShardMsg::Gateway(GatewayMsg::Online {
+            user: user.to_string(),
+        });
+        matches!(
+            shard.request(dest, msg, ONLINE_QUERY_TIMEOUT_MS).await,
+            Ok(ShardMsg::Gateway(GatewayMsg::OnlineIs(true)))
+        )
     }
 
     pub fn on_mesh(&self, incoming: boltq_shards::Incoming<crate::server::shard_main::ShardMsg>) {
@@ -388,6 +417,15 @@ impl GatewayCtx {
                     token,
                     ShardMsg::Gateway(GatewayMsg::Signal(SignalMsg::Taken(ok))),
                 );
+            }
+            boltq_shards::Incoming::Request {
+                msg: ShardMsg::Gateway(GatewayMsg::Online { user }),
+                token,
+            } => {
+                let on = self.ephemeral.presence.borrow().online(&user);
+                self.engine
+                    .shard()
+                    .reply(token, ShardMsg::Gateway(GatewayMsg::OnlineIs(on)));
             }
             boltq_shards::Incoming::Request {
                 msg: ShardMsg::Gateway(GatewayMsg::Stats),

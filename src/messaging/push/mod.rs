@@ -14,10 +14,10 @@
 //! its first push does not lose it; inboxes that existed before push was enabled are not
 //! notified of their history.
 //!
-//! Presence: "online" suppression needs an answer from the shard owning the user's
-//! presence; the gateway installs it with [`Pusher::set_online_probe`]. Until one is set,
-//! nobody counts as online (users get pushes while connected; the device-cursor check
-//! still skips what a device already read).
+//! Presence: "online" suppression asks the shard owning the user's presence
+//! (`GatewayCtx::user_online`, installed with [`Pusher::set_online_probe`] when the gateway
+//! is on). A user with any bound session, `away` included, gets no push; no answer within
+//! a second counts as offline (spec §18.5 G45). Without a gateway nobody is online.
 
 pub mod dispatcher;
 
