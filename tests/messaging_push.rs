@@ -454,3 +454,31 @@ fn a_user_with_a_live_session_is_not_pushed_until_they_disconnect() {
     assert_eq!(got.len(), 1, "only the message sent while offline: {got:?}");
     assert_eq!(got[0]["conv_seq"], later["seq"]);
 }
+
+#[test]
+fn a_crash_before_the_2xx_sends_the_notification_again_after_restart() {
+    let hook = Webhook::start(&[500]);
+    let (s, _tmp) = start(&hook, "0s");
+    let mut alice = connect(&s, "alice", "a-phone");
+    let sent = send(&mut alice, "alice:erin", "survive this");
+    hook.wait_for(&s, "the failed first attempt", |c| !c.is_empty());
+    drop(alice);
+    // Killed during the backoff: the cursor never moved past erin's pointer.
+    let (s, _) = s.restart(9);
+    let calls = hook.wait_for(&s, "the push after restart", |c| c.len() >= 2);
+    let first = &calls[0];
+    let again = &calls[1];
+    assert_ne!(
+        first.header("x-boltq-delivery"),
+        again.header("x-boltq-delivery"),
+        "a new process makes a new batch"
+    );
+    let n = &again.json()["notifications"][0];
+    assert_eq!(n["user_id"], "erin");
+    assert_eq!(n["conv_seq"], sent["seq"]);
+    assert_eq!(n["attempt"], 1);
+    assert!(signature_ok(again));
+    // Acknowledged now: no further call.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(hook.calls().len(), 2, "{:?}", hook.calls());
+}
