@@ -325,6 +325,7 @@ fn routes_need_the_api_key() {
         "/streams/topic?name=t",
         "/streams/cursors?topic=t",
         "/messaging/overview",
+        "/presence",
         "/gateway/stats",
         "/replication",
     ] {
@@ -344,6 +345,7 @@ fn routes_are_absent_when_the_plane_is_off() {
         "/streams/topic?name=t",
         "/streams/cursors?topic=t",
         "/messaging/overview",
+        "/presence",
         "/gateway/stats",
         "/replication",
     ] {

@@ -18,7 +18,11 @@ use crate::messaging::cursor::{
 use crate::messaging::engine::mesh::{GroupCursors, PartitionStats, StreamError};
 use crate::messaging::engine::stats::EngineStats;
 use crate::messaging::engine::{Engine, ADMIN_MESH_TIMEOUT_MS, ADMIN_PARTITIONS_MAX};
-use crate::messaging::gateway::{GatewayCtx, GatewayStats};
+use crate::messaging::gateway::frame::USER_ID_BYTES_MAX;
+use crate::messaging::gateway::{
+    GatewayCtx, GatewayStats, ShardCensus, UserPresence, PRESENCE_STATES,
+};
+use crate::messaging::push::dispatcher::PushStats;
 use serde_json::{json, Map, Value};
 use std::rc::Rc;
 
@@ -28,6 +32,7 @@ pub const PATHS: &[&str] = &[
     "/streams/topic",
     "/streams/cursors",
     "/messaging/overview",
+    "/presence",
     "/gateway/stats",
     "/replication",
 ];
@@ -44,6 +49,8 @@ pub struct MessagingAdmin {
     pub gateway: Option<Rc<GatewayCtx>>,
     /// The `node` label of the gateway metrics.
     pub node: String,
+    /// `messaging.presence.region`: every session of this node is in it (empty: none).
+    pub region: String,
 }
 
 /// Whether `path` is one of this file's routes.
@@ -67,6 +74,7 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
         "/streams/topic" => streams_topic(req, m).await,
         "/streams/cursors" => streams_cursors(req, m).await,
         "/gateway/stats" => gateway_stats(m).await,
+        "/presence" => presence(req, m).await,
         "/replication" => pretty(200, &replication_json()),
         "/messaging/overview" => overview(m).await,
         _ => Response::error(404, "not found"),
@@ -319,16 +327,30 @@ pub fn replication_json() -> Value {
     json!({"role": "standalone", "replicated": false, "warning": STANDALONE_WARNING})
 }
 
-/// The overview of §11.4. Presence, signals and push are `null`: those components are
-/// not running on this node.
-pub fn overview_json(streams: Value, engine: &EngineStats, gateway: Option<Value>) -> Value {
+/// The overview of §11.4. A section is `null` when its component is off: presence and
+/// signals with the gateway, push with `messaging.push.enabled` (or the gateway, whose
+/// mesh messages carry the push numbers).
+pub fn overview_json(
+    streams: Value,
+    engine: &EngineStats,
+    gateway: Option<Value>,
+    census: Option<(&GatewayStats, &CensusTotals, &str, &str)>,
+) -> Value {
+    let (presence, signals, push) = match census {
+        Some((g, c, node, region)) => (
+            presence_json(c, node, region),
+            signals_json(g, c),
+            c.push.as_ref().map_or(Value::Null, push_json),
+        ),
+        None => (Value::Null, Value::Null, Value::Null),
+    };
     json!({
         "streams": streams,
         "engine": engine,
-        "presence": Value::Null,
+        "presence": presence,
         "gateway": gateway.unwrap_or(Value::Null),
-        "signals": Value::Null,
-        "push": Value::Null,
+        "signals": signals,
+        "push": push,
         "replication": replication_json(),
     })
 }
@@ -339,8 +361,171 @@ async fn overview(m: &MessagingAdmin) -> Response {
         Err(e) => return unavailable(&e),
     };
     let engine = m.engine.stats().await;
-    let gateway = gateway_section(m).await;
-    pretty(200, &overview_json(streams, &engine, gateway))
+    let Some(gw) = &m.gateway else {
+        return pretty(200, &overview_json(streams, &engine, None, None));
+    };
+    let (total, missing) = gateway_totals(gw).await;
+    let census = census_totals(gw).await;
+    let census_part = Some((&total, &census, m.node.as_str(), m.region.as_str()));
+    let gateway = Some(gateway_json(&total, missing));
+    pretty(200, &overview_json(streams, &engine, gateway, census_part))
+}
+
+// ---- /presence -----------------------------------------------------------------------------
+
+/// Every shard's census added up (presence of the users each owns, typing listeners, push).
+#[derive(Debug, Default, Clone)]
+pub struct CensusTotals {
+    pub sessions: u64,
+    pub users_online: u64,
+    /// In the order of [`PRESENCE_STATES`].
+    pub by_state: [u64; 3],
+    pub watches: u64,
+    pub signal_topics: u64,
+    pub signal_listeners: u64,
+    /// `None` when push is off.
+    pub push: Option<PushStats>,
+    /// Shards that did not answer: their share is absent from every number.
+    pub shards_missing: usize,
+}
+
+fn add_push(total: &mut PushStats, o: &PushStats) {
+    total.scanned += o.scanned;
+    total.sent += o.sent;
+    total.failed += o.failed;
+    total.dropped += o.dropped;
+    total.suppressed += o.suppressed;
+    total.read += o.read;
+    total.skipped += o.skipped;
+    total.watching += o.watching;
+}
+
+/// Adds up shard censuses (`None`: a shard that did not answer).
+pub fn add_censuses(shards: &[Option<ShardCensus>]) -> CensusTotals {
+    let mut t = CensusTotals::default();
+    for s in shards {
+        let Some(s) = s else {
+            t.shards_missing += 1;
+            continue;
+        };
+        t.sessions += s.sessions;
+        t.users_online += s.users_online;
+        for (sum, n) in t.by_state.iter_mut().zip(s.by_state) {
+            *sum += n;
+        }
+        t.watches += s.watches;
+        t.signal_topics += s.signal_topics;
+        t.signal_listeners += s.signal_listeners;
+        if let Some(p) = &s.push {
+            add_push(t.push.get_or_insert_with(PushStats::default), p);
+        }
+    }
+    t
+}
+
+pub async fn census_totals(gw: &GatewayCtx) -> CensusTotals {
+    add_censuses(&gw.censuses(ADMIN_MESH_TIMEOUT_MS).await)
+}
+
+/// The `/presence` body of §11.4: `users` (online users), `sessions` (bound devices),
+/// `by_node`, `by_region` (only with a region configured), `by_state` (devices per
+/// state), `watchers` (watch pairs), and `shards_missing` when a shard was silent.
+pub fn presence_json(c: &CensusTotals, node: &str, region: &str) -> Value {
+    let mut by_state = Map::new();
+    for (s, n) in PRESENCE_STATES.iter().zip(c.by_state) {
+        by_state.insert(s.as_str().to_string(), json!(n));
+    }
+    let mut by_region = Map::new();
+    if !region.is_empty() {
+        by_region.insert(region.to_string(), json!(c.sessions));
+    }
+    let mut v = json!({
+        "users": c.users_online,
+        "sessions": c.sessions,
+        "by_node": {node: c.sessions},
+        "by_region": by_region,
+        "by_state": by_state,
+        "watchers": c.watches,
+    });
+    if c.shards_missing > 0 {
+        v["shards_missing"] = json!(c.shards_missing);
+    }
+    v
+}
+
+/// The answer of `/presence?user=`.
+pub fn user_presence_json(p: &UserPresence) -> Value {
+    let devices: Vec<Value> = p
+        .devices
+        .iter()
+        .map(|d| json!({"device_id": d.device, "state": d.state.as_str(), "since_ns": d.since_ns}))
+        .collect();
+    json!({
+        "user_id": p.user,
+        "online": p.online,
+        "state": p.state.as_str(),
+        "devices": devices,
+    })
+}
+
+/// The overview's `signals` section (§11.4).
+pub fn signals_json(g: &GatewayStats, c: &CensusTotals) -> Value {
+    json!({
+        "published": g.signals_published,
+        "delivered": g.signals_out,
+        "dropped": g.signal_drops,
+        "rate_limited": g.signals_limited,
+        "topics": c.signal_topics,
+        "subscribers": c.signal_listeners,
+    })
+}
+
+/// The overview's `push` section: the §11.4 fields, the two skip counters, and `lag`
+/// (pointers read but not settled).
+pub fn push_json(p: &PushStats) -> Value {
+    json!({
+        "scanned": p.scanned,
+        "suppressed": p.suppressed,
+        "sent": p.sent,
+        "failed": p.failed,
+        "dropped": p.dropped,
+        "watching": p.watching,
+        "read": p.read,
+        "skipped": p.skipped,
+        "lag": crate::messaging::push::unsettled(p),
+    })
+}
+
+/// Checks the `user` parameter of `/presence`.
+pub fn presence_user(user: &str) -> Result<&str, String> {
+    if user.is_empty() {
+        return Err("user must not be empty".into());
+    }
+    if user.len() > USER_ID_BYTES_MAX {
+        return Err(format!("user is longer than {USER_ID_BYTES_MAX} bytes"));
+    }
+    Ok(user)
+}
+
+async fn presence(req: &Request, m: &MessagingAdmin) -> Response {
+    let Some(gw) = &m.gateway else {
+        return Response::error(
+            404,
+            "presence is off: the gateway is off (messaging.gateway.enabled = false)",
+        );
+    };
+    if let Some(user) = req.query("user") {
+        let user = match presence_user(user) {
+            Ok(u) => u,
+            Err(e) => return Response::error(400, &e),
+        };
+        return match gw.user_presence(user, ADMIN_MESH_TIMEOUT_MS).await {
+            Some(p) => pretty(200, &user_presence_json(&p)),
+            None => Response::error(503, "the shard owning this user did not answer"),
+        };
+    }
+    let c = census_totals(gw).await;
+    pretty(200, &presence_json(&c, &m.node, &m.region))
 }
 
 // ---- numbers for /metrics ------------------------------------------------------------------
@@ -353,17 +538,23 @@ pub struct MessagingNumbers {
     pub engine: Vec<Option<EngineStats>>,
     /// Every shard's gateway numbers added up; `None` when the gateway is off.
     pub gateway: Option<GatewayStats>,
+    /// Presence, typing listeners and push, added up; `None` when the gateway is off.
+    pub census: Option<CensusTotals>,
 }
 
 pub async fn gather_numbers(m: &MessagingAdmin) -> MessagingNumbers {
-    let gateway = match &m.gateway {
-        Some(gw) => Some(gateway_totals(gw).await.0),
-        None => None,
+    let (gateway, census) = match &m.gateway {
+        Some(gw) => (
+            Some(gateway_totals(gw).await.0),
+            Some(census_totals(gw).await),
+        ),
+        None => (None, None),
     };
     MessagingNumbers {
         node: m.node.clone(),
         engine: m.engine.stats_per_shard().await,
         gateway,
+        census,
     }
 }
 
@@ -505,9 +696,111 @@ mod tests {
         let v = replication_json();
         assert_eq!(v["role"], "standalone");
         assert!(v["warning"].as_str().unwrap().contains("not replicated"));
-        let o = overview_json(json!({"topics": []}), &EngineStats::default(), None);
+        let o = overview_json(json!({"topics": []}), &EngineStats::default(), None, None);
         assert_eq!(o["replication"]["role"], "standalone");
         assert!(o["gateway"].is_null());
         assert!(o["presence"].is_null());
+        assert!(o["signals"].is_null());
+        assert!(o["push"].is_null());
+    }
+
+    fn shard(sessions: u64, by_state: [u64; 3], push: Option<PushStats>) -> ShardCensus {
+        ShardCensus {
+            sessions,
+            users_online: sessions.min(1),
+            by_state,
+            watches: 1,
+            signal_topics: 1,
+            signal_listeners: 2,
+            push,
+        }
+    }
+
+    #[test]
+    fn censuses_add_up_and_count_silent_shards() {
+        let p = PushStats {
+            scanned: 4,
+            sent: 1,
+            failed: 2,
+            ..Default::default()
+        };
+        let t = add_censuses(&[
+            Some(shard(2, [1, 1, 0], Some(p.clone()))),
+            None,
+            Some(shard(1, [0, 0, 1], Some(p))),
+        ]);
+        assert_eq!(t.sessions, 3);
+        assert_eq!(t.users_online, 2);
+        assert_eq!(t.by_state, [1, 1, 1]);
+        assert_eq!(t.signal_listeners, 4);
+        assert_eq!(t.shards_missing, 1);
+        let push = t.push.as_ref().unwrap();
+        assert_eq!((push.scanned, push.sent, push.failed), (8, 2, 4));
+        // Push off on every shard: no push section at all, not zeros.
+        assert!(add_censuses(&[Some(shard(0, [0; 3], None))]).push.is_none());
+    }
+
+    #[test]
+    fn presence_body_has_the_spec_fields() {
+        let t = add_censuses(&[Some(shard(2, [1, 1, 0], None)), None]);
+        let v = presence_json(&t, "n1", "eu");
+        assert_eq!(v["users"], 1);
+        assert_eq!(v["sessions"], 2);
+        assert_eq!(v["by_node"]["n1"], 2);
+        assert_eq!(v["by_region"]["eu"], 2);
+        assert_eq!(v["by_state"], json!({"online": 1, "away": 1, "offline": 0}));
+        assert_eq!(v["watchers"], 1);
+        assert_eq!(v["shards_missing"], 1);
+        // No region configured: sessions without one are not counted in by_region.
+        assert_eq!(presence_json(&t, "n1", "")["by_region"], json!({}));
+        assert!(presence_user("").is_err());
+        assert!(presence_user(&"u".repeat(USER_ID_BYTES_MAX + 1)).is_err());
+        assert_eq!(presence_user("bob"), Ok("bob"));
+    }
+
+    #[test]
+    fn overview_fills_presence_signals_and_push() {
+        use crate::messaging::gateway::frame::PresenceState;
+        let g = GatewayStats {
+            signals_published: 3,
+            signals_out: 5,
+            signal_drops: 1,
+            signals_limited: 2,
+            ..Default::default()
+        };
+        let p = PushStats {
+            scanned: 5,
+            sent: 2,
+            suppressed: 1,
+            ..Default::default()
+        };
+        let t = add_censuses(&[Some(shard(1, [0, 1, 0], Some(p)))]);
+        let o = overview_json(
+            json!({}),
+            &EngineStats::default(),
+            None,
+            Some((&g, &t, "n", "")),
+        );
+        assert_eq!(o["presence"]["sessions"], 1);
+        assert_eq!(
+            o["signals"],
+            json!({"published": 3, "delivered": 5, "dropped": 1, "rate_limited": 2,
+                   "topics": 1, "subscribers": 2})
+        );
+        assert_eq!(o["push"]["sent"], 2);
+        assert_eq!(o["push"]["lag"], 2);
+        let u = user_presence_json(&UserPresence {
+            user: "bob".into(),
+            online: true,
+            state: PresenceState::Away,
+            devices: vec![crate::messaging::gateway::DevicePresence {
+                device: "phone".into(),
+                state: PresenceState::Away,
+                since_ns: 7,
+            }],
+        });
+        assert_eq!(u["state"], "away");
+        assert_eq!(u["devices"][0]["device_id"], "phone");
+        assert_eq!(u["devices"][0]["since_ns"], 7);
     }
 }

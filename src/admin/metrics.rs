@@ -300,6 +300,102 @@ fn gateway_series(
     ]
 }
 
+/// Presence and typing series of the node (label `node`): the §13.1 presence gauge and the
+/// signal counters it asks for. Sessions are summed over shards: each user lives on one.
+fn presence_series(
+    g: &crate::messaging::gateway::GatewayStats,
+    c: &super::messaging_routes::CensusTotals,
+) -> [(&'static str, &'static str, u64); 7] {
+    [
+        (
+            "boltq_presence_sessions_local",
+            "Presence sessions (bound devices) held on this node",
+            c.sessions,
+        ),
+        (
+            "boltq_presence_online_users",
+            "Users with at least one bound device",
+            c.users_online,
+        ),
+        (
+            "boltq_presence_watches",
+            "Live presence watches (watched user, watching connection)",
+            c.watches,
+        ),
+        (
+            "boltq_signals_published_total",
+            "Typing signals accepted and routed to their listeners",
+            g.signals_published,
+        ),
+        (
+            "boltq_signals_delivered_total",
+            "Signal frames queued to listeners",
+            g.signals_out,
+        ),
+        (
+            "boltq_signals_dropped_total",
+            "Signal frames dropped on full outbound queues",
+            g.signal_drops,
+        ),
+        (
+            "boltq_signals_rate_limited_total",
+            "Typing requests refused by the per-user rate limit",
+            g.signals_limited,
+        ),
+    ]
+}
+
+/// Offline-push series of the node (label `node`), summed over the shards' dispatchers.
+fn push_series(
+    p: &crate::messaging::push::dispatcher::PushStats,
+) -> [(&'static str, &'static str, u64); 6] {
+    [
+        (
+            "boltq_push_scanned_total",
+            "Inbox pointers read by the push dispatchers",
+            p.scanned,
+        ),
+        (
+            "boltq_push_sent_total",
+            "Notifications acknowledged by the webhook (2xx)",
+            p.sent,
+        ),
+        (
+            "boltq_push_failed_total",
+            "Webhook attempts that failed (each retry counts)",
+            p.failed,
+        ),
+        (
+            "boltq_push_dropped_total",
+            "Notifications given up on after the last attempt",
+            p.dropped,
+        ),
+        (
+            "boltq_push_suppressed_total",
+            "Notifications skipped: the user had a live session",
+            p.suppressed,
+        ),
+        (
+            "boltq_push_lag_records",
+            "Pointers read by the push dispatchers and not settled yet",
+            crate::messaging::push::unsettled(p),
+        ),
+    ]
+}
+
+/// One `node`-labelled series with its HELP and TYPE (`_total`: counter, else gauge).
+fn node_series(out: &mut String, node: &str, name: &str, help: &str, value: u64) {
+    let kind = if name.ends_with("_total") {
+        "counter"
+    } else {
+        "gauge"
+    };
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{node} {value}"
+    );
+}
+
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
@@ -344,15 +440,17 @@ fn messaging_text(out: &mut String, r: &ShardReport, m: &MessagingNumbers) {
     let node = format!("{{node=\"{}\"}}", escape_label(&m.node));
     if let Some(g) = &m.gateway {
         for (name, help, value) in gateway_series(g) {
-            let kind = if name.ends_with("_total") {
-                "counter"
-            } else {
-                "gauge"
-            };
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{node} {value}"
-            );
+            node_series(out, &node, name, help, value);
+        }
+        if let Some(c) = &m.census {
+            for (name, help, value) in presence_series(g, c) {
+                node_series(out, &node, name, help, value);
+            }
+            if let Some(p) = &c.push {
+                for (name, help, value) in push_series(p) {
+                    node_series(out, &node, name, help, value);
+                }
+            }
         }
     }
     let shards: Vec<(usize, &crate::messaging::engine::stats::EngineStats)> = m
@@ -464,9 +562,28 @@ fn messaging_json(r: &ShardReport, m: &MessagingNumbers) -> Value {
             );
         }
     }
+    let (presence, push) = match (&m.gateway, &m.census) {
+        (Some(g), Some(c)) => (
+            presence_series(g, c)
+                .iter()
+                .map(|(n, _, v)| (n.to_string(), json!(v)))
+                .collect::<Map<String, Value>>()
+                .into(),
+            c.push.as_ref().map_or(Value::Null, |p| {
+                push_series(p)
+                    .iter()
+                    .map(|(n, _, v)| (n.to_string(), json!(v)))
+                    .collect::<Map<String, Value>>()
+                    .into()
+            }),
+        ),
+        _ => (Value::Null, Value::Null),
+    };
     json!({
         "node": m.node,
         "gateway": m.gateway,
+        "presence": presence,
+        "push": push,
         "engine": total,
         "engine_per_shard": m.engine,
         "latency": latency,
@@ -580,12 +697,32 @@ mod tests {
             gateway: Some(GatewayStats {
                 connections: 5,
                 attached: 1,
+                signals_limited: 4,
+                ..Default::default()
+            }),
+            census: Some(super::super::messaging_routes::CensusTotals {
+                sessions: 3,
+                users_online: 2,
+                push: Some(crate::messaging::push::dispatcher::PushStats {
+                    scanned: 6,
+                    sent: 2,
+                    failed: 1,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
         };
         let text = String::from_utf8(render(&r, Some(&m), false).body).unwrap();
         assert!(text.contains("boltq_gateway_connections_total{node=\"n\\\"1\"} 5\n"));
         assert!(text.contains("# TYPE boltq_gateway_attached gauge\n"));
+        assert!(text.contains("# TYPE boltq_presence_sessions_local gauge\n"));
+        assert!(text.contains("boltq_presence_sessions_local{node=\"n\\\"1\"} 3\n"));
+        assert!(text.contains("boltq_presence_online_users{node=\"n\\\"1\"} 2\n"));
+        assert!(text.contains("# TYPE boltq_signals_rate_limited_total counter\n"));
+        assert!(text.contains("boltq_signals_rate_limited_total{node=\"n\\\"1\"} 4\n"));
+        assert!(text.contains("boltq_push_sent_total{node=\"n\\\"1\"} 2\n"));
+        assert!(text.contains("boltq_push_failed_total{node=\"n\\\"1\"} 1\n"));
+        assert!(text.contains("boltq_push_lag_records{node=\"n\\\"1\"} 4\n"));
         assert!(text.contains("boltq_stream_appends_total{shard=\"0\"} 2\n"));
         assert!(
             !text.contains("shard=\"1\""),
@@ -620,6 +757,11 @@ mod tests {
         assert_eq!(types.len(), n, "one TYPE line per metric name");
         let json: Value = serde_json::from_slice(&render(&r, Some(&m), true).body).unwrap();
         assert_eq!(json["messaging"]["gateway"]["connections"], 5);
+        assert_eq!(json["messaging"]["push"]["boltq_push_scanned_total"], 6);
+        assert_eq!(
+            json["messaging"]["presence"]["boltq_presence_sessions_local"],
+            3
+        );
         assert_eq!(json["messaging"]["latency"]["send_durable_us"]["count"], 4);
     }
 }

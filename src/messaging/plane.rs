@@ -123,6 +123,7 @@ impl MessagingPlan {
                 let g = Rc::clone(&g);
                 Box::pin(async move { g.user_online(&user).await })
             }));
+            gw.set_pusher(p);
         }
         Ok((engine, Some(gw)))
     }

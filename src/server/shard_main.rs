@@ -147,6 +147,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 node: Some(plan.config.cluster.node_id.clone())
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "standalone".to_string()),
+                region: plan.config.messaging.presence.region.clone(),
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });

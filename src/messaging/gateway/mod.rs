@@ -83,6 +83,9 @@ pub struct GatewayStats {
     pub signal_drops: u64,
     /// `typing` requests refused by the per-user rate limit.
     pub signals_limited: u64,
+    /// Signals routed by this shard as the owner of their topic (each is fanned out to
+    /// its listeners once).
+    pub signals_published: u64,
     /// Ephemeral messages dropped because the outbox to another shard was full.
     pub ephemeral_mesh_drops: u64,
 }
@@ -106,6 +109,7 @@ impl GatewayStats {
         self.signals_out += o.signals_out;
         self.signal_drops += o.signal_drops;
         self.signals_limited += o.signals_limited;
+        self.signals_published += o.signals_published;
         self.ephemeral_mesh_drops += o.ephemeral_mesh_drops;
     }
 }
@@ -141,6 +145,8 @@ pub struct Ephemeral {
     pub hub: RefCell<SignalHub>,
     pub limiter: RefCell<RateLimiter>,
     pub watching: RefCell<HashMap<u64, BTreeSet<String>>>,
+    /// Device states of the users this shard owns, for `/presence` and metrics.
+    pub census: RefCell<PresenceCensus>,
 }
 
 impl Ephemeral {
@@ -155,6 +161,7 @@ impl Ephemeral {
                 settings.signals.burst,
             )),
             watching: RefCell::new(HashMap::new()),
+            census: RefCell::new(PresenceCensus::default()),
             settings: RefCell::new(settings),
         }
     }
@@ -173,6 +180,8 @@ pub struct GatewayCtx {
     pub stats: RefCell<GatewayStats>,
     pub closing: Cell<bool>,
     pub ephemeral: Ephemeral,
+    /// This shard's push dispatcher, when push is on: its numbers travel with the census.
+    pusher: RefCell<Option<Rc<crate::messaging::push::Pusher>>>,
     next_conn: Cell<u64>,
     rng: ring::rand::SystemRandom,
 }
@@ -211,6 +220,7 @@ impl GatewayCtx {
                 &Default::default(),
                 &Default::default(),
             )),
+            pusher: RefCell::new(None),
             next_conn: Cell::new(shard << 48),
             rng: ring::rand::SystemRandom::new(),
         });
@@ -230,9 +240,15 @@ impl GatewayCtx {
         let e = &self.ephemeral;
         assert_eq!(e.presence.borrow().sessions(), 0, "configured before use");
         *e.presence.borrow_mut() = PresenceDirectory::new(settings.presence_ttl.as_nanos() as i64);
+        *e.census.borrow_mut() = PresenceCensus::default();
         *e.limiter.borrow_mut() =
             RateLimiter::new(settings.signals.rate_per_second, settings.signals.burst);
         *e.settings.borrow_mut() = settings;
+    }
+
+    /// Hands this shard's push dispatcher to the gateway, whose census reports its numbers.
+    pub fn set_pusher(&self, pusher: Rc<crate::messaging::push::Pusher>) {
+        *self.pusher.borrow_mut() = Some(pusher);
     }
 
     pub fn next_conn_id(&self) -> u64 {
@@ -329,6 +345,14 @@ pub enum GatewayMsg {
         user: String,
     },
     OnlineIs(bool),
+    /// Answered with `CensusOf` (admin `/presence`, the overview, `/metrics`).
+    Census,
+    CensusOf(Box<ShardCensus>),
+    /// To the owner of `user`: the user's aggregate and devices (`/presence?user=`).
+    UserPresence {
+        user: String,
+    },
+    UserPresenceIs(Box<UserPresence>),
 }
 
 /// How long the push dispatcher waits for a presence answer before treating the user as
@@ -428,6 +452,23 @@ impl GatewayCtx {
                     .reply(token, ShardMsg::Gateway(GatewayMsg::OnlineIs(on)));
             }
             boltq_shards::Incoming::Request {
+                msg: ShardMsg::Gateway(GatewayMsg::Census),
+                token,
+            } => self.engine.shard().reply(
+                token,
+                ShardMsg::Gateway(GatewayMsg::CensusOf(Box::new(self.census()))),
+            ),
+            boltq_shards::Incoming::Request {
+                msg: ShardMsg::Gateway(GatewayMsg::UserPresence { user }),
+                token,
+            } => {
+                let p = self.user_presence_here(&user);
+                self.engine.shard().reply(
+                    token,
+                    ShardMsg::Gateway(GatewayMsg::UserPresenceIs(Box::new(p))),
+                );
+            }
+            boltq_shards::Incoming::Request {
                 msg: ShardMsg::Gateway(GatewayMsg::Stats),
                 token,
             } => self.engine.shard().reply(
@@ -523,6 +564,7 @@ impl GatewayCtx {
             }
         };
         drop(dir);
+        self.ephemeral.census.borrow_mut().apply_all(&out);
         self.send_deliveries(out);
     }
 
@@ -600,6 +642,7 @@ impl GatewayCtx {
                 .borrow_mut()
                 .unlisten(&topic, shard, conn),
             SignalMsg::Publish(signal) => {
+                self.stats.borrow_mut().signals_published += 1;
                 let routes = self.ephemeral.hub.borrow().route(&signal);
                 let me = self.shard_id();
                 for (shard, conns) in routes {
@@ -664,8 +707,305 @@ impl GatewayCtx {
             }
             let now = boltq_io::store::now_ns();
             let expired = self.ephemeral.presence.borrow_mut().sweep(now);
+            self.ephemeral.census.borrow_mut().apply_all(&expired);
             self.send_deliveries(expired);
             self.ephemeral.limiter.borrow_mut().collect_idle(now);
+        }
+    }
+}
+
+// ---- numbers for the admin routes: presence census, signals, push -------------------------
+
+use crate::messaging::gateway::frame::PresenceState;
+use crate::messaging::presence::EventKind;
+use std::collections::BTreeMap;
+
+/// Every presence state, in the order of [`PresenceCensus::by_state`].
+pub const PRESENCE_STATES: [PresenceState; 3] = [
+    PresenceState::Online,
+    PresenceState::Away,
+    PresenceState::Offline,
+];
+
+fn state_index(s: PresenceState) -> usize {
+    match s {
+        PresenceState::Online => 0,
+        PresenceState::Away => 1,
+        PresenceState::Offline => 2,
+    }
+}
+
+/// One bound device as `/presence?user=` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevicePresence {
+    pub device: String,
+    pub state: PresenceState,
+    /// When the device entered `state`.
+    pub since_ns: i64,
+}
+
+/// A user's presence as its owner shard knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserPresence {
+    pub user: String,
+    /// Any device bound.
+    pub online: bool,
+    /// The most present state among the devices (online > away > offline).
+    pub state: PresenceState,
+    pub devices: Vec<DevicePresence>,
+}
+
+/// The device states of one shard's users, kept from the transitions its presence
+/// directory reports (bound, state changed, unbound, expired).
+///
+/// Trade-off: a second, smaller copy of what the directory holds (no watchers, no
+/// heartbeat times) rather than a scan of the directory on each admin request; it is
+/// exactly as bounded as the directory, since it only ever holds devices the directory
+/// accepted, and a per-state count is kept so a scrape is O(1).
+#[derive(Debug, Default)]
+pub struct PresenceCensus {
+    users: HashMap<String, BTreeMap<String, (PresenceState, i64)>>,
+    by_state: [u64; 3],
+}
+
+impl PresenceCensus {
+    /// Applies one transition of the directory (snapshots change nothing).
+    pub fn apply(&mut self, d: &Delivery) {
+        let ev = &d.event;
+        match ev.kind {
+            EventKind::Snapshot => {}
+            EventKind::Bound | EventKind::StateChanged => {
+                let devices = self.users.entry(ev.user.clone()).or_default();
+                if let Some((old, _)) = devices.insert(ev.device.clone(), (ev.state, ev.at_ns)) {
+                    self.by_state[state_index(old)] -= 1;
+                }
+                self.by_state[state_index(ev.state)] += 1;
+            }
+            EventKind::Unbound | EventKind::Expired => {
+                let Some(devices) = self.users.get_mut(&ev.user) else {
+                    return;
+                };
+                if let Some((old, _)) = devices.remove(&ev.device) {
+                    self.by_state[state_index(old)] -= 1;
+                }
+                if devices.is_empty() {
+                    self.users.remove(&ev.user);
+                }
+            }
+        }
+    }
+
+    pub fn apply_all(&mut self, ds: &[Delivery]) {
+        for d in ds {
+            self.apply(d);
+        }
+    }
+
+    /// Bound devices.
+    pub fn sessions(&self) -> u64 {
+        self.by_state.iter().sum()
+    }
+
+    /// Users with at least one bound device.
+    pub fn users_online(&self) -> u64 {
+        self.users.len() as u64
+    }
+
+    /// Bound devices by state, in the order of [`PRESENCE_STATES`].
+    pub fn by_state(&self) -> [u64; 3] {
+        self.by_state
+    }
+
+    /// `user`'s devices in device order; an unknown user is offline with none.
+    pub fn user(&self, user: &str) -> UserPresence {
+        let devices: Vec<DevicePresence> = self
+            .users
+            .get(user)
+            .into_iter()
+            .flatten()
+            .map(|(device, (state, since_ns))| DevicePresence {
+                device: device.clone(),
+                state: *state,
+                since_ns: *since_ns,
+            })
+            .collect();
+        let state = devices
+            .iter()
+            .map(|d| d.state)
+            .min_by_key(|s| state_index(*s))
+            .unwrap_or(PresenceState::Offline);
+        UserPresence {
+            user: user.to_string(),
+            online: !devices.is_empty(),
+            state,
+            devices,
+        }
+    }
+}
+
+/// One shard's numbers for `/presence`, the overview and `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct ShardCensus {
+    /// Bound devices of the users this shard owns.
+    pub sessions: u64,
+    pub users_online: u64,
+    /// In the order of [`PRESENCE_STATES`].
+    pub by_state: [u64; 3],
+    /// (watched user, watching connection) pairs.
+    pub watches: u64,
+    /// Typing topics with listeners, and listeners, on this shard.
+    pub signal_topics: u64,
+    pub signal_listeners: u64,
+    /// `None` when push is off.
+    pub push: Option<crate::messaging::push::dispatcher::PushStats>,
+}
+
+impl GatewayCtx {
+    /// This shard's [`ShardCensus`].
+    pub fn census(&self) -> ShardCensus {
+        let e = &self.ephemeral;
+        let census = e.census.borrow();
+        let dir = e.presence.borrow();
+        debug_assert_eq!(census.sessions(), dir.sessions() as u64, "census drift");
+        let hub = e.hub.borrow();
+        ShardCensus {
+            sessions: census.sessions(),
+            users_online: census.users_online(),
+            by_state: census.by_state(),
+            watches: dir.watches() as u64,
+            signal_topics: hub.topics() as u64,
+            signal_listeners: hub.listens() as u64,
+            push: self.pusher.borrow().as_ref().map(|p| p.stats()),
+        }
+    }
+
+    /// Every shard's [`GatewayCtx::census`], by shard id (`None`: no answer in time).
+    pub async fn censuses(&self, timeout_ms: u64) -> Vec<Option<ShardCensus>> {
+        use crate::server::shard_main::ShardMsg;
+        let shard = self.engine.shard();
+        let mut out = Vec::with_capacity(shard.count());
+        for dest in 0..shard.count() {
+            if dest == shard.id() {
+                out.push(Some(self.census()));
+                continue;
+            }
+            let msg = ShardMsg::Gateway(GatewayMsg::Census);
+            out.push(match shard.request(dest, msg, timeout_ms).await {
+                Ok(ShardMsg::Gateway(GatewayMsg::CensusOf(c))) => Some(*c),
+                _ => None,
+            });
+        }
+        out
+    }
+
+    fn user_presence_here(&self, user: &str) -> UserPresence {
+        self.ephemeral.census.borrow().user(user)
+    }
+
+    /// `user`'s presence, asked of its owner shard; `None` when it did not answer.
+    pub async fn user_presence(&self, user: &str, timeout_ms: u64) -> Option<UserPresence> {
+        use crate::server::shard_main::ShardMsg;
+        let shard = self.engine.shard();
+        let dest = presence::owner_of_user(user, shard.count());
+        if dest == shard.id() {
+            return Some(self.user_presence_here(user));
+        }
+        let msg = ShardMsg::Gateway(GatewayMsg::UserPresence {
+            user: user.to_string(),
+        });
+        match shard.request(dest, msg, timeout_ms).await {
+            Ok(ShardMsg::Gateway(GatewayMsg::UserPresenceIs(p))) => Some(*p),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::messaging::presence::Watcher;
+    use boltq_io::testutil::Rng;
+
+    const TTL_NS: i64 = 1_000;
+
+    #[test]
+    fn census_follows_bind_state_and_unbind() {
+        let mut dir = PresenceDirectory::new(TTL_NS);
+        let mut c = PresenceCensus::default();
+        c.apply(&dir.bind("alice", "phone", 1, 10).unwrap());
+        c.apply(&dir.bind("alice", "laptop", 2, 11).unwrap());
+        c.apply(&dir.bind("bob", "phone", 3, 12).unwrap());
+        c.apply(
+            &dir.set_state("alice", "phone", 1, PresenceState::Away, 20)
+                .unwrap(),
+        );
+        // A watch snapshot changes nothing.
+        c.apply(&dir.watch("bob", Watcher { shard: 0, conn: 9 }, 21).unwrap());
+        assert_eq!(c.sessions(), 3);
+        assert_eq!(c.users_online(), 2);
+        assert_eq!(c.by_state(), [2, 1, 0]);
+        let a = c.user("alice");
+        assert!(a.online);
+        assert_eq!(
+            a.state,
+            PresenceState::Online,
+            "the most present device wins"
+        );
+        assert_eq!(a.devices.len(), 2);
+        assert_eq!(a.devices[1].device, "phone");
+        assert_eq!(a.devices[1].since_ns, 20);
+        c.apply(&dir.unbind("alice", "laptop", 2, 30).unwrap());
+        assert_eq!(c.user("alice").state, PresenceState::Away);
+        c.apply(&dir.unbind("alice", "phone", 1, 31).unwrap());
+        let gone = c.user("alice");
+        assert!(!gone.online && gone.devices.is_empty());
+        assert_eq!(gone.state, PresenceState::Offline);
+        assert_eq!((c.sessions(), c.users_online()), (1, 1));
+        c.apply_all(&dir.sweep(12 + TTL_NS + 1));
+        assert_eq!(
+            (c.sessions(), c.users_online(), c.by_state()),
+            (0, 0, [0; 3])
+        );
+    }
+
+    #[test]
+    fn census_agrees_with_the_directory_under_random_traffic() {
+        let users = ["a", "b", "c", "d"];
+        let devices = ["p", "l", "t"];
+        for seed in 0..20 {
+            let mut rng = Rng::new(seed);
+            let mut dir = PresenceDirectory::new(TTL_NS);
+            let mut c = PresenceCensus::default();
+            let mut now = 0i64;
+            for _ in 0..400 {
+                now += rng.below(100) as i64;
+                let u = users[rng.below(users.len() as u64) as usize];
+                let d = devices[rng.below(devices.len() as u64) as usize];
+                let conn = rng.below(3);
+                let out: Vec<Delivery> = match rng.below(5) {
+                    0 => dir.bind(u, d, conn, now).into_iter().collect(),
+                    1 => dir.unbind(u, d, conn, now).into_iter().collect(),
+                    2 => {
+                        let s = PRESENCE_STATES[rng.below(3) as usize];
+                        dir.set_state(u, d, conn, s, now).into_iter().collect()
+                    }
+                    3 => {
+                        dir.heartbeat(u, d, conn, now);
+                        Vec::new()
+                    }
+                    _ => dir.sweep(now),
+                };
+                c.apply_all(&out);
+                assert_eq!(c.sessions(), dir.sessions() as u64, "seed {seed}");
+                for u in users {
+                    let snap = dir.snapshot(u, now);
+                    let mine = c.user(u);
+                    assert_eq!(mine.online, snap.online, "seed {seed} user {u}");
+                    assert_eq!(mine.state, snap.state, "seed {seed} user {u}");
+                }
+                let online = users.iter().filter(|u| dir.online(u)).count() as u64;
+                assert_eq!(c.users_online(), online, "seed {seed}");
+            }
         }
     }
 }
