@@ -25,13 +25,14 @@ use crate::messaging::engine::Engine;
 use crate::messaging::identity::acl::Policy;
 use crate::messaging::identity::token::Verifier;
 use crate::messaging::membership::MembershipClient;
-use crate::messaging::presence::{self, Delivery, PresenceDirectory, PresenceMsg};
+use crate::messaging::presence::{self, Delivery, EventKind, PresenceDirectory, PresenceMsg};
 use crate::messaging::signals::{self, RateLimiter, SignalHub, SignalMsg};
 use async_tungstenite::tungstenite::Message;
+use frame::PresenceState;
 use outbound::Outbound;
 use session::SessionStore;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -715,10 +716,6 @@ impl GatewayCtx {
 }
 
 // ---- numbers for the admin routes: presence census, signals, push -------------------------
-
-use crate::messaging::gateway::frame::PresenceState;
-use crate::messaging::presence::EventKind;
-use std::collections::BTreeMap;
 
 /// Every presence state, in the order of [`PresenceCensus::by_state`].
 pub const PRESENCE_STATES: [PresenceState; 3] = [
