@@ -146,6 +146,13 @@ fn acknowledged_sends_survive_kill_9() {
         std::thread::sleep(std::time::Duration::from_millis(300 + rng.below(700)));
         let (next, _) = s.restart_when_ports_free(libc::SIGKILL);
         s = next;
+        // The sender ends when its connection dies, or within 5 s if it only connected
+        // after the kill; never wait on it longer than that.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while child.try_wait().unwrap().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
         let _ = child.wait();
     }
     let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
