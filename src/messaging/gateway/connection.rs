@@ -115,8 +115,7 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     if !out.is_closing() {
         out.close(1000, "", true);
     }
-    let sender =
-        boltq_shards::timeout(Duration::from_millis(CLOSE_DRAIN_MS + 500), writer).await;
+    let sender = boltq_shards::timeout(Duration::from_millis(CLOSE_DRAIN_MS + 500), writer).await;
     if let Some(sender) = sender {
         if let Ok(ws) = WebSocketStream::reunite(sender, receiver) {
             // A peer that stopped reading still has our last write posted to the kernel;
