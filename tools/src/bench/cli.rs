@@ -250,9 +250,11 @@ pub struct GatewayArgs {
     /// a server whose `[messaging.chat] membership_url` points at it.
     #[arg(long)]
     pub membership_listen: Option<String>,
-    /// Devices connecting or setting up at once (per thread); the rest wait their turn, so
-    /// a mass (re)connect does not overflow the server's accept backlog.
-    #[arg(long, default_value_t = 256)]
+    /// Devices connecting or setting up at once (all threads together); the rest wait
+    /// their turn. Keep it under the server's accept backlog (128 today): connects beyond
+    /// it are dropped by the kernel and retried a second later, which then dominates a
+    /// mass reconnect's time.
+    #[arg(long, default_value_t = 64)]
     pub connect_concurrency: usize,
     /// Suffix of every id this run uses (after --prefix); default: derived from the clock,
     /// so runs against one server never share users, topics or cursors.

@@ -94,9 +94,12 @@ pub enum Series {
     /// Gateway `reconnect`: start of the mass reconnect → this device holds every record
     /// sent while it was away.
     CatchUp = 7,
+    /// Gateway, open loop: how late the generator wrote each send against its schedule
+    /// (its own delay, included in every other series; near zero when it keeps up).
+    SendLag = 8,
 }
 
-pub const SERIES: [Series; 8] = [
+pub const SERIES: [Series; 9] = [
     Series::Publish,
     Series::Consume,
     Series::Ack,
@@ -105,6 +108,7 @@ pub const SERIES: [Series; 8] = [
     Series::Send,
     Series::Hello,
     Series::CatchUp,
+    Series::SendLag,
 ];
 
 impl Series {
@@ -118,6 +122,7 @@ impl Series {
             Series::Send => "send",
             Series::Hello => "hello",
             Series::CatchUp => "catch_up",
+            Series::SendLag => "send_lag",
         }
     }
 }

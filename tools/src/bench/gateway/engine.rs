@@ -9,8 +9,8 @@
 //! device keeps only an incomplete frame), and the open-loop schedule of every device sits
 //! in one timer heap, so a loop turn costs what happened, not how many devices exist.
 //!
-//! A device's life: connect (non-blocking, at most `connect_concurrency` per thread in
-//! progress, so a 10,000-device start does not overflow the server's accept backlog) →
+//! A device's life: connect (non-blocking, at most `--connect-concurrency` over all threads
+//! in progress, so a 10,000-device start does not overflow the server's accept backlog) →
 //! upgrade → `hello` → `welcome` → subscribes and prime sends (setup) → ready. The thread
 //! reports setup done, waits for every thread, then runs the scenario: sends on schedule or
 //! closed loop, deliveries checked for order and counted, and in `reconnect` the abrupt
@@ -1100,6 +1100,9 @@ impl<'a> Worker<'a> {
                 written: now,
                 prime: false,
             });
+            if self.run.interval_ns.is_some() && !writer {
+                self.local.record(Series::SendLag, start, now);
+            }
             d.sends_inflight += 1;
             sent += 1;
         }
