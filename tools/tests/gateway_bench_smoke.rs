@@ -229,6 +229,8 @@ fn chat_open_loop_sends_exactly_the_budget_on_schedule() {
     // 300 sends at 500/s take about 0.6 s however fast the server is.
     assert!(r["window_secs"].as_f64().unwrap() >= 0.55, "{r}");
     assert_eq!(r["config"]["depth"], 16, "open-loop default window: {r}");
+    // The generator's own lateness is measured for every scheduled send.
+    assert_eq!(num(&r["latency_us"]["send_lag"]["count"]), 300, "{r}");
 }
 
 #[test]
@@ -315,7 +317,11 @@ fn reconnect_in_groups_resumes_every_member() {
     assert_eq!(acked_sends(&r), 10, "{r}");
     assert_eq!(num(&m["resumed"]), 24, "{r}");
     assert_eq!(num(&m["caught_up"]), 24, "{r}");
-    assert_eq!(num(&m["delivered"]), 48, "every device got both writes: {r}");
+    assert_eq!(
+        num(&m["delivered"]),
+        48,
+        "every device got both writes: {r}"
+    );
     assert_eq!(num(&m["prime_acked"]), 5, "{r}");
 }
 
