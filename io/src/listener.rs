@@ -16,6 +16,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// A bound listening socket, shareable across shard threads by descriptor.
+/// Pending connections a listener queues before the kernel drops new ones.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
 pub struct SharedListener {
     std: StdListener,
 }
@@ -24,6 +27,13 @@ impl SharedListener {
     pub fn bind(addr: SocketAddr) -> io::Result<SharedListener> {
         let std = StdListener::bind(addr)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        // std listens with a backlog of 128: a mass reconnect of devices overflows it and
+        // the kernel drops connects that then retry a second later. Listening again on a
+        // listening socket only changes the backlog (the kernel caps it at somaxconn).
+        // SAFETY: listen reads no memory; the descriptor is owned by `std` and valid.
+        if unsafe { libc::listen(std.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         std.set_nonblocking(true)?;
         Ok(SharedListener { std })
     }
