@@ -1,6 +1,8 @@
 //! Starting the real `boltq` binary for end-to-end tests.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use boltq_io::testutil::TempDir;
 use std::io::{Read, Write};
 use std::net::TcpStream;
