@@ -4,14 +4,14 @@
 
 mod support;
 
+use support::gateway::{token, SECRET};
+
 use boltq::client::gateway::GatewayClient;
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use support::{http, HttpResponse, Server};
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const API_KEY: &str = "adm1n-key";
 const CONVERSATION: &str = "alice:bob";
 const TOPIC: &str = "chat.direct.alice:bob";
@@ -36,19 +36,6 @@ fn start(tmp: &TempDir) -> Server {
     )
     .unwrap();
     Server::start(&["--config", path.to_str().unwrap()])
-}
-
-fn token(user: &str) -> String {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
 }
 
 fn url(s: &Server) -> String {

@@ -10,8 +10,9 @@
 
 mod support;
 
+use support::gateway::{connect, SECRET};
+
 use boltq::client::gateway::GatewayClient;
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,7 +23,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use support::{http, HttpResponse, Server};
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const API_KEY: &str = "adm1n-key";
 const REGION: &str = "eu-test";
@@ -141,25 +141,6 @@ fn start(tmp: &TempDir, hook: &Webhook) -> Server {
     )
     .unwrap();
     Server::start(&["--config", path.to_str().unwrap()])
-}
-
-fn token(user: &str) -> String {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
-}
-
-fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
-    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    GatewayClient::connect(&url, &token(user), device, None)
-        .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
 }
 
 fn admin(s: &Server, path: &str) -> HttpResponse {

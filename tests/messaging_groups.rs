@@ -8,8 +8,9 @@
 
 mod support;
 
+use support::gateway::{connect, SECRET};
+
 use boltq::client::gateway::{payload_text, send_frame, GatewayClient};
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
@@ -21,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use support::Server;
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const GROUP: &str = "team";
 const GROUP_TOPIC: &str = "chat.group.team";
 /// Bound on waiting for records that must come.
@@ -205,25 +205,6 @@ fn start(service: &MembershipService) -> (Server, TempDir) {
     .unwrap();
     let server = Server::start(&["--config", path.to_str().unwrap()]);
     (server, tmp)
-}
-
-fn token(user: &str) -> String {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
-}
-
-fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
-    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    GatewayClient::connect(&url, &token(user), device, None)
-        .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
 }
 
 fn subscribe(c: &mut GatewayClient, topic: &str) {

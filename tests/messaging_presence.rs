@@ -8,8 +8,9 @@
 
 mod support;
 
+use support::gateway::{connect, SECRET};
+
 use boltq::client::gateway::GatewayClient;
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -22,7 +23,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use support::Server;
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 /// Bound on waiting for frames that must come.
 const WAIT: Duration = Duration::from_secs(5);
 /// How long a frame that must not come is given to show up anyway.
@@ -180,25 +180,6 @@ fn start(service: &MembershipService, extra: &str) -> (Server, TempDir) {
     .unwrap();
     let server = Server::start(&["--config", path.to_str().unwrap()]);
     (server, tmp)
-}
-
-fn token(user: &str) -> String {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
-}
-
-fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
-    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    GatewayClient::connect(&url, &token(user), device, None)
-        .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
 }
 
 /// The error code of a reply, or "" when it is not an error.

@@ -6,8 +6,9 @@
 
 mod support;
 
+use support::gateway::{connect, SECRET};
+
 use boltq::client::gateway::GatewayClient;
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -19,7 +20,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use support::Server;
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const AUTH: &str = "Bearer hook-token";
 /// Bound on waiting for calls that must come.
@@ -221,26 +221,11 @@ fn start(hook: &Webhook, grace: &str) -> (Server, TempDir) {
     (server, tmp)
 }
 
-fn token(user: &str) -> String {
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s() + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
-}
-
 fn now_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
-}
-
-fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
-    let url = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    GatewayClient::connect(&url, &token(user), device, None)
-        .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
 }
 
 /// Sends a direct message; returns the `sent` body.

@@ -8,12 +8,13 @@
 
 mod support;
 
+use support::gateway::{token, SECRET};
+
 use base64::Engine as _;
 use boltq::client::gateway::{payload_text, GatewayClient};
 use boltq::client::{
     Client, ClientError, ClientOptions, Headers, StreamAt, StreamConsumer, StreamPayload,
 };
-use boltq::messaging::identity::token::{mint_hs256, Claims};
 use boltq::queue::protocol::frame::{self, status};
 use boltq_io::testutil::TempDir;
 use serde_json::json;
@@ -21,7 +22,6 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 use support::Server;
 
-const SECRET: &str = "0123456789abcdef0123456789abcdef";
 const API_KEY: &str = "backend-key";
 /// Bound on waiting for records that must come.
 const WAIT: Duration = Duration::from_secs(10);
@@ -43,19 +43,6 @@ fn start() -> (Server, TempDir) {
     .unwrap();
     let server = Server::start(&["--config", path.to_str().unwrap()]);
     (server, tmp)
-}
-
-fn token(user: &str) -> String {
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = Claims {
-        sub: user.to_string(),
-        exp: Some(now_s + 3600),
-        ..Default::default()
-    };
-    mint_hs256(Some("k1"), SECRET.as_bytes(), &claims)
 }
 
 fn device(s: &Server, user: &str, device: &str) -> GatewayClient {

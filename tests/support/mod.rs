@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod gateway;
 
 use boltq_io::testutil::TempDir;
 use std::io::{Read, Write};
