@@ -11,8 +11,9 @@ use std::fmt;
 /// Longest topic name, measured in bytes of its directory encoding ([`encode_dir`]). Keeps a
 /// partition's path well under the file-system and log-name limits.
 pub const TOPIC_ENCODED_BYTES_MAX: usize = 200;
-/// Longest user, device, group or direct-party id (§19 #11).
-pub const ID_BYTES_MAX: usize = 128;
+/// Ids inside topic names (user, device, group, direct party) follow the same rule as the
+/// ids in tokens (§19 #11): one definition, in the identity layer.
+pub use crate::messaging::identity::principal::{valid_id, ID_BYTES_MAX};
 /// Prefix of 1:1 conversation topics: `chat.direct.<a>:<b>`.
 pub const DIRECT_PREFIX: &str = "chat.direct.";
 /// Prefix of group conversation topics: `chat.group.<id>`.
@@ -215,15 +216,6 @@ pub fn validate_topic(name: &str) -> Result<(), TopicError> {
         return Err(TopicError::EmptySegment);
     }
     Ok(())
-}
-
-/// Whether `s` is a valid user, device, group or direct-party id: 1–[`ID_BYTES_MAX`] bytes
-/// of `[A-Za-z0-9_@+-]` (§19 #11). No `.` (an ACL segment boundary), no `:` (the direct
-/// separator), no wildcard. The single definition for ids inside topic names.
-pub fn valid_id(s: &str) -> bool {
-    (1..=ID_BYTES_MAX).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'@' | b'+' | b'-'))
 }
 
 /// What a topic is, which decides its ACL rules, its partition count and its partition key.

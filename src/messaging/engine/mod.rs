@@ -107,14 +107,6 @@ fn now_ns() -> i64 {
     boltq_io::store::now_ns()
 }
 
-pub fn now_ns_pub() -> i64 {
-    now_ns()
-}
-
-pub async fn sleep_ms(ms: u64) {
-    boltq_shards::sleep(std::time::Duration::from_millis(ms)).await
-}
-
 impl Engine {
     /// Starts the engine on this shard: loads the cursors of the slots it owns.
     pub async fn start(

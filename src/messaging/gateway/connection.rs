@@ -319,6 +319,6 @@ async fn teardown(c: &Rc<Connection>) {
     if let Some(sid) = c.session.borrow().as_ref() {
         c.gw.sessions
             .borrow_mut()
-            .detach(sid, c.id, crate::messaging::engine::now_ns_pub());
+            .detach(sid, c.id, boltq_io::store::now_ns());
     }
 }

@@ -101,7 +101,7 @@ pub async fn stream(c: Rc<Connection>, key: SubKey, mut pos: u64) {
                             frame::ErrorCode::Internal,
                             "could not read the partition",
                         );
-                        crate::messaging::engine::sleep_ms(1000).await;
+                        boltq_shards::sleep(std::time::Duration::from_secs(1)).await;
                         continue;
                     }
                 }
