@@ -581,6 +581,42 @@ impl BodyDecoder {
     }
 }
 
+/// Decodes one whole response held in `bytes` with the same steps the client runs on a
+/// socket (head, framing, body within `body_bytes_max`): `Ok(None)` while incomplete, the
+/// status and body once complete (a body framed by the connection's end is taken as
+/// ending with `bytes`). For the fuzz target and tests; the client reads incrementally.
+pub fn decode_response(
+    bytes: &[u8],
+    body_bytes_max: usize,
+) -> Result<Option<(u16, Vec<u8>)>, HttpError> {
+    let Some((head, used)) = parse_head(bytes)? else {
+        return Ok(None);
+    };
+    let mut body = Vec::new();
+    let Some(mut decoder) = BodyDecoder::new(head.framing) else {
+        return Ok(Some((head.status, body)));
+    };
+    let mut input = &bytes[used..];
+    loop {
+        let fed = decoder.feed(input, &mut body, body_bytes_max)?;
+        assert!(
+            fed.consumed <= input.len(),
+            "a decoder never claims unread bytes"
+        );
+        if fed.done {
+            return Ok(Some((head.status, body)));
+        }
+        if fed.consumed == 0 || fed.consumed == input.len() {
+            break;
+        }
+        input = &input[fed.consumed..];
+    }
+    match decoder {
+        BodyDecoder::UntilClose => decoder.finish_at_eof().map(|()| Some((head.status, body))),
+        _ => Ok(None),
+    }
+}
+
 fn append_capped(out: &mut Vec<u8>, bytes: &[u8], bytes_max: usize) -> Result<(), HttpError> {
     let room = bytes_max.saturating_sub(out.len());
     if bytes.len() > room {
@@ -1270,6 +1306,40 @@ pub(crate) mod test_server {
 mod tests {
     use super::test_server::{self, Reply};
     use super::*;
+
+    #[test]
+    fn decode_response_reads_whole_answers_and_survives_random_and_mutated_bytes() {
+        let ok = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(
+            decode_response(ok, 1024).unwrap(),
+            Some((200, b"abc".to_vec()))
+        );
+        assert_eq!(decode_response(&ok[..ok.len() - 3], 1024).unwrap(), None);
+        let big = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n";
+        let mut big = big.to_vec();
+        big.extend(std::iter::repeat_n(b'x', 5000));
+        assert!(matches!(
+            decode_response(&big, 100),
+            Err(HttpError::TooLarge { .. })
+        ));
+        let mut rng = boltq_io::testutil::Rng::new(7);
+        for _ in 0..20_000 {
+            let mut input = if rng.below(2) == 0 {
+                ok.to_vec()
+            } else {
+                big.clone()
+            };
+            for _ in 0..=rng.below(4) {
+                let at = rng.below(input.len() as u64) as usize;
+                input[at] = rng.next_u64() as u8;
+            }
+            input.truncate(rng.below(input.len() as u64 + 1) as usize);
+            if let Ok(Some((status, body))) = decode_response(&input, 1024) {
+                assert!(body.len() <= 1024);
+                assert!(status <= 999);
+            }
+        }
+    }
     use boltq_io::testutil::Rng;
 
     fn url(s: &str) -> ParsedUrl {
