@@ -170,7 +170,51 @@ pub fn render(
     if let Some(m) = messaging {
         messaging_text(&mut text, report, m);
     }
+    process_text(&mut text, &process_series());
     Response::text(200, "text/plain; version=0.0.4; charset=utf-8", text)
+}
+
+/// Numbers of the whole server process from procfs, read at scrape time, so a load test can
+/// compare them before and after a run: resident memory, and the bytes the process caused to
+/// be written to storage (`write_bytes` of `/proc/self/io`: journal, segments and the
+/// journal's pre-zeroing alike). A procfs file that cannot be read leaves its series out
+/// rather than reporting a made-up zero.
+fn process_series() -> Vec<(&'static str, &'static str, &'static str, u64)> {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let mut series = Vec::new();
+    if let Some(kib) = read("/proc/self/status").and_then(|s| proc_field(&s, "VmRSS:")) {
+        series.push((
+            "process_resident_memory_bytes",
+            "Resident memory of the server process",
+            "gauge",
+            kib * 1024,
+        ));
+    }
+    if let Some(bytes) = read("/proc/self/io").and_then(|s| proc_field(&s, "write_bytes:")) {
+        series.push((
+            "process_disk_write_bytes_total",
+            "Bytes the server process caused to be written to storage (procfs write_bytes)",
+            "counter",
+            bytes,
+        ));
+    }
+    series
+}
+
+/// The first number after `key` at the start of a line of a procfs text file.
+fn proc_field(text: &str, key: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+}
+
+fn process_text(out: &mut String, series: &[(&str, &str, &str, u64)]) {
+    for (name, help, kind, value) in series {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
 }
 
 fn text_form(r: &ShardReport) -> String {
@@ -617,6 +661,9 @@ fn json_form(r: &ShardReport) -> Value {
         o.insert(name.trim_start_matches("boltq_").to_string(), json!(value));
     }
     o.insert("connections".into(), json!(r.connections));
+    for (name, _, _, value) in process_series() {
+        o.insert(name.into(), json!(value));
+    }
     for (metric, key) in [
         (PUBLISH_LATENCY_METRIC, "publish_latency_us"),
         (CONSUME_WAIT_METRIC, "consume_wait_us"),
@@ -642,6 +689,24 @@ fn json_form(r: &ShardReport) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_series_come_from_procfs() {
+        let status = "Name:\tboltq\nVmPeak:\t  9 kB\nVmRSS:\t    1976 kB\n";
+        assert_eq!(proc_field(status, "VmRSS:"), Some(1976));
+        assert_eq!(
+            proc_field("rchar: 5\nwrite_bytes: 4096\n", "write_bytes:"),
+            Some(4096)
+        );
+        assert_eq!(proc_field("VmRSS:\tlots\n", "VmRSS:"), None);
+        assert_eq!(proc_field("", "VmRSS:"), None);
+        let mut text = String::new();
+        process_text(&mut text, &process_series());
+        // This test process is alive, so its resident memory is above zero.
+        let rss = proc_field(&text, "process_resident_memory_bytes ").unwrap();
+        assert!(rss > 0, "{text}");
+        assert!(text.contains("# TYPE process_resident_memory_bytes gauge\n"));
+    }
 
     #[test]
     fn text_keeps_v1_names_and_order_and_escapes_labels() {

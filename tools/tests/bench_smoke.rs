@@ -21,6 +21,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 struct Server {
     child: Child,
     addr: String,
+    /// Admin HTTP address (`/metrics`).
+    http: String,
     _dir: TempDir,
 }
 
@@ -48,6 +50,7 @@ impl Server {
         let server = Server {
             child,
             addr: format!("127.0.0.1:{tcp}"),
+            http: format!("127.0.0.1:{http}"),
             _dir: dir,
         };
         server.wait_ready();
@@ -340,6 +343,126 @@ fn server_errors_are_counted_by_kind_and_fail_the_run() {
         ],
     );
     assert_eq!((code, &r["pass"]), (0, &Value::Bool(true)), "{r}");
+}
+
+#[test]
+fn server_metrics_agree_with_the_bench_counts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let http = server.http.clone();
+    let (code, r) = bench(
+        &server,
+        &[
+            "queue",
+            "--duration-secs",
+            "1",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--depth",
+            "8",
+            "--prefix",
+            "smoke-http",
+            "--http",
+            &http,
+        ],
+    );
+    assert_clean(code, &r);
+    let (m, s) = (&r["messages"], &r["server"]);
+    let published = num(&m["published"]);
+    assert!(published > 0, "{r}");
+    // Scraped before the first request and after the last reply: exactly the run's messages.
+    assert_eq!(num(&s["messages_published"]["delta"]), published, "{r}");
+    assert_eq!(
+        num(&s["messages_consumed"]["delta"]),
+        num(&m["consumed"]),
+        "{r}"
+    );
+    assert_eq!(num(&s["messages_acked"]["delta"]), num(&m["acked"]), "{r}");
+    assert_eq!(
+        r["checks"]["server_published_delta_equals_acknowledged"],
+        true
+    );
+    assert_eq!(r["checks"]["server_consumed_delta_equals_consumed"], true);
+    assert!(
+        s["messages_published"]["per_sec"].as_f64().unwrap() > 0.0,
+        "{r}"
+    );
+    assert!(num(&s["rss_bytes"]["after"]) > 1_000_000, "{r}");
+    // Not exported by the server yet, and said so.
+    assert!(s["missing"].to_string().contains("fsyncs"), "{r}");
+}
+
+#[test]
+fn size_distributions_are_drawn_counted_and_stored() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let http = server.http.clone();
+    for (size, lo, hi) in [("64-4096", 64.0, 4096.0), ("100:1,4000:1", 100.0, 4000.0)] {
+        let (code, r) = bench(
+            &server,
+            &[
+                "publish",
+                "--duration-secs",
+                "1",
+                "--depth",
+                "8",
+                "--size",
+                size,
+                "--prefix",
+                "smoke-size",
+                "--http",
+                &http,
+            ],
+        );
+        assert_clean(code, &r);
+        assert_eq!(r["config"]["size"], size, "{r}");
+        let published = num(&r["messages"]["published"]);
+        let mean = r["messages"]["mean_payload_bytes"].as_f64().unwrap();
+        // Both distributions have their expected mean in the middle; a few hundred draws
+        // land well inside the range.
+        assert!(mean > lo + 200.0 && mean < hi - 200.0, "mean {mean}: {r}");
+        let rate = r["throughput"]["msgs_per_sec"].as_f64().unwrap();
+        let mbps = r["throughput"]["mb_per_sec"].as_f64().unwrap();
+        assert!(
+            (mbps - rate * mean / 1e6).abs() <= 0.01,
+            "MB/s from the mean: {r}"
+        );
+        assert_eq!(num(&r["server"]["messages_published"]["delta"]), published);
+        // The server wrote at least the payload bytes it acknowledged to disk.
+        let written = num(&r["server"]["disk_write_bytes"]["delta"]) as f64;
+        assert!(written >= mean * published as f64, "{r}");
+    }
+}
+
+#[test]
+fn bad_size_and_http_options_are_setup_errors() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BENCH)
+            .args(["publish", "--duration-secs", "1", "--quiet"])
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--size", "100-50"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("small to large"), "{err}");
+    let (code, err) = run(&["--size", "10"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("outside 34..=4000000"), "{err}");
+    // Nothing listens on a port that was just free: refused before any load is sent.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let (code, err) = run(&["--http", &nobody]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("--http") && err.contains("cannot connect"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! ([`Common`]) flattened in, so they can be written after the scenario name.
 
 use super::cpus::CpuList;
+use super::size_dist::SizeDist;
+use super::wire::{PAYLOAD_BYTES_MAX, PAYLOAD_BYTES_MIN};
 use clap::{Args, Parser, Subcommand};
 
 const AFTER_HELP: &str = "\
@@ -52,15 +54,25 @@ pub enum Scenario {
     Reconnect(ReconnectArgs),
 }
 
+/// `--size` of the TCP scenarios: bounded by the stamp and by the protocol's frame limit.
+fn tcp_size(spec: &str) -> Result<SizeDist, String> {
+    SizeDist::parse(spec, PAYLOAD_BYTES_MIN as u32, PAYLOAD_BYTES_MAX as u32)
+}
+
 /// Options shared by every scenario.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
     /// Server TCP address (host:port).
     #[arg(long, default_value = "127.0.0.1:9091")]
     pub addr: String,
-    /// API key, sent with AUTH on every connection before anything else.
+    /// API key, sent with AUTH on every connection before anything else (and as X-API-Key
+    /// to --http).
     #[arg(long)]
     pub api_key: Option<String>,
+    /// The server's admin HTTP address (host:port): `/metrics` is scraped before and after
+    /// the measured phase and the report gets the server's own counts (section `server`).
+    #[arg(long)]
+    pub http: Option<String>,
     /// Measured duration in seconds (after the warm-up). Default 10 when --messages is not
     /// given; with --messages it is a cap.
     #[arg(long)]
@@ -109,9 +121,11 @@ pub struct Common {
 #[derive(Args, Debug, Clone)]
 pub struct PayloadArgs {
     /// Payload size in bytes: the JSON string value of `payload` (quotes included), which
-    /// carries a send timestamp and a sequence number. At least 34.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(34..=4_000_000))]
-    pub size: u32,
+    /// carries a send timestamp and a sequence number; 34..=4000000. One size (`100`), a
+    /// uniform range (`64-4096`) or weighted choices (`100:90,4096:10`), drawn per message
+    /// from each connection's seeded PRNG.
+    #[arg(long, default_value = "100", value_parser = tcp_size)]
+    pub size: SizeDist,
     /// Priorities to publish with, as `priority:weight` pairs, e.g. `0:80,5:15,9:5`.
     #[arg(long)]
     pub priority_mix: Option<String>,
@@ -164,9 +178,9 @@ pub struct ConsumeArgs {
     /// Without it (and without --messages) the run drains until the queues are empty.
     #[arg(long)]
     pub prefill: Option<u64>,
-    /// Payload size of the prefilled messages.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(34..=4_000_000))]
-    pub size: u32,
+    /// Payload size of the prefilled messages (a distribution, as for `publish`).
+    #[arg(long, default_value = "100", value_parser = tcp_size)]
+    pub size: SizeDist,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -8,6 +8,7 @@
 //! syscalls. Setup steps (AUTH, SUBSCRIBE) are done blocking before the loop starts.
 
 use super::poll::{now_ns, Epoll, Timer};
+use super::size_dist::{xorshift, SizeDist};
 use super::stats::{Counters, Hists, Op, Series, Shared, MERGE_EVERY_NS};
 use super::wire::{self, Template};
 use boltq::queue::protocol::frame::{self, op, status, FrameError, HEADER_BYTES};
@@ -50,7 +51,10 @@ pub struct ProducerSpec {
     pub templates: Arc<Vec<Vec<Template>>>,
     /// Cumulative weights of the priority slots (one slot: always slot 0).
     pub priority_cumulative: Arc<Vec<u32>>,
-    pub padding: Arc<Vec<u8>>,
+    /// Payload sizes, drawn per message from this connection's PRNG.
+    pub sizes: Arc<SizeDist>,
+    /// Filler for the largest size ([`wire::filler`]).
+    pub filler: Arc<Vec<u8>>,
     /// Open loop: nanoseconds between this connection's sends; `None` = closed loop.
     pub interval_ns: Option<u64>,
     /// Offset of this connection's first scheduled send (spreads connections in time).
@@ -153,15 +157,6 @@ impl Local {
             self.hists.record(s, now.saturating_sub(start_ns));
         }
     }
-}
-
-fn xorshift(state: &mut u64) -> u64 {
-    let mut x = *state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *state = x;
-    x
 }
 
 // ---- setup ---------------------------------------------------------------------------------
@@ -431,7 +426,7 @@ impl<'a> Worker<'a> {
         let c = &mut self.conns[i];
         match &mut c.role {
             Role::Producer(p) => {
-                let mut sent = 0u64;
+                let (mut sent, mut bytes) = (0u64, 0u64);
                 while c.inflight.len() < c.depth && !p.done_sending {
                     if shared.stopped() {
                         p.done_sending = true;
@@ -463,12 +458,17 @@ impl<'a> Worker<'a> {
                     let targets = &p.spec.templates;
                     let target = (p.spec.first_target + p.seq as usize) % targets.len();
                     let slot = pick_slot(&p.spec.priority_cumulative, &mut p.rng);
-                    targets[target][slot].write(&mut c.out, start, p.seq, &p.spec.padding);
+                    let size = p.spec.sizes.sample(&mut p.rng) as usize;
+                    targets[target][slot].write(&mut c.out, start, p.seq, size, &p.spec.filler);
                     p.seq += 1;
                     c.inflight.push_back((p.spec.op, start, now));
                     sent += 1;
+                    bytes += size as u64;
                 }
-                Counters::add(&shared.counters.sent[p.spec.op as usize], sent);
+                let counters = &shared.counters;
+                Counters::add(&counters.sent[p.spec.op as usize], sent);
+                Counters::add(&counters.payload_messages, sent);
+                Counters::add(&counters.payload_bytes, bytes);
             }
             Role::Consumer(k) => {
                 let (mut consumes, mut acks) = (0u64, 0u64);

@@ -17,6 +17,8 @@ pub mod gateway;
 pub mod poll;
 pub mod report;
 pub mod run;
+pub mod server_metrics;
+pub mod size_dist;
 pub mod stats;
 pub mod wire;
 
@@ -28,6 +30,7 @@ use engine::{ConnSpec, ConsumeMode, ConsumerSpec, ProducerSpec, RoleSpec};
 use report::{Check, ReportInput};
 use run::{Plan, Primary};
 use serde_json::{json, Map, Value};
+use size_dist::SizeDist;
 use stats::{Counters, Op, Series};
 use std::sync::Arc;
 use wire::{json_str, Template};
@@ -83,6 +86,10 @@ fn common_of(s: &Scenario) -> &Common {
 
 /// Runs one scenario; returns the report and whether it passed.
 pub fn run_scenario(s: Scenario) -> Result<(Value, bool), String> {
+    if let Some(ep) = server_endpoint(common_of(&s)) {
+        // A wrong --http is a setup error, found before anything connects or is set up.
+        server_metrics::scrape(&ep, poll::now_ns())?;
+    }
     match s {
         Scenario::Publish(a) => publish(a),
         Scenario::Consume(a) => consume(a),
@@ -134,7 +141,6 @@ fn templates(
     head: &str,
     tails: &[String],
     mix: &[(Option<u8>, u32)],
-    size: usize,
 ) -> Vec<Vec<Template>> {
     tails
         .iter()
@@ -146,7 +152,6 @@ fn templates(
                         code,
                         &format!("{{{head}\"payload\":"),
                         &format!("{prio}{tail}}}"),
-                        size,
                     )
                 })
                 .collect()
@@ -167,7 +172,8 @@ fn producer_specs(p: Producers<'_>) -> Result<Vec<ConnSpec>, String> {
     let mix = priority_mix(p.payload.priority_mix.as_deref())?;
     let templates = Arc::new(p.templates);
     let cumulative = Arc::new(cumulative(&mix));
-    let padding = Arc::new(wire::padding(p.payload.size as usize));
+    let sizes = Arc::new(p.payload.size.clone());
+    let filler = Arc::new(wire::filler(sizes.max() as usize));
     let interval = match p.rate {
         Some(r) if r > 0.0 => Some(((p.count as f64 * 1e9 / r) as u64).max(1)),
         Some(r) => return Err(format!("--rate must be positive, got {r}")),
@@ -180,7 +186,8 @@ fn producer_specs(p: Producers<'_>) -> Result<Vec<ConnSpec>, String> {
                 op: p.op,
                 templates: templates.clone(),
                 priority_cumulative: cumulative.clone(),
-                padding: padding.clone(),
+                sizes: sizes.clone(),
+                filler: filler.clone(),
                 interval_ns: interval,
                 phase_ns: interval.map_or(0, |iv| iv * i as u64 / p.count as u64),
                 first_target: i,
@@ -299,14 +306,24 @@ fn plan(common: &Common, conns: Vec<ConnSpec>, senders: usize, primary: Primary)
         request_timeout_secs: common.request_timeout_secs,
         progress: !common.quiet,
         label: String::new(),
+        server: server_endpoint(common),
     }
+}
+
+/// Where `--http` says the server's `/metrics` is.
+fn server_endpoint(common: &Common) -> Option<server_metrics::Endpoint> {
+    common.http.as_ref().map(|addr| server_metrics::Endpoint {
+        addr: addr.clone(),
+        api_key: common.api_key.clone(),
+    })
 }
 
 /// What a scenario hands to the report besides its configuration.
 struct Outcome<'a> {
     finished: &'a run::Finished,
     primary: Primary,
-    payload_bytes: u64,
+    /// Mean payload size when the run itself sent no payloads (`consume`: the prefill's).
+    payload_bytes: Option<f64>,
     extra: Map<String, Value>,
     checks: Vec<Check>,
 }
@@ -315,8 +332,10 @@ fn finish(
     scenario: &'static str,
     common: &Common,
     mut config: Value,
-    o: Outcome<'_>,
+    mut o: Outcome<'_>,
 ) -> (Value, bool) {
+    server_checks(common, o.finished, &mut o.checks);
+    config["http"] = json!(common.http);
     config["addr"] = json!(common.addr);
     config["loop"] = json!(match common.rate {
         Some(r) => format!("open ({r} msg/s)"),
@@ -338,6 +357,42 @@ fn finish(
     })
 }
 
+/// With `--http` and no warm-up the two scrapes enclose every request of the run, so the
+/// server's published and consumed deltas must equal what the generator saw acknowledged and
+/// consumed. After a warm-up, requests in flight when measuring starts blur the boundary:
+/// the deltas are reported, not checked.
+fn server_checks(common: &Common, f: &run::Finished, checks: &mut Vec<Check>) {
+    let Some(Ok(w)) = &f.server else { return };
+    if common.warmup_secs > 0.0 {
+        return;
+    }
+    let c = &f.shared.counters;
+    let publishes_sent: u64 = stats::OPS
+        .iter()
+        .filter(|o| o.is_publish())
+        .map(|&o| Counters::get(&c.sent[o as usize]))
+        .sum();
+    let consumed = Counters::get(&c.consumed);
+    for (name, key, ours, applies) in [
+        (
+            "server_published_delta_equals_acknowledged",
+            "messages_published",
+            c.published(),
+            publishes_sent > 0,
+        ),
+        (
+            "server_consumed_delta_equals_consumed",
+            "messages_consumed",
+            consumed,
+            consumed > 0,
+        ),
+    ] {
+        if let (true, Some(theirs)) = (applies, w.delta(key)) {
+            checks.push(equal_check(name, theirs, ours, &format!("/metrics {key}")));
+        }
+    }
+}
+
 // ---- scenarios -----------------------------------------------------------------------------
 
 fn publish(a: cli::PublishArgs) -> Result<(Value, bool), String> {
@@ -354,7 +409,7 @@ fn publish(a: cli::PublishArgs) -> Result<(Value, bool), String> {
         count: a.connections,
         depth: a.depth,
         op: Op::Publish,
-        templates: templates(op::PUBLISH, "", &tails, &mix, a.payload.size as usize),
+        templates: templates(op::PUBLISH, "", &tails, &mix),
         payload: &a.payload,
         rate: c.rate,
     })?;
@@ -376,10 +431,9 @@ fn publish(a: cli::PublishArgs) -> Result<(Value, bool), String> {
         ));
     }
     let config = json!({
-        "connections": a.connections, "depth": a.depth, "size": a.payload.size,
+        "connections": a.connections, "depth": a.depth, "size": a.payload.size.to_string(),
         "queues": a.queues, "priority_mix": a.payload.priority_mix, "prefix": c.prefix,
     });
-    let size = a.payload.size as u64;
     Ok(finish(
         "publish",
         c,
@@ -387,7 +441,7 @@ fn publish(a: cli::PublishArgs) -> Result<(Value, bool), String> {
         Outcome {
             finished: &f,
             primary: Primary::Published,
-            payload_bytes: size,
+            payload_bytes: None,
             extra: Map::new(),
             checks,
         },
@@ -403,9 +457,11 @@ fn consume(a: cli::ConsumeArgs) -> Result<(Value, bool), String> {
     }
     let names = queue_names(&c.prefix, a.queues);
     let mut extra = Map::new();
+    let mut prefill_mean_bytes = None;
     if let Some(n) = a.prefill {
-        let prefilled = prefill(c, &names, n, a.size, a.connections)?;
+        let (prefilled, mean) = prefill(c, &names, n, &a.size, a.connections)?;
         extra.insert("prefilled".into(), json!(prefilled));
+        prefill_mean_bytes = Some(mean);
     }
     let target = c.messages.or(a.prefill);
     let mode = match target {
@@ -436,7 +492,7 @@ fn consume(a: cli::ConsumeArgs) -> Result<(Value, bool), String> {
     let config = json!({
         "connections": a.connections, "depth": a.depth, "queues": a.queues,
         "batch": a.consumer.batch, "wait_ms": a.consumer.wait_ms, "prefill": a.prefill,
-        "size": a.size, "prefix": c.prefix,
+        "size": a.size.to_string(), "prefix": c.prefix,
     });
     Ok(finish(
         "consume",
@@ -445,27 +501,28 @@ fn consume(a: cli::ConsumeArgs) -> Result<(Value, bool), String> {
         Outcome {
             finished: &f,
             primary: Primary::Consumed,
-            payload_bytes: a.size as u64,
+            payload_bytes: prefill_mean_bytes,
             extra,
             checks,
         },
     ))
 }
 
-/// Publishes `n` messages (not measured) for a drain run; returns how many were stored.
+/// Publishes `n` messages (not measured) for a drain run; returns how many were stored and
+/// their mean payload size.
 fn prefill(
     common: &Common,
     queues: &[String],
     n: u64,
-    size: u32,
+    size: &SizeDist,
     connections: usize,
-) -> Result<u64, String> {
+) -> Result<(u64, f64), String> {
     let tails: Vec<String> = queues
         .iter()
         .map(|q| format!(",\"topic\":{}", json_str(q)))
         .collect();
     let payload = PayloadArgs {
-        size,
+        size: size.clone(),
         priority_mix: None,
     };
     let mix = [(None, 1)];
@@ -473,7 +530,7 @@ fn prefill(
         count: connections,
         depth: 64,
         op: Op::Publish,
-        templates: templates(op::PUBLISH, "", &tails, &mix, size as usize),
+        templates: templates(op::PUBLISH, "", &tails, &mix),
         payload: &payload,
         rate: None,
     })?;
@@ -482,6 +539,7 @@ fn prefill(
     p.duration_secs = None;
     p.warmup_secs = 0.0;
     p.label = "prefill".into();
+    p.server = None; // not measured
     let f = run::execute(p, common)?;
     let errors = f.shared.counters.errors_total();
     let published = f.shared.counters.published();
@@ -491,7 +549,8 @@ fn prefill(
             "prefill stored {published} of {n} messages ({errors} errors: {kinds:?})"
         ));
     }
-    Ok(published)
+    let bytes = Counters::get(&f.shared.counters.payload_bytes);
+    Ok((published, bytes as f64 / published.max(1) as f64))
 }
 
 fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
@@ -509,7 +568,7 @@ fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
         count: a.producers,
         depth: a.depth,
         op: Op::Publish,
-        templates: templates(op::PUBLISH, "", &tails, &mix, a.payload.size as usize),
+        templates: templates(op::PUBLISH, "", &tails, &mix),
         payload: &a.payload,
         rate: c.rate,
     })?;
@@ -537,7 +596,7 @@ fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
     )];
     let config = json!({
         "producers": a.producers, "consumers": a.consumers, "depth": a.depth,
-        "consumer_depth": consumer_depth, "size": a.payload.size, "queues": a.queues,
+        "consumer_depth": consumer_depth, "size": a.payload.size.to_string(), "queues": a.queues,
         "batch": a.consumer.batch, "wait_ms": a.consumer.wait_ms,
         "priority_mix": a.payload.priority_mix, "prefix": c.prefix,
     });
@@ -548,7 +607,7 @@ fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
         Outcome {
             finished: &f,
             primary: Primary::Consumed,
-            payload_bytes: a.payload.size as u64,
+            payload_bytes: None,
             extra: Map::new(),
             checks,
         },
@@ -576,7 +635,7 @@ fn pubsub(a: cli::PubsubArgs) -> Result<(Value, bool), String> {
         count: 1,
         depth: a.depth,
         op: Op::PublishTopic,
-        templates: templates(op::PUBLISH_TOPIC, "", &tails, &mix, a.payload.size as usize),
+        templates: templates(op::PUBLISH_TOPIC, "", &tails, &mix),
         payload: &a.payload,
         rate: c.rate,
     })?);
@@ -606,7 +665,7 @@ fn pubsub(a: cli::PubsubArgs) -> Result<(Value, bool), String> {
     let mut extra = Map::new();
     extra.insert("expected_deliveries".into(), json!(expected));
     let config = json!({
-        "subscribers": a.subscribers, "depth": a.depth, "size": a.payload.size,
+        "subscribers": a.subscribers, "depth": a.depth, "size": a.payload.size.to_string(),
         "topic": topic, "priority_mix": a.payload.priority_mix,
     });
     Ok(finish(
@@ -616,7 +675,7 @@ fn pubsub(a: cli::PubsubArgs) -> Result<(Value, bool), String> {
         Outcome {
             finished: &f,
             primary: Primary::Delivered,
-            payload_bytes: a.payload.size as u64,
+            payload_bytes: None,
             extra,
             checks,
         },
@@ -654,13 +713,7 @@ fn exchange(a: cli::ExchangeArgs) -> Result<(Value, bool), String> {
         count: a.connections,
         depth: a.depth,
         op: Op::PublishExchange,
-        templates: templates(
-            op::PUBLISH_EXCHANGE,
-            &head,
-            &tails,
-            &mix,
-            a.payload.size as usize,
-        ),
+        templates: templates(op::PUBLISH_EXCHANGE, &head, &tails, &mix),
         payload: &a.payload,
         rate: c.rate,
     })?;
@@ -692,7 +745,7 @@ fn exchange(a: cli::ExchangeArgs) -> Result<(Value, bool), String> {
     }
     let config = json!({
         "bindings": a.bindings, "connections": a.connections, "depth": a.depth,
-        "size": a.payload.size, "exchange": name, "priority_mix": a.payload.priority_mix,
+        "size": a.payload.size.to_string(), "exchange": name, "priority_mix": a.payload.priority_mix,
     });
     Ok(finish(
         "exchange",
@@ -701,7 +754,7 @@ fn exchange(a: cli::ExchangeArgs) -> Result<(Value, bool), String> {
         Outcome {
             finished: &f,
             primary: Primary::Published,
-            payload_bytes: a.payload.size as u64,
+            payload_bytes: None,
             extra: Map::new(),
             checks,
         },

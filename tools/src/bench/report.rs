@@ -21,7 +21,9 @@ pub struct ReportInput<'a> {
     pub config: Value,
     pub finished: &'a Finished,
     pub primary: Primary,
-    pub payload_bytes: u64,
+    /// Mean payload size when the run itself sent no payloads (`consume`: the prefill's);
+    /// otherwise the mean of the sizes actually sent is used.
+    pub payload_bytes: Option<f64>,
     pub warmup_secs: f64,
     pub max_errors: u64,
     pub extra: Map<String, Value>,
@@ -73,12 +75,18 @@ pub fn build(input: ReportInput<'_>) -> (Value, bool) {
     }
 
     let rate = f.rate(input.primary);
+    let payload_messages = Counters::get(&c.payload_messages);
+    let mean_payload_bytes = if payload_messages > 0 {
+        Counters::get(&c.payload_bytes) as f64 / payload_messages as f64
+    } else {
+        input.payload_bytes.unwrap_or(0.0)
+    };
     let round1 = |x: f64| (x * 10.0).round() / 10.0;
     let mut throughput = Map::new();
     throughput.insert("msgs_per_sec".into(), json!(round1(rate)));
     throughput.insert(
         "mb_per_sec".into(),
-        json!((rate * input.payload_bytes as f64 / 1e6 * 100.0).round() / 100.0),
+        json!((rate * mean_payload_bytes / 1e6 * 100.0).round() / 100.0),
     );
     for (name, p) in [
         ("published_per_sec", Primary::Published),
@@ -115,6 +123,12 @@ pub fn build(input: ReportInput<'_>) -> (Value, bool) {
             messages.insert(name.into(), json!(v));
         }
     }
+    if mean_payload_bytes > 0.0 {
+        messages.insert(
+            "mean_payload_bytes".into(),
+            json!(round1(mean_payload_bytes)),
+        );
+    }
     for (k, v) in input.extra {
         messages.insert(k, v);
     }
@@ -143,7 +157,7 @@ pub fn build(input: ReportInput<'_>) -> (Value, bool) {
         .map(|c| json!(format!("{}: {}", c.name, c.detail)))
         .collect();
     let pass = total_errors <= input.max_errors;
-    let report = json!({
+    let mut report = json!({
         "scenario": input.scenario,
         "config": input.config,
         "warmup_secs": input.warmup_secs,
@@ -159,6 +173,11 @@ pub fn build(input: ReportInput<'_>) -> (Value, bool) {
         "pass": pass,
         "stopped_by_duration": shared.stop.load(Ordering::Relaxed),
     });
+    match &f.server {
+        None => {}
+        Some(Ok(w)) => report["server"] = w.section(),
+        Some(Err(e)) => report["server"] = json!({ "error": e }),
+    }
     (report, pass)
 }
 
@@ -226,6 +245,9 @@ pub fn render(r: &Value) -> String {
         let parts: Vec<String> = m.iter().map(|(k, v)| format!("{k} {v}")).collect();
         s += &format!("messages      {}\n", parts.join(", "));
     }
+    if let Some(server) = r.get("server") {
+        s += &render_server(server);
+    }
     if let Some(checks) = r["checks"].as_object() {
         let parts: Vec<String> = checks
             .iter()
@@ -261,5 +283,36 @@ pub fn render(r: &Value) -> String {
         },
         r["max_errors"]
     );
+    s
+}
+
+/// The `server` section on one line: counters that moved with their rates, gauges before →
+/// after (the JSON has every series).
+fn render_server(v: &Value) -> String {
+    if let Some(e) = v["error"].as_str() {
+        return format!("server        scrape failed: {e}\n");
+    }
+    let mut parts = Vec::new();
+    for (k, x) in v.as_object().into_iter().flatten() {
+        let n = |f: &str| x[f].as_i64().unwrap_or(0);
+        if x.get("per_sec").is_some() && n("delta") != 0 {
+            parts.push(format!(
+                "{k} +{} ({}/s)",
+                n("delta"),
+                x["per_sec"].as_f64().unwrap_or(0.0)
+            ));
+        } else if x.get("after").is_some() {
+            parts.push(format!("{k} {} -> {}", n("before"), n("after")));
+        }
+    }
+    let mut s = format!(
+        "server        over {} s: {}\n",
+        v["secs"].as_f64().unwrap_or(0.0),
+        parts.join(", ")
+    );
+    if let Some(m) = v["missing"].as_array().filter(|m| !m.is_empty()) {
+        let names: Vec<&str> = m.iter().filter_map(|x| x.as_str()).collect();
+        s += &format!("  not exported by the server: {}\n", names.join(", "));
+    }
     s
 }

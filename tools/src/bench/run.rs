@@ -4,6 +4,7 @@
 use super::cli::Common;
 use super::engine::{self, ConnSpec, Target, WorkerPlan};
 use super::poll::now_ns;
+use super::server_metrics::{self, Endpoint, Scrape, Window};
 use super::stats::{Counters, Series, Shared};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::Sender;
@@ -36,6 +37,8 @@ pub struct Plan<C = ConnSpec> {
     pub request_timeout_secs: f64,
     pub progress: bool,
     pub label: String,
+    /// `--http`: scrape the server's `/metrics` when measuring starts and after the run.
+    pub server: Option<Endpoint>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -72,6 +75,8 @@ pub struct Finished {
     /// moment the last connection finished).
     pub window_start: Snapshot,
     pub window_end: Snapshot,
+    /// With `--http`: the server's counts around the run, or why a scrape failed.
+    pub server: Option<Result<Window, String>>,
 }
 
 impl Finished {
@@ -176,6 +181,13 @@ pub fn execute_with<C: Send + 'static>(
             Err(_) => setup_error = setup_error.or(Some("a thread died during setup".into())),
         }
     }
+    let mut server_before: Result<Scrape, String> = Err("not scraped".into());
+    if let (None, Some(ep)) = (&setup_error, &plan.server) {
+        server_before = server_metrics::scrape(ep, now_ns());
+        if let Err(e) = &server_before {
+            setup_error = Some(e.clone());
+        }
+    }
     if let Some(e) = setup_error {
         // Deadline 0 with stop set tells every thread to leave right after the barrier.
         shared.set_stop(now_ns());
@@ -203,6 +215,10 @@ pub fn execute_with<C: Send + 'static>(
         let all_done = handles.iter().all(|h| h.is_finished());
         if window_start.is_none() && (now >= warmup_end || all_done) {
             window_start = Some(Snapshot::take(&shared.counters, now.min(warmup_end)));
+            if let (true, Some(ep)) = (plan.warmup_secs > 0.0, &plan.server) {
+                // Measuring starts after the warm-up: so do the server's counts.
+                server_before = server_metrics::scrape(ep, now_ns());
+            }
         }
         if all_done {
             break;
@@ -244,10 +260,19 @@ pub fn execute_with<C: Send + 'static>(
     let end = now_ns();
     let window_start = window_start.unwrap_or_else(|| Snapshot::take(&shared.counters, end));
     let window_end = window_end.unwrap_or_else(|| Snapshot::take(&shared.counters, end));
+    let server = plan.server.as_ref().map(|ep| {
+        let before = server_before?;
+        let after = server_metrics::scrape(ep, now_ns())?;
+        Ok(Window { before, after })
+    });
+    if let Some(Err(e)) = &server {
+        shared.error(None, &format!("server metrics: {e}"), 1);
+    }
     Ok(Finished {
         shared,
         window_start,
         window_end,
+        server,
     })
 }
 

@@ -175,6 +175,10 @@ pub struct Counters {
     pub delivered: AtomicU64,
     /// Pushes whose sequence number was not above the previous one on that subscriber.
     pub out_of_order: AtomicU64,
+    /// Messages sent with a payload drawn from `--size`, and their payload bytes: the run's
+    /// actual mean payload size (what MB/s is computed with).
+    pub payload_messages: AtomicU64,
+    pub payload_bytes: AtomicU64,
     /// Scheduled (open-loop) sends that never went out because the run ended first.
     pub unsent_scheduled: AtomicU64,
     /// Errors that belong to no request: lost connections, stray frames, failed checks.

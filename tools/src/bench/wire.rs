@@ -13,7 +13,7 @@
 //! a consumer in the same process gets the end-to-end latency by subtraction.
 
 use boltq::client::json::write_string;
-use boltq::queue::protocol::frame::HEADER_BYTES;
+use boltq::queue::protocol::frame::{HEADER_BYTES, PAYLOAD_BYTES_MAX as PAYLOAD_FRAME_BYTES_MAX};
 
 /// Bytes of the stamp inside the payload string (without the quotes).
 pub const STAMP_BYTES: usize = 32;
@@ -27,46 +27,61 @@ pub fn json_str(s: &str) -> String {
     out
 }
 
-/// One request frame whose body is `head + <payload string> + tail`.
+/// Largest payload a TCP scenario sends: the protocol's frame limit
+/// (`frame::PAYLOAD_BYTES_MAX`, 4 MiB) less room for the JSON around the payload (names the
+/// server caps at 1,024 bytes, a priority).
+pub const PAYLOAD_BYTES_MAX: usize = 4_000_000;
+const _: () = assert!(PAYLOAD_BYTES_MAX + 64 * 1024 <= PAYLOAD_FRAME_BYTES_MAX);
+
+/// One request frame whose body is `head + <payload string> + tail`; the payload's size is
+/// chosen per message.
 #[derive(Clone, Debug)]
 pub struct Template {
-    /// Frame header (command and length) and the JSON before the payload value.
+    code: u8,
+    /// The JSON before the payload value.
     head: Vec<u8>,
     tail: Vec<u8>,
 }
 
 impl Template {
     /// `body_head`/`body_tail` surround the payload value in the JSON body.
-    pub fn new(code: u8, body_head: &str, body_tail: &str, payload_bytes: usize) -> Template {
-        let body_len = body_head.len() + payload_bytes + body_tail.len();
-        let mut head = Vec::with_capacity(HEADER_BYTES + body_head.len());
-        head.push(code);
-        head.extend_from_slice(&(body_len as u32).to_le_bytes());
-        head.extend_from_slice(body_head.as_bytes());
+    pub fn new(code: u8, body_head: &str, body_tail: &str) -> Template {
         Template {
-            head,
+            code,
+            head: body_head.as_bytes().to_vec(),
             tail: body_tail.as_bytes().to_vec(),
         }
     }
 
-    /// Appends the frame for one message: `padding` is the payload after the stamp (the
-    /// `x…"` part, closing quote included).
-    pub fn write(&self, out: &mut Vec<u8>, sent_ns: u64, seq: u64, padding: &[u8]) {
+    /// Appends the frame for one message whose payload is `payload_bytes` long (quotes
+    /// included, at least [`PAYLOAD_BYTES_MIN`]); `filler` holds at least
+    /// `payload_bytes - PAYLOAD_BYTES_MIN` bytes (see [`filler`]).
+    pub fn write(
+        &self,
+        out: &mut Vec<u8>,
+        sent_ns: u64,
+        seq: u64,
+        payload_bytes: usize,
+        filler: &[u8],
+    ) {
+        debug_assert!(payload_bytes >= PAYLOAD_BYTES_MIN);
+        let body_len = self.head.len() + payload_bytes + self.tail.len();
+        out.push(self.code);
+        out.extend_from_slice(&(body_len as u32).to_le_bytes());
         out.extend_from_slice(&self.head);
         out.push(b'"');
         put_hex(out, sent_ns);
         put_hex(out, seq);
-        out.extend_from_slice(padding);
+        out.extend_from_slice(&filler[..payload_bytes - PAYLOAD_BYTES_MIN]);
+        out.push(b'"');
         out.extend_from_slice(&self.tail);
     }
 }
 
-/// The payload's tail after the stamp for a payload of `payload_bytes`: filler and the
-/// closing quote.
-pub fn padding(payload_bytes: usize) -> Vec<u8> {
-    let mut p = vec![b'x'; payload_bytes.saturating_sub(PAYLOAD_BYTES_MIN)];
-    p.push(b'"');
-    p
+/// Filler for payloads of up to `payload_bytes_max`: what follows the stamp, before the
+/// closing quote, is a prefix of it.
+pub fn filler(payload_bytes_max: usize) -> Vec<u8> {
+    vec![b'x'; payload_bytes_max.saturating_sub(PAYLOAD_BYTES_MIN)]
 }
 
 /// A complete frame with a fixed body.
@@ -336,16 +351,19 @@ mod tests {
 
     #[test]
     fn template_writes_a_valid_frame_of_the_requested_payload_size() {
-        let t = Template::new(op::PUBLISH, r#"{"payload":"#, r#","topic":"q"}"#, 100);
-        let mut out = Vec::new();
-        t.write(&mut out, 0x1234, 7, &padding(100));
-        let (f, used) = decode(&out).unwrap().unwrap();
-        assert_eq!((f.code, used), (op::PUBLISH, out.len()));
-        let v: serde_json::Value = serde_json::from_slice(f.payload).unwrap();
-        let payload = v["payload"].as_str().unwrap();
-        assert_eq!(payload.len() + 2, 100);
-        let raw = serde_json::to_vec(&v["payload"]).unwrap();
-        assert_eq!(read_stamp(&raw), Some((0x1234, 7)));
+        let t = Template::new(op::PUBLISH, r#"{"payload":"#, r#","topic":"q"}"#);
+        let filler = filler(300);
+        for size in [PAYLOAD_BYTES_MIN, 100, 300] {
+            let mut out = vec![9u8];
+            t.write(&mut out, 0x1234, 7, size, &filler);
+            let (f, used) = decode(&out[1..]).unwrap().unwrap();
+            assert_eq!((f.code, used), (op::PUBLISH, out.len() - 1));
+            let v: serde_json::Value = serde_json::from_slice(f.payload).unwrap();
+            let payload = v["payload"].as_str().unwrap();
+            assert_eq!(payload.len() + 2, size);
+            let raw = serde_json::to_vec(&v["payload"]).unwrap();
+            assert_eq!(read_stamp(&raw), Some((0x1234, 7)));
+        }
     }
 
     #[test]

@@ -182,6 +182,7 @@ fn launch(l: Launch<'_>) -> Result<Ran, String> {
         request_timeout_secs: c.request_timeout_secs,
         progress: !c.quiet,
         label: l.label.to_string(),
+        server: super::server_endpoint(c),
     };
     let mut common = c.clone();
     common.threads = Some(l.setup.threads);
@@ -443,7 +444,7 @@ fn build(
         config,
         finished: &ran.finished,
         primary,
-        payload_bytes: size as u64,
+        payload_bytes: Some(f64::from(size)),
         warmup_secs: c.warmup_secs,
         max_errors: c.max_errors,
         extra,
