@@ -56,7 +56,18 @@ impl Sample {
 
 /// Runs the case `name` if selected: `setup` builds each repetition's state untimed, `run`
 /// performs `ops` operations on it timed, and the state is dropped untimed.
-pub fn bench<S>(name: &str, ops: u64, mut setup: impl FnMut() -> S, mut run: impl FnMut(&mut S)) {
+pub fn bench<S>(name: &str, ops: u64, setup: impl FnMut() -> S, run: impl FnMut(&mut S)) {
+    bench_with(name, ops, &[], setup, run)
+}
+
+/// [`bench`] with figures known beforehand (e.g. bytes per operation) printed after ops/s.
+pub fn bench_with<S>(
+    name: &str,
+    ops: u64,
+    extra: &[(&'static str, f64)],
+    mut setup: impl FnMut() -> S,
+    mut run: impl FnMut(&mut S),
+) {
     if !selected(name) {
         return;
     }
@@ -71,7 +82,7 @@ pub fn bench<S>(name: &str, ops: u64, mut setup: impl FnMut() -> S, mut run: imp
             samples.push(Sample {
                 ops,
                 elapsed_ns,
-                extra: Vec::new(),
+                extra: extra.to_vec(),
             });
         }
     }
