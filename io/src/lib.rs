@@ -16,6 +16,7 @@ pub mod connect;
 pub mod dirlock;
 pub mod durability;
 pub mod event;
+pub mod file_budget;
 pub mod journal;
 pub mod journal_entry;
 pub mod listener;

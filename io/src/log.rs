@@ -7,7 +7,7 @@
 
 use crate::appender::{self, Appender, WriteJob};
 use crate::record::{self, DecodeError, Record};
-use crate::segment::{self, IndexEntry, Segment, INDEX_ENTRY_BYTES};
+use crate::segment::{self, IndexEntry, Segment, SegmentFiles, INDEX_ENTRY_BYTES};
 use glommio::io::DmaFile;
 use std::cell::RefCell;
 use std::fmt;
@@ -93,7 +93,8 @@ pub enum ReadStep {
 }
 
 /// A segment file to read: still open (active or being sealed) or closed (sealed and
-/// durable, opened per read so that a long log does not hold two descriptors per segment).
+/// durable, or idle and closed to keep the store within its open-files budget), opened per
+/// read so that neither a long log nor many logs hold two descriptors per segment.
 pub enum FileSource {
     Open(Rc<DmaFile>),
     Closed(PathBuf),
@@ -132,6 +133,13 @@ pub enum FlushJob {
         base_seq: u64,
         dir: PathBuf,
     },
+    /// The segment's files exist but were closed while idle; open them again by name. The
+    /// appender still holds the partial tail block and the index its entries, so writing
+    /// resumes at the aligned position it would have used anyway: nothing is read back.
+    ReopenFiles {
+        base_seq: u64,
+        dir: PathBuf,
+    },
     Write {
         base_seq: u64,
         part: SegmentFile,
@@ -152,6 +160,9 @@ pub struct Log {
     /// Sorted by base; the last one takes appends.
     segments: Vec<Segment>,
     dir_durable: bool,
+    /// The owner's clock at this log's latest file I/O; orders which idle logs give their
+    /// files back first (least recently used).
+    used_tick: u64,
 }
 
 impl Log {
@@ -198,6 +209,7 @@ impl Log {
             cfg,
             segments: vec![Segment::new_empty(1, retain)],
             dir_durable: false,
+            used_tick: 0,
         }
     }
 
@@ -225,6 +237,44 @@ impl Log {
         self.segments.iter().any(|s| s.has_unsynced())
     }
 
+    /// Whether `flush` or `sync` has anything to do (see `Segment::has_pending_io`).
+    pub fn has_pending_io(&self) -> bool {
+        self.segments.iter().any(|s| s.has_pending_io())
+    }
+
+    /// Descriptors this log's segments hold (2 per open segment; sealed durable segments and
+    /// idle active ones hold none).
+    pub fn open_file_count(&self) -> usize {
+        self.segments.iter().map(|s| s.files.open_count()).sum()
+    }
+
+    pub fn used_tick(&self) -> u64 {
+        self.used_tick
+    }
+
+    pub fn mark_used(&mut self, tick: u64) {
+        self.used_tick = tick;
+    }
+
+    /// Closes the files of a log with no pending I/O and returns how many descriptors that
+    /// gives back (0 when something is left to write or sync: those files stay). Nothing is
+    /// lost: the files hold every written byte, synced, and the next flush reopens them.
+    /// A read already running keeps its own handle to the file until it ends (glommio closes
+    /// a dropped file on its next I/O cycle), so the count is exact a moment later.
+    pub fn release_files(&mut self) -> usize {
+        if self.has_pending_io() {
+            return 0;
+        }
+        let mut released = 0;
+        for seg in self.segments.iter_mut() {
+            released += seg.files.open_count();
+            if matches!(seg.files, SegmentFiles::Open { .. }) {
+                seg.files = SegmentFiles::Closed;
+            }
+        }
+        released
+    }
+
     /// The next flush step, in file order: a segment's files are created only after every
     /// earlier segment is complete and synced, so a later segment on disk proves the earlier
     /// ones are whole.
@@ -234,14 +284,26 @@ impl Log {
             if seg.sealed_durable {
                 continue;
             }
-            let (Some(data), Some(index)) = (seg.data_file.clone(), seg.index_file.clone()) else {
-                if seg.is_empty() && !seg.sealed {
-                    return None; // nothing to put on disk yet
+            let (data, index) = match &seg.files {
+                SegmentFiles::Open { data, index } => (Rc::clone(data), Rc::clone(index)),
+                SegmentFiles::NotCreated => {
+                    if seg.is_empty() && !seg.sealed {
+                        return None; // nothing to put on disk yet
+                    }
+                    return Some(FlushJob::CreateFiles {
+                        base_seq: seg.base_seq,
+                        dir,
+                    });
                 }
-                return Some(FlushJob::CreateFiles {
-                    base_seq: seg.base_seq,
-                    dir,
-                });
+                SegmentFiles::Closed => {
+                    if !seg.has_pending_io() {
+                        return None; // the active segment, idle and fully on disk
+                    }
+                    return Some(FlushJob::ReopenFiles {
+                        base_seq: seg.base_seq,
+                        dir,
+                    });
+                }
             };
             if let Some(job) = seg.data.plan_write() {
                 return Some(FlushJob::Write {
@@ -275,11 +337,15 @@ impl Log {
         self.segments.iter_mut().find(|s| s.base_seq == base_seq)
     }
 
-    pub fn complete_create(&mut self, base_seq: u64, data: Rc<DmaFile>, index: Rc<DmaFile>) {
+    /// Records a segment's files as open, after creating or reopening them.
+    pub fn complete_open(&mut self, base_seq: u64, data: Rc<DmaFile>, index: Rc<DmaFile>) {
         self.dir_durable = true;
         if let Some(seg) = self.segment_mut(base_seq) {
-            seg.data_file = Some(data);
-            seg.index_file = Some(index);
+            assert!(
+                !matches!(seg.files, SegmentFiles::Open { .. }),
+                "segment files opened twice"
+            );
+            seg.files = SegmentFiles::Open { data, index };
         }
     }
 
@@ -304,8 +370,7 @@ impl Log {
             seg.index_app.complete_sync(i);
             seg.sealed_durable = true;
             // Complete and durable: close both files; reads reopen on demand.
-            seg.data_file = None;
-            seg.index_file = None;
+            seg.files = SegmentFiles::Closed;
         }
     }
 
@@ -315,14 +380,16 @@ impl Log {
         self.segments
             .iter()
             .filter(|s| s.has_unsynced())
-            .filter_map(|s| {
-                Some((
+            .filter_map(|s| match &s.files {
+                SegmentFiles::Open { data, index } => Some((
                     s.base_seq,
-                    s.data_file.clone()?,
-                    s.index_file.clone()?,
+                    Rc::clone(data),
+                    Rc::clone(index),
                     s.data.written(),
                     s.index_app.written(),
-                ))
+                )),
+                // Only segments without unsynced bytes are ever closed.
+                SegmentFiles::NotCreated | SegmentFiles::Closed => None,
             })
             .collect()
     }
@@ -364,10 +431,10 @@ impl Log {
                 .map_err(|(seq, detail)| ReadError::Corrupt { seq, detail })?;
             return Ok(ReadStep::Records(records));
         }
-        let file = match (&seg.data_file, seg.sealed_durable) {
-            (Some(f), _) => FileSource::Open(Rc::clone(f)),
-            (None, true) => FileSource::Closed(segment::data_path(&self.dir, seg.base_seq)),
-            (None, false) => {
+        let file = match &seg.files {
+            SegmentFiles::Open { data, .. } => FileSource::Open(Rc::clone(data)),
+            SegmentFiles::Closed => FileSource::Closed(segment::data_path(&self.dir, seg.base_seq)),
+            SegmentFiles::NotCreated => {
                 return Err(ReadError::Io(io::Error::other(
                     "segment bytes neither in memory nor on disk",
                 )))
@@ -514,6 +581,7 @@ pub async fn open_log(name: &str, dir: PathBuf, cfg: LogConfig) -> io::Result<Lo
         cfg,
         segments,
         dir_durable: true,
+        used_tick: 0,
     })
 }
 
@@ -610,15 +678,25 @@ async fn open_segment(
             0,
         ),
         index: entries,
-        data_file: if sealed { None } else { Some(data) },
-        index_file: if sealed { None } else { Some(index) },
+        // Every segment starts closed, the active one too: the scan above made it whole, and
+        // the first flush reopens it. Opening a store's logs thus costs no lasting descriptor.
+        files: SegmentFiles::Closed,
         bytes_since_index: 0,
         max_timestamp_ns: scan.max_timestamp_ns,
         sealed,
         sealed_durable: sealed,
     };
     seg.bytes_since_index = end_pos - seg.index.last().map(|e| e.pos).unwrap_or(0);
+    close_file(data).await;
+    close_file(index).await;
     Ok(seg)
+}
+
+/// Closes a file now rather than on the executor's next I/O cycle, when nothing else holds it.
+async fn close_file(file: Rc<DmaFile>) {
+    if let Ok(f) = Rc::try_unwrap(file) {
+        let _ = f.close().await;
+    }
 }
 
 async fn tail_block(file: &DmaFile, len: u64) -> io::Result<Vec<u8>> {
@@ -720,6 +798,16 @@ pub async fn create_segment_files(
     Ok((data, index))
 }
 
+/// Opens an existing segment's two files again, without creating or truncating them.
+pub async fn reopen_segment_files(
+    dir: &Path,
+    base_seq: u64,
+) -> io::Result<(Rc<DmaFile>, Rc<DmaFile>)> {
+    let data = appender::open_rw(&segment::data_path(dir, base_seq), false).await?;
+    let index = appender::open_rw(&segment::index_path(dir, base_seq), false).await?;
+    Ok((data, index))
+}
+
 pub async fn sync_dir(dir: &Path) -> io::Result<()> {
     let d = glommio::io::Directory::open(dir)
         .await
@@ -741,7 +829,11 @@ pub async fn flush(log: &RefCell<Log>) -> io::Result<()> {
         match job {
             FlushJob::CreateFiles { base_seq, dir } => {
                 let (d, i) = create_segment_files(&dir, base_seq).await?;
-                log.borrow_mut().complete_create(base_seq, d, i);
+                log.borrow_mut().complete_open(base_seq, d, i);
+            }
+            FlushJob::ReopenFiles { base_seq, dir } => {
+                let (d, i) = reopen_segment_files(&dir, base_seq).await?;
+                log.borrow_mut().complete_open(base_seq, d, i);
             }
             FlushJob::Write {
                 base_seq,
@@ -786,4 +878,100 @@ pub async fn sync(log: &RefCell<Log>) -> io::Result<()> {
         log.borrow_mut().complete_sync(base, data_upto, index_upto);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    fn frame(seq: u64) -> Vec<u8> {
+        let rec = Record {
+            seq,
+            timestamp_ns: 1,
+            payload: bytes::Bytes::from(vec![seq as u8; 300]),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        record::encode(&rec, &mut out).unwrap();
+        out
+    }
+
+    fn run(
+        f: impl FnOnce(PathBuf) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>
+            + Send
+            + 'static,
+    ) {
+        let tmp = TempDir::new("log-unit");
+        let dir = tmp.path().join("l");
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || f(dir))
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
+
+    #[test]
+    fn idle_files_close_only_without_pending_io_and_reopen_on_the_next_flush() {
+        run(|dir| {
+            Box::pin(async move {
+                crate::probe::warm_iopoll(dir.parent().unwrap())
+                    .await
+                    .unwrap();
+                let cfg = LogConfig {
+                    tail_cache_bytes: 0,
+                    ..LogConfig::default()
+                };
+                let log = RefCell::new(Log::new_empty("l", dir.clone(), cfg.clone()));
+                assert_eq!(log.borrow_mut().release_files(), 0, "nothing open yet");
+                for seq in 1..=20 {
+                    log.borrow_mut().append_frame(seq, 1, &frame(seq));
+                }
+                assert!(log.borrow().has_pending_io());
+                flush(&log).await.unwrap();
+                assert_eq!(log.borrow().open_file_count(), 2);
+                assert_eq!(
+                    log.borrow_mut().release_files(),
+                    0,
+                    "written but not synced: the files stay"
+                );
+                sync(&log).await.unwrap();
+                assert!(!log.borrow().has_pending_io());
+                assert_eq!(log.borrow_mut().release_files(), 2);
+                assert_eq!(log.borrow().open_file_count(), 0);
+                assert!(log.borrow_mut().plan_flush().is_none(), "idle: no reopen");
+
+                log.borrow_mut().append_frame(21, 1, &frame(21));
+                assert!(matches!(
+                    log.borrow_mut().plan_flush(),
+                    Some(FlushJob::ReopenFiles { base_seq: 1, .. })
+                ));
+                // That plan was only looked at: plan again for real.
+                flush(&log).await.unwrap();
+                sync(&log).await.unwrap();
+                assert_eq!(log.borrow_mut().release_files(), 2);
+
+                // Everything is on disk, whole, and a fresh open finds it without a repair.
+                let reopened = open_log("l", dir, cfg).await.unwrap();
+                assert_eq!(reopened.next_seq(), 22);
+                assert_eq!(reopened.open_file_count(), 0, "opening holds no descriptor");
+                let ReadStep::File {
+                    file,
+                    pos,
+                    len,
+                    mem_tail,
+                    ..
+                } = reopened.plan_read(1, 100, usize::MAX, 0).unwrap()
+                else {
+                    panic!("the active segment is read from its closed file");
+                };
+                assert!(matches!(file, FileSource::Closed(_)));
+                let mut buf = file.read(pos, len).await.unwrap();
+                buf.extend_from_slice(&mem_tail);
+                let recs = decode_records(&buf, 1, 22, 100, usize::MAX).unwrap();
+                assert_eq!(recs.len(), 21);
+                assert_eq!(recs[20].payload, bytes::Bytes::from(vec![21u8; 300]));
+            })
+        });
+    }
 }

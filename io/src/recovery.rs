@@ -7,6 +7,7 @@
 //! first bad entry: the commit protocol acknowledges a round only after everything before it
 //! was synced, so nothing acknowledged can lie beyond a torn or zero entry.
 
+use crate::file_budget::{self, FileBudget, OPEN_SEGMENT_FILES_MAX_DEFAULT};
 use crate::journal::{self, parse_journal_file_name};
 use crate::journal_entry::{self, EntryError, EntryKind};
 use crate::log::{self, Log, LogConfig};
@@ -28,8 +29,21 @@ pub struct RecoveryReport {
     pub torn_tails: Vec<String>,
 }
 
-/// Replays and then deletes every journal under `<data_dir>/journal`.
+/// Replays and then deletes every journal under `<data_dir>/journal`, holding at most
+/// `OPEN_SEGMENT_FILES_MAX_DEFAULT` segment files open (see [`recover_within`]).
 pub async fn recover(data_dir: &Path, cfg: &LogConfig) -> io::Result<RecoveryReport> {
+    recover_within(data_dir, cfg, OPEN_SEGMENT_FILES_MAX_DEFAULT).await
+}
+
+/// Like [`recover`], with a limit on the segment files held open: a journal that touched
+/// more logs than that would otherwise open two files per log until the end.
+pub async fn recover_within(
+    data_dir: &Path,
+    cfg: &LogConfig,
+    open_segment_files_max: usize,
+) -> io::Result<RecoveryReport> {
+    file_budget::check_limit(open_segment_files_max)?;
+    let mut budget = FileBudget::new(open_segment_files_max);
     let mut report = RecoveryReport::default();
     let root = data_dir.join("journal");
     let shard_dirs = sorted_dirs(&root)?;
@@ -44,7 +58,7 @@ pub async fn recover(data_dir: &Path, cfg: &LogConfig) -> io::Result<RecoveryRep
             let stopped = replay_file(&bytes, data_dir, cfg, &mut logs, &mut report).await?;
             replayed_files.push(path.clone());
             for log in logs.values() {
-                log::flush(log).await?;
+                flush_within(log, &mut budget, false).await?;
             }
             if let Some(reason) = stopped {
                 report
@@ -55,8 +69,7 @@ pub async fn recover(data_dir: &Path, cfg: &LogConfig) -> io::Result<RecoveryRep
         }
     }
     for log in logs.values() {
-        log::flush(log).await?;
-        log::sync(log).await?;
+        flush_within(log, &mut budget, true).await?;
     }
     report.logs_touched = logs.len();
     // Only now, with every replayed record synced in its segment, may the journals go.
@@ -72,6 +85,25 @@ pub async fn recover(data_dir: &Path, cfg: &LogConfig) -> io::Result<RecoveryRep
         std::fs::File::open(&root)?.sync_all()?;
     }
     Ok(report)
+}
+
+/// Writes `log`'s replayed tail (and syncs it when `sync`). Once the budget is used up the
+/// log is synced and its files closed at once; that costs an fdatasync per log per journal
+/// file, but only past the limit, and recovery holds a bounded number of descriptors.
+async fn flush_within(log: &RefCell<Log>, budget: &mut FileBudget, sync: bool) -> io::Result<()> {
+    let before = log.borrow().open_file_count();
+    log::flush(log).await?;
+    let after = log.borrow().open_file_count();
+    budget.record_use(before, after);
+    let over = budget.over_limit();
+    if sync || over {
+        log::sync(log).await?;
+    }
+    if over {
+        let closed = log.borrow_mut().release_files();
+        budget.record_closed(closed);
+    }
+    Ok(())
 }
 
 /// Replays one journal file; returns why it stopped early, if it did.

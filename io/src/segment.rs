@@ -69,6 +69,31 @@ pub fn parse_data_file_name(name: &str) -> Option<u64> {
     digits.parse().ok().filter(|&b| b > 0)
 }
 
+/// Where a segment's two files stand. A shard may own far more logs than it may hold open
+/// descriptors, so a segment with nothing to write or sync gives its files back (`Closed`)
+/// and reopens them by name when it next needs them; readers of a closed segment open the
+/// data file for the one read.
+pub enum SegmentFiles {
+    /// Not on disk yet: the flusher creates both once the segment has bytes.
+    NotCreated,
+    Open {
+        data: Rc<DmaFile>,
+        index: Rc<DmaFile>,
+    },
+    /// Both exist on disk and hold everything written so far; no descriptor is held.
+    Closed,
+}
+
+impl SegmentFiles {
+    /// Descriptors this segment holds.
+    pub fn open_count(&self) -> usize {
+        match self {
+            SegmentFiles::Open { .. } => 2,
+            SegmentFiles::NotCreated | SegmentFiles::Closed => 0,
+        }
+    }
+}
+
 /// A segment's in-memory state.
 pub struct Segment {
     pub base_seq: u64,
@@ -77,9 +102,9 @@ pub struct Segment {
     pub data: Appender,
     pub index: Vec<IndexEntry>,
     pub index_app: Appender,
-    /// Open once the files exist on disk; created lazily by the flusher.
-    pub data_file: Option<Rc<DmaFile>>,
-    pub index_file: Option<Rc<DmaFile>>,
+    /// Created lazily by the flusher; closed when sealed and durable, or when idle and the
+    /// store is over its open-files budget.
+    pub files: SegmentFiles,
     pub bytes_since_index: u64,
     /// Newest record timestamp, for retention by age.
     pub max_timestamp_ns: i64,
@@ -97,8 +122,7 @@ impl Segment {
             data: Appender::new(0, Vec::new(), 4096, retain_bytes),
             index: Vec::new(),
             index_app: Appender::new(0, Vec::new(), 4096, 0),
-            data_file: None,
-            index_file: None,
+            files: SegmentFiles::NotCreated,
             bytes_since_index: 0,
             max_timestamp_ns: 0,
             sealed: false,
@@ -156,6 +180,14 @@ impl Segment {
     pub fn has_unsynced(&self) -> bool {
         self.data.synced() < self.data.written()
             || self.index_app.synced() < self.index_app.written()
+    }
+
+    /// Whether the flusher has anything left to do here: bytes to write or sync, or a seal
+    /// to make durable. A write or sync in flight counts (its bytes are not yet recorded as
+    /// written or synced), so a segment without pending I/O holds no file another task uses
+    /// for writing.
+    pub fn has_pending_io(&self) -> bool {
+        !self.sealed_durable && (self.sealed || self.has_unwritten() || self.has_unsynced())
     }
 }
 

@@ -9,6 +9,7 @@
 
 use crate::durability::Durability;
 use crate::event::Event;
+use crate::file_budget::{self, Candidate, FileBudget, OPEN_SEGMENT_FILES_MAX_DEFAULT};
 use crate::journal::Journal;
 use crate::log::{self, Log, LogConfig, ReadError, ReadStep};
 use crate::record::{self, EncodeError, Record, FLAG_EPHEMERAL};
@@ -33,6 +34,9 @@ pub struct StoreConfig {
     /// Refuse appends while this many bytes await the journal (a stalled disk must not turn
     /// into unbounded memory).
     pub journal_backlog_bytes_max: u64,
+    /// Descriptors this shard's segment files may hold; past it, idle logs close theirs
+    /// (see `file_budget.rs`). At least `OPEN_SEGMENT_FILES_MIN`.
+    pub open_segment_files_max: usize,
     pub log: LogConfig,
 }
 
@@ -45,6 +49,7 @@ impl StoreConfig {
             checkpoint_bytes: 64 * 1024 * 1024,
             checkpoint_interval_ms: 2_000,
             journal_backlog_bytes_max: 256 * 1024 * 1024,
+            open_segment_files_max: OPEN_SEGMENT_FILES_MAX_DEFAULT,
             log: LogConfig::default(),
         }
     }
@@ -157,6 +162,8 @@ pub struct Store {
     reads_in_flight: Rc<Cell<usize>>,
     /// Segment files removed from their logs, waiting for no read to be in flight.
     pending_removals: RefCell<Vec<PathBuf>>,
+    /// Descriptors held by the logs' segment files, against `open_segment_files_max`.
+    file_budget: RefCell<FileBudget>,
 }
 
 /// Counts a read as in flight for as long as it lives.
@@ -179,6 +186,8 @@ impl Store {
     /// Opens this shard's storage. The iopoll probe must already have run on this executor,
     /// and recovery must already have replayed and removed old journals.
     pub async fn open(cfg: StoreConfig, shard: usize) -> io::Result<Rc<Store>> {
+        file_budget::check_limit(cfg.open_segment_files_max)?;
+        let file_budget = RefCell::new(FileBudget::new(cfg.open_segment_files_max));
         std::fs::create_dir_all(logs_root(&cfg.data_dir))?;
         let journal = Journal::start(
             journal_dir(&cfg.data_dir, shard),
@@ -201,6 +210,7 @@ impl Store {
             checkpoint_running: Cell::new(false),
             reads_in_flight: Rc::new(Cell::new(0)),
             pending_removals: RefCell::new(Vec::new()),
+            file_budget,
         });
         glommio::spawn_local(Rc::clone(&store).checkpoint_loop()).detach();
         Ok(store)
@@ -216,6 +226,12 @@ impl Store {
 
     pub fn checkpoints(&self) -> u64 {
         self.checkpoints.get()
+    }
+
+    /// Descriptors the logs' segment files hold now (reads open sealed or idle segments for
+    /// the length of one read, outside this count).
+    pub fn open_segment_files(&self) -> usize {
+        self.file_budget.borrow().open()
     }
 
     /// Opens (recovering its tail) or creates the log `name`.
@@ -442,13 +458,62 @@ impl Store {
         self.dirty_since.set(None);
         let logs: Vec<LogRef> = self.logs.borrow().values().cloned().collect();
         for log in &logs {
-            log::flush(&log.log).await?;
-            log::sync(&log.log).await?;
+            self.flush_log(log).await?;
         }
         self.journal.trim_below(upto).await?;
         self.apply_retention(&logs).await?;
         self.checkpoints.set(self.checkpoints.get() + 1);
         Ok(())
+    }
+
+    /// Writes and syncs one log's tail, counting the files that opens or closes, then keeps
+    /// the store within its open-files budget. Idle logs are skipped: no I/O, no use.
+    async fn flush_log(&self, log: &LogRef) -> io::Result<()> {
+        let before = {
+            let l = log.log.borrow();
+            if !l.has_pending_io() {
+                return Ok(());
+            }
+            l.open_file_count()
+        };
+        let result = match log::flush(&log.log).await {
+            Ok(()) => log::sync(&log.log).await,
+            Err(e) => Err(e),
+        };
+        let after = log.log.borrow().open_file_count();
+        let tick = self.file_budget.borrow_mut().record_use(before, after);
+        log.log.borrow_mut().mark_used(tick);
+        if self.file_budget.borrow().over_limit() {
+            self.close_idle_files();
+        }
+        result
+    }
+
+    /// Closes the files of idle logs, least recently used first, down to the budget's
+    /// low-water mark. Synchronous: closing needs no I/O on our side (glommio closes dropped
+    /// files on its next cycle), and no log is borrowed across an await.
+    fn close_idle_files(&self) {
+        let logs: Vec<LogRef> = self.logs.borrow().values().cloned().collect();
+        let mut counted = 0usize;
+        let mut candidates = Vec::new();
+        for (i, log) in logs.iter().enumerate() {
+            let l = log.log.borrow();
+            let files = l.open_file_count();
+            counted += files;
+            if files > 0 && !l.has_pending_io() {
+                candidates.push(Candidate {
+                    key: i,
+                    used_tick: l.used_tick(),
+                    files,
+                });
+            }
+        }
+        let mut budget = self.file_budget.borrow_mut();
+        debug_assert_eq!(counted, budget.open(), "open-files count drifted");
+        for i in budget.choose_victims(candidates) {
+            let closed = logs[i].log.borrow_mut().release_files();
+            budget.record_closed(closed);
+        }
     }
 
     async fn apply_retention(&self, logs: &[LogRef]) -> io::Result<()> {

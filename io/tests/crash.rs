@@ -3,10 +3,14 @@
 //! recovery), and finally checks that every acknowledged record is present and intact, that
 //! sequences are gap-free, and that every record present (acknowledged or not) is whole.
 //!
+//! Odd seeds run the child with the smallest open-files budget (4 logs, 2 may keep their files
+//! open), so kills also land while idle logs close and reopen their segment files.
+//!
 //! The child is this same test binary, re-run with `BOLTQ_CRASH_CHILD_DIR` set so that only
 //! `crash_child_entry` does anything.
 
-use boltq_io::recovery::recover;
+use boltq_io::file_budget::OPEN_SEGMENT_FILES_MIN;
+use boltq_io::recovery::recover_within;
 use boltq_io::testutil::{Rng, TempDir};
 use boltq_io::{Durability, Record, Store, StoreConfig};
 use bytes::Bytes;
@@ -24,8 +28,11 @@ fn payload_of(log: usize, seq: u64) -> Bytes {
     Bytes::from(unit.repeat(len / unit.len() + 1)[..len].to_string())
 }
 
-fn config(dir: &std::path::Path) -> StoreConfig {
+fn config(dir: &std::path::Path, seed: u64) -> StoreConfig {
     let mut c = StoreConfig::new(dir);
+    if !seed.is_multiple_of(2) {
+        c.open_segment_files_max = OPEN_SEGMENT_FILES_MIN;
+    }
     c.durability = Durability::Always;
     c.journal_file_bytes = 1024 * 1024; // many journal rolls
     c.checkpoint_bytes = 256 * 1024; // many checkpoints and trims
@@ -37,7 +44,9 @@ fn config(dir: &std::path::Path) -> StoreConfig {
 
 async fn open(c: &StoreConfig) -> std::rc::Rc<Store> {
     boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
-    recover(&c.data_dir, &c.log).await.expect("recover");
+    recover_within(&c.data_dir, &c.log, c.open_segment_files_max)
+        .await
+        .expect("recover");
     Store::open(c.clone(), 0).await.expect("open")
 }
 
@@ -50,7 +59,7 @@ fn crash_child_entry() {
     let seed: u64 = std::env::var("BOLTQ_CRASH_SEED").unwrap().parse().unwrap();
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .spawn(move || async move {
-            let c = config(std::path::Path::new(&dir));
+            let c = config(std::path::Path::new(&dir), seed);
             let store = open(&c).await;
             let mut out = std::io::stdout().lock();
             let mut logs = Vec::new();
@@ -210,7 +219,7 @@ fn verify(dir: &std::path::Path, acked: HashMap<String, u64>) {
     let dir = dir.to_path_buf();
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .spawn(move || async move {
-            let c = config(&dir);
+            let c = config(&dir, 1);
             let store = open(&c).await;
             for (i, name) in LOGS.iter().enumerate() {
                 let log = store.open_log(name).await.unwrap();
