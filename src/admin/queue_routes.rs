@@ -136,7 +136,7 @@ pub async fn publish(req: &Request, ctx: &AdminCtx, to_topic: bool) -> Response 
     };
     let (cmd, id, slot) = dispatch::publish_command(&ctx.plane, p, to_topic);
     match ctx.plane.submit(slot, cmd).outcome(&ctx.plane).await {
-        Outcome::Published => {
+        Outcome::Published | Outcome::PublishedLive => {
             Response::json(200, &json!({"id": id.to_hex(), "status": "published"}))
         }
         other => refused(other),

@@ -85,6 +85,12 @@ pub enum Command {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Published,
+    /// A pub/sub publish that changed no state outliving a connection: every copy went to a
+    /// live subscriber (or there was no subscriber, or a full backlog refused it). Nothing is
+    /// logged for it, so its reply does not wait for a disk round: live delivery is at most
+    /// once and would not survive a restart anyway, whereas a copy kept in an offline
+    /// durable subscriber's backlog makes the publish [`Outcome::Published`] (logged).
+    PublishedLive,
     /// At least one message, in delivery order.
     Delivered(Vec<Message>),
     Empty,

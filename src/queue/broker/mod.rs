@@ -299,13 +299,17 @@ impl Broker {
             return Outcome::Error("topic is required".into());
         }
         let pushes_before = effects.len();
-        let dropped = self
+        let fanned = self
             .pubsub
             .publish(msg, self.cfg.capacity_per_queue, effects);
         self.counters.published_topic += 1;
         self.counters.pushed += (effects.len() - pushes_before) as u64;
-        self.counters.backlog_dropped += dropped;
-        Outcome::Published
+        self.counters.backlog_dropped += fanned.dropped;
+        if fanned.backlogged > 0 {
+            Outcome::Published
+        } else {
+            Outcome::PublishedLive
+        }
     }
 
     fn consume(&mut self, queue: &str, consumer: ConsumerRef, max: u32, now_ns: i64) -> Outcome {

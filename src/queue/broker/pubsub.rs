@@ -30,6 +30,15 @@ pub(super) struct Subscription {
     pub backlog: VecDeque<Message>,
 }
 
+/// Where the copies of one publish went besides the pushes to live subscribers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Fanned {
+    /// Copies kept in offline durable subscribers' backlogs: durable state changed.
+    pub backlogged: u64,
+    /// Copies refused because a backlog was full.
+    pub dropped: u64,
+}
+
 #[derive(Default)]
 pub(super) struct PubSub {
     topics: BTreeMap<String, BTreeMap<String, Subscription>>,
@@ -84,16 +93,16 @@ impl PubSub {
     /// Pushes `msg` to every live subscriber of its topic and backlogs it for every offline
     /// durable one, in subscriber-id order. Returns how many copies were not kept because an
     /// offline subscriber's backlog was at capacity (the newest are refused, so a catch-up
-    /// is contiguous from the moment the subscriber went offline).
+    /// is contiguous from the moment the subscriber went offline). See [`Fanned`].
     pub fn publish(
         &mut self,
         msg: &Message,
         backlog_capacity: usize,
         effects: &mut Vec<Effect>,
-    ) -> u64 {
-        let mut dropped = 0;
+    ) -> Fanned {
+        let mut fanned = Fanned::default();
         let Some(subs) = self.topics.get_mut(&msg.topic) else {
-            return dropped;
+            return fanned;
         };
         for (sub_id, sub) in subs.iter_mut() {
             match sub.live {
@@ -102,11 +111,14 @@ impl PubSub {
                     sub_id: sub_id.clone(),
                     msg: msg.clone(),
                 }),
-                None if sub.backlog.len() < backlog_capacity => sub.backlog.push_back(msg.clone()),
-                None => dropped += 1,
+                None if sub.backlog.len() < backlog_capacity => {
+                    sub.backlog.push_back(msg.clone());
+                    fanned.backlogged += 1;
+                }
+                None => fanned.dropped += 1,
             }
         }
-        dropped
+        fanned
     }
 
     /// The connection closed: its non-durable subscriptions end, its durable ones go offline.

@@ -134,7 +134,7 @@ impl Pending {
                 confirm_seq,
                 started,
             } => match submitted.outcome(plane).await {
-                Outcome::Published => {
+                Outcome::Published | Outcome::PublishedLive => {
                     let micros = started.elapsed().as_micros() as u64;
                     plane
                         .shard

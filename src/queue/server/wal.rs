@@ -13,7 +13,7 @@ const REPLAY_BATCH_RECORDS: usize = 4096;
 /// idle ticks change nothing, so they cost no log write.
 pub fn must_log(cmd: &Command, outcome: &Outcome) -> bool {
     match (cmd, outcome) {
-        (_, Outcome::Error(_)) | (_, Outcome::Empty) => false,
+        (_, Outcome::Error(_)) | (_, Outcome::Empty) | (_, Outcome::PublishedLive) => false,
         (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
         // Live (non-durable) subscriptions and disconnects only touch connection state,
         // which does not survive a restart anyway.
@@ -82,4 +82,39 @@ pub async fn replay(
         }
     }
     Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::message::{IdGenerator, Message};
+
+    fn message(topic: &str) -> Message {
+        Message {
+            id: IdGenerator::new([1; 7]).next(0),
+            topic: topic.into(),
+            payload: Bytes::from_static(b"1"),
+            headers: Default::default(),
+            timestamp_ns: 0,
+            retry: 0,
+            max_retry: 0,
+            priority: 0,
+            delay_ns: 0,
+            ttl_ns: 0,
+            deliver_at_ns: 0,
+            expires_at_ns: 0,
+            exchange: String::new(),
+            routing_key: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_topic_publish_is_logged_only_when_it_changed_durable_state() {
+        let cmd = Command::PublishTopic {
+            msg: message("news"),
+        };
+        assert!(must_log(&cmd, &Outcome::Published), "backlogged copy");
+        assert!(!must_log(&cmd, &Outcome::PublishedLive), "live pushes only");
+        assert!(!must_log(&cmd, &Outcome::Error("x".into())));
+    }
 }

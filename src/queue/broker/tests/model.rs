@@ -174,6 +174,7 @@ impl Model {
                     .filter(|s| s.topic == msg.topic)
                     .collect();
                 subs.sort_by(|a, b| a.sub_id.cmp(&b.sub_id));
+                let mut backlogged = false;
                 for s in subs {
                     if let Some(to) = s.live {
                         effects.push(Effect::Push {
@@ -184,11 +185,17 @@ impl Model {
                         self.counters.pushed += 1;
                     } else if s.backlog.len() < self.cfg.capacity_per_queue {
                         s.backlog.push(msg.clone());
+                        backlogged = true;
                     } else {
                         self.counters.backlog_dropped += 1;
                     }
                 }
-                Outcome::Published
+                // Only a backlogged copy is durable state (and so logged).
+                if backlogged {
+                    Outcome::Published
+                } else {
+                    Outcome::PublishedLive
+                }
             }
             Command::Consume {
                 queue,

@@ -29,9 +29,16 @@ fn subscribe(
 }
 
 fn publish_topic(b: &mut Broker, msg: &Message) -> Vec<Effect> {
+    publish_topic_with_outcome(b, msg).1
+}
+
+fn publish_topic_with_outcome(b: &mut Broker, msg: &Message) -> (Outcome, Vec<Effect>) {
     let (outcome, effects) = run(b, Command::PublishTopic { msg: msg.clone() });
-    assert_eq!(outcome, Outcome::Published);
-    effects
+    assert!(
+        matches!(outcome, Outcome::Published | Outcome::PublishedLive),
+        "{outcome:?}"
+    );
+    (outcome, effects)
 }
 
 fn push(to: ConsumerRef, sub_id: &str, msg: &Message) -> Effect {
@@ -48,6 +55,24 @@ fn publish_without_subscribers_is_fine_and_stores_nothing() {
     let mut f = Factory::new();
     assert!(publish_topic(&mut b, &f.msg("news", 0, 0)).is_empty());
     assert_eq!(b.stats(), Default::default());
+}
+
+/// Only a copy kept in an offline durable subscriber's backlog is state that outlives a
+/// connection; the plane logs (and waits for the disk on) exactly those publishes.
+#[test]
+fn a_publish_is_durable_state_only_when_a_backlog_keeps_a_copy() {
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    let live_only =
+        |b: &mut Broker, f: &mut Factory| publish_topic_with_outcome(b, &f.msg("news", 0, 0)).0;
+    assert_eq!(live_only(&mut b, &mut f), Outcome::PublishedLive);
+    subscribe(&mut b, "news", "live", false, C1);
+    subscribe(&mut b, "news", "d", true, C2);
+    assert_eq!(live_only(&mut b, &mut f), Outcome::PublishedLive);
+    run(&mut b, Command::Disconnect { consumer: C2 });
+    let (outcome, effects) = publish_topic_with_outcome(&mut b, &f.msg("news", 0, 0));
+    assert_eq!(outcome, Outcome::Published, "backlogged for offline d");
+    assert_eq!(effects.len(), 1, "and pushed to the live one");
 }
 
 #[test]
