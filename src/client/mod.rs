@@ -39,7 +39,7 @@ pub use error::{ClientError, Result};
 pub use stream::{
     StreamAt, StreamConsumer, StreamPage, StreamPayload, StreamPublished, StreamRecord,
 };
-pub use tls::{ClientCertificate, ClientTls};
+pub use tls::{ClientCertificate, ClientTls, TlsSession};
 pub use types::{ConsumedMessage, Headers, PublishOptions, PublishReply, Push, CONSUME_BATCH_KEY};
 pub use wire::{RawFrame, PUSH_QUEUE_BYTES_MAX, PUSH_QUEUE_FRAMES_MAX};
 
@@ -111,7 +111,7 @@ impl Client {
         let reply_timeout =
             (options.timeout_ms > 0).then(|| Duration::from_millis(options.timeout_ms));
         let tls = match &options.tls {
-            Some(t) => Some(tls::Prepared::new(t, addr)?),
+            Some(t) => Some(TlsSession::new(t, addr)?),
             None => None,
         };
         let socket = open_stream(addr, reply_timeout)?;

@@ -89,14 +89,16 @@ impl Write for Stream {
 }
 
 /// A TLS setup checked before any connection is made: CA and certificate files are read
-/// and the server name settled, so a mistake there is reported as such.
-pub(super) struct Prepared {
+/// and the server name settled, so a mistake there is reported as such. Public for callers
+/// that drive their own (non-blocking) sockets, such as boltq-bench's event loop.
+pub struct TlsSession {
     config: Arc<ClientConfig>,
     server_name: ServerName<'static>,
 }
 
-impl Prepared {
-    pub(super) fn new(tls: &ClientTls, addr: &str) -> Result<Prepared> {
+impl TlsSession {
+    /// The setup `tls` describes for a server at `addr` (`host:port`).
+    pub fn new(tls: &ClientTls, addr: &str) -> Result<TlsSession> {
         let name = tls
             .server_name
             .clone()
@@ -106,10 +108,16 @@ impl Prepared {
                 "TLS server name {name:?} is neither a DNS name nor an IP address"
             ))
         })?;
-        Ok(Prepared {
+        Ok(TlsSession {
             config: Arc::new(client_config(tls)?),
             server_name,
         })
+    }
+
+    /// A fresh client session (not yet handshaken) for one connection.
+    pub fn connection(&self) -> Result<ClientConnection> {
+        ClientConnection::new(Arc::clone(&self.config), self.server_name.clone())
+            .map_err(|e| ClientError::Io(io::Error::other(format!("TLS setup: {e}"))))
     }
 
     /// Runs the handshake on a connected socket (whose read and write timeouts bound it), so
@@ -119,8 +127,7 @@ impl Prepared {
     /// client's side of the handshake is done; that refusal arrives as an I/O error on the
     /// first request instead.
     pub(super) fn handshake(self, socket: TcpStream) -> Result<Stream> {
-        let conn = ClientConnection::new(self.config, self.server_name)
-            .map_err(|e| ClientError::Io(io::Error::other(format!("TLS setup: {e}"))))?;
+        let conn = self.connection()?;
         let mut stream = rustls::StreamOwned::new(conn, socket);
         while stream.conn.is_handshaking() {
             stream.conn.complete_io(&mut stream.sock)?;

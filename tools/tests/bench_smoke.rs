@@ -6,7 +6,7 @@
 
 mod support;
 
-use boltq::client::{Client, ClientOptions};
+use boltq::client::{Client, ClientOptions, ClientTls};
 use boltq_io::testutil::TempDir;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
@@ -23,11 +23,33 @@ struct Server {
     addr: String,
     /// Admin HTTP address (`/metrics`).
     http: String,
+    /// How the readiness probe connects (TLS servers).
+    tls: Option<ClientTls>,
     _dir: TempDir,
 }
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(&[], None)
+    }
+
+    /// With `[server.tls]` on both listeners, certificates from `pki`.
+    fn start_tls(pki: &Pki) -> Server {
+        let config = pki.dir.path().join("boltq.toml");
+        let text = format!(
+            "[server.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
+            pki.dir.path().join("server.pem"),
+            pki.dir.path().join("server.key"),
+        );
+        std::fs::write(&config, text).unwrap();
+        let tls = ClientTls {
+            ca_file: Some(pki.ca_file()),
+            ..Default::default()
+        };
+        Server::start_with(&["--config", config.to_str().unwrap()], Some(tls))
+    }
+
+    fn start_with(extra: &[&str], tls: Option<ClientTls>) -> Server {
         let dir = TempDir::new("bench-smoke");
         let (tcp, http) = (free_port(), free_port());
         let data = dir.path().join("data");
@@ -42,6 +64,7 @@ impl Server {
                 "--http-port",
                 &http.to_string(),
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -51,6 +74,7 @@ impl Server {
             child,
             addr: format!("127.0.0.1:{tcp}"),
             http: format!("127.0.0.1:{http}"),
+            tls,
             _dir: dir,
         };
         server.wait_ready();
@@ -62,6 +86,7 @@ impl Server {
         while Instant::now() < deadline {
             let options = ClientOptions {
                 timeout_ms: 1000,
+                tls: self.tls.clone(),
                 ..Default::default()
             };
             if let Ok(mut c) = Client::connect(&self.addr, options) {
@@ -465,6 +490,125 @@ fn bad_size_and_http_options_are_setup_errors() {
     );
 }
 
+/// A throwaway CA and a server certificate for `localhost` and `127.0.0.1` it signed, as PEM
+/// files (`ca.pem`, `server.pem`, `server.key`).
+struct Pki {
+    dir: TempDir,
+}
+
+impl Pki {
+    fn new() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let dir = TempDir::new("bench-pki");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        Pki { dir }
+    }
+
+    fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+}
+
+#[test]
+fn tls_runs_are_clean_and_plain_clients_fail_setup() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pki = Pki::new();
+    let server = Server::start_tls(&pki);
+    let ca = pki.ca_file();
+    let ca = ca.to_str().unwrap();
+    let http = server.http.clone();
+    // Verified against the CA; /metrics over HTTPS (the same certificate); sizes up to 64 KiB
+    // so records span many TLS frames.
+    let (code, r) = bench(
+        &server,
+        &[
+            "queue",
+            "--duration-secs",
+            "1",
+            "--producers",
+            "2",
+            "--consumers",
+            "2",
+            "--depth",
+            "16",
+            "--size",
+            "64-65536",
+            "--prefix",
+            "smoke-tls",
+            "--tls",
+            "--tls-ca",
+            ca,
+            "--http",
+            &http,
+        ],
+    );
+    assert_clean(code, &r);
+    let published = num(&r["messages"]["published"]);
+    assert!(published > 0, "{r}");
+    assert_eq!(num(&r["messages"]["consumed"]), published, "{r}");
+    assert_eq!(num(&r["server"]["messages_published"]["delta"]), published);
+
+    // Skipping verification accepts a name the certificate does not carry; pushes arrive.
+    let (code, r) = bench(
+        &server,
+        &[
+            "pubsub",
+            "--duration-secs",
+            "1",
+            "--subscribers",
+            "2",
+            "--depth",
+            "8",
+            "--prefix",
+            "smoke-tls-ps",
+            "--tls",
+            "--tls-insecure",
+            "--tls-server-name",
+            "elsewhere.example",
+        ],
+    );
+    assert_clean(code, &r);
+    let published = num(&r["messages"]["published"]);
+    assert_eq!(num(&r["messages"]["delivered"]), published * 2, "{r}");
+
+    let setup_error = |args: &[&str]| {
+        let out = Command::new(BENCH)
+            .args(["publish", "--duration-secs", "1", "--quiet", "--no-verify"])
+            .args(["--addr", &server.addr])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // A plain client against the TLS port: its setup PING gets no protocol answer.
+    let err = setup_error(&[]);
+    assert!(err.contains("PING on"), "{err}");
+    // Verification on, and the name is not on the certificate.
+    let err = setup_error(&[
+        "--tls",
+        "--tls-ca",
+        ca,
+        "--tls-server-name",
+        "elsewhere.example",
+    ]);
+    assert!(err.contains("TLS handshake"), "{err}");
+    // The system's CAs do not know the test CA.
+    let err = setup_error(&["--tls"]);
+    assert!(err.contains("TLS"), "{err}");
+}
+
 #[test]
 fn setup_failure_exits_2() {
     // Nothing listens on a port that was just free.
@@ -481,13 +625,20 @@ fn setup_failure_exits_2() {
 
 #[test]
 fn a_server_that_stops_answering_ends_the_run_with_timeouts() {
-    // Accepts and reads, never replies: what a hung or crashed shard looks like from outside.
+    // Answers the setup PING, then reads and never replies: what a shard that hangs
+    // mid-run looks like from outside.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             std::thread::spawn(move || {
+                use std::io::{Read, Write};
                 let mut s = stream;
+                let mut ping = [0u8; 7]; // 0x06, length 2, "{}"
+                if s.read_exact(&mut ping).is_err() || ping[0] != 0x06 {
+                    return;
+                }
+                let _ = s.write_all(&[0x00, 2, 0, 0, 0, b'{', b'}']);
                 let mut sink = [0u8; 4096];
                 while matches!(std::io::Read::read(&mut s, &mut sink), Ok(n) if n > 0) {}
             });

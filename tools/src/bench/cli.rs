@@ -10,8 +10,8 @@ const AFTER_HELP: &str = "\
 Transport: publish, consume, queue, pubsub and exchange speak the v1 TCP protocol to --addr.
 chat, channel and reconnect are WebSocket scenarios: devices connect to the messaging
 gateway at --url with HS256 tokens minted from --secret (the server's
-messaging.identity.keys); --addr and --api-key do not apply to them. No TLS (ws://, plain
-TCP) on either transport.
+messaging.identity.keys); --addr and --api-key do not apply to them. TLS (--tls) for the TCP
+scenarios only; the gateway scenarios speak ws:// (no wss://).
 
 Loop modes: without --rate each connection keeps --depth requests in flight (closed loop).
 With --rate the senders follow a fixed schedule (open loop) and latency is measured from the
@@ -73,6 +73,19 @@ pub struct Common {
     /// the measured phase and the report gets the server's own counts (section `server`).
     #[arg(long)]
     pub http: Option<String>,
+    /// TCP scenarios: speak TLS to --addr (a server with `server.tls` enabled). The server's
+    /// certificate must chain to the system's CAs unless --tls-ca or --tls-insecure.
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM file of the CAs that may sign the server's certificate.
+    #[arg(long, requires = "tls")]
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// Accept any server certificate (self-signed test certificates; no protection).
+    #[arg(long, requires = "tls")]
+    pub tls_insecure: bool,
+    /// Name the server's certificate must carry (default: the host of --addr).
+    #[arg(long, requires = "tls")]
+    pub tls_server_name: Option<String>,
     /// Measured duration in seconds (after the warm-up). Default 10 when --messages is not
     /// given; with --messages it is a cap.
     #[arg(long)]

@@ -10,6 +10,7 @@
 use super::poll::{now_ns, Epoll, Timer};
 use super::size_dist::{xorshift, SizeDist};
 use super::stats::{Counters, Hists, Op, Series, Shared, MERGE_EVERY_NS};
+use super::transport::Stream;
 use super::wire::{self, Template};
 use boltq::queue::protocol::frame::{self, op, status, FrameError, HEADER_BYTES};
 use std::collections::VecDeque;
@@ -27,6 +28,8 @@ const RX_BUF_BYTES: usize = 256 * 1024;
 /// Longest the loop sleeps without looking at the run's flags (stop, deadlines).
 const IDLE_WAIT_MS: i32 = 20;
 const TIMER_TOKEN: u64 = u64::MAX;
+/// First byte of a TLS alert record.
+const TLS_ALERT: u8 = 0x15;
 
 /// What one connection does.
 pub enum RoleSpec {
@@ -89,6 +92,8 @@ pub struct ConsumerSpec {
 pub struct Target {
     pub addr: String,
     pub api_key: Option<String>,
+    /// `--tls`: the session settings every connection starts from.
+    pub tls: Option<Arc<boltq::client::TlsSession>>,
 }
 
 /// One loop thread's share of a run: its CPU and its connections.
@@ -130,7 +135,7 @@ enum Role {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     role: Role,
     depth: usize,
     /// Requests awaiting their reply, oldest first: kind, the time latency is measured from
@@ -182,14 +187,16 @@ fn connect(target: &Target) -> Result<TcpStream, String> {
 }
 
 /// One blocking request → reply on a fresh connection (setup only; nothing pipelined yet).
-fn blocking_call(s: &mut TcpStream, code: u8, body: &str) -> Result<(u8, Vec<u8>), String> {
-    s.set_read_timeout(Some(SETUP_TIMEOUT))
-        .map_err(|e| e.to_string())?;
+fn blocking_call(s: &mut Stream, code: u8, body: &str) -> Result<(u8, Vec<u8>), String> {
     s.write_all(&wire::frame(code, body))
         .map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
+        if buf.starts_with(&[TLS_ALERT, 0x03]) {
+            // A TLS listener answers plaintext with an alert record.
+            return Err("the server answered with a TLS alert: it expects TLS (--tls)".into());
+        }
         if let Some((f, _)) = frame::decode(&buf).map_err(|e| e.to_string())? {
             return Ok((f.code, f.payload.to_vec()));
         }
@@ -202,13 +209,26 @@ fn blocking_call(s: &mut TcpStream, code: u8, body: &str) -> Result<(u8, Vec<u8>
 }
 
 fn open(spec: ConnSpec, target: &Target) -> Result<Conn, String> {
-    let mut stream = connect(target)?;
-    if let Some(key) = target.api_key.as_deref().filter(|k| !k.is_empty()) {
-        let body = format!("{{\"api_key\":{}}}", wire::json_str(key));
-        let (code, payload) = blocking_call(&mut stream, op::AUTH, &body)?;
-        if code != status::OK {
-            return Err(format!("AUTH refused: {}", wire::error_text(&payload)));
-        }
+    let sock = connect(target)?;
+    sock.set_read_timeout(Some(SETUP_TIMEOUT))
+        .and_then(|_| sock.set_write_timeout(Some(SETUP_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    let mut stream =
+        Stream::new(sock, target.tls.as_deref()).map_err(|e| format!("{}: {e}", target.addr))?;
+    // Every connection proves before the run that the server speaks the protocol to it
+    // (AUTH, else PING), so a wrong port or a TLS mismatch is a setup error, not run errors.
+    let (what, code, body) = match target.api_key.as_deref().filter(|k| !k.is_empty()) {
+        Some(key) => (
+            "AUTH",
+            op::AUTH,
+            format!("{{\"api_key\":{}}}", wire::json_str(key)),
+        ),
+        None => ("PING", op::PING, "{}".to_string()),
+    };
+    let (code, payload) = blocking_call(&mut stream, code, &body)
+        .map_err(|e| format!("{what} on {}: {e}", target.addr))?;
+    if code != status::OK {
+        return Err(format!("{what} refused: {}", wire::error_text(&payload)));
     }
     let role = match spec.role {
         RoleSpec::Producer(p) => Role::Producer(Producer {
@@ -245,7 +265,10 @@ fn open(spec: ConnSpec, target: &Target) -> Result<Conn, String> {
             })
         }
     };
-    stream.set_nonblocking(true).map_err(|e| e.to_string())?;
+    stream
+        .socket()
+        .set_nonblocking(true)
+        .map_err(|e| e.to_string())?;
     Ok(Conn {
         stream,
         role,
@@ -318,7 +341,11 @@ impl<'a> Worker<'a> {
         let timer = Timer::new()?;
         epoll.add(timer.fd(), TIMER_TOKEN, libc::EPOLLIN as u32)?;
         for (i, c) in conns.iter().enumerate() {
-            epoll.add(c.stream.as_raw_fd(), i as u64, libc::EPOLLIN as u32)?;
+            epoll.add(
+                c.stream.socket().as_raw_fd(),
+                i as u64,
+                libc::EPOLLIN as u32,
+            )?;
         }
         let start_ns = now_ns();
         let mut w = Worker {
@@ -520,17 +547,28 @@ impl<'a> Worker<'a> {
             }
         }
         let c = &mut self.conns[i];
-        let pending = c.out_pos < c.out.len();
-        if !pending {
+        if c.out_pos == c.out.len() {
             c.out.clear();
             c.out_pos = 0;
+            // TLS: records the socket did not take yet (never for plain sockets).
+            match c.stream.flush_records() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => {
+                    self.fail(i, &format!("io: {}", e.kind()));
+                    return Ok(());
+                }
+            }
         }
+        let c = &mut self.conns[i];
+        let pending = c.out_pos < c.out.len() || c.stream.wants_write();
         if pending != c.want_write {
             let mut flags = libc::EPOLLIN as u32;
             if pending {
                 flags |= libc::EPOLLOUT as u32;
             }
-            self.epoll.modify(c.stream.as_raw_fd(), i as u64, flags)?;
+            self.epoll
+                .modify(c.stream.socket().as_raw_fd(), i as u64, flags)?;
             c.want_write = pending;
         }
         Ok(())
@@ -647,8 +685,8 @@ impl<'a> Worker<'a> {
             return;
         }
         c.finished = true;
-        let _ = self.epoll.delete(c.stream.as_raw_fd());
-        let _ = c.stream.shutdown(std::net::Shutdown::Both);
+        let _ = self.epoll.delete(c.stream.socket().as_raw_fd());
+        let _ = c.stream.socket().shutdown(std::net::Shutdown::Both);
         if matches!(c.role, Role::Producer(_)) {
             self.shared.senders_live.fetch_sub(1, Ordering::Relaxed);
         }

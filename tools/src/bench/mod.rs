@@ -20,9 +20,10 @@ pub mod run;
 pub mod server_metrics;
 pub mod size_dist;
 pub mod stats;
+pub mod transport;
 pub mod wire;
 
-use boltq::client::{Client, ClientOptions};
+use boltq::client::{Client, ClientOptions, ClientTls, TlsSession};
 use boltq::queue::protocol::frame::op;
 use clap::Parser;
 use cli::{Cli, Common, ConsumerArgs, PayloadArgs, Scenario};
@@ -86,6 +87,15 @@ fn common_of(s: &Scenario) -> &Common {
 
 /// Runs one scenario; returns the report and whether it passed.
 pub fn run_scenario(s: Scenario) -> Result<(Value, bool), String> {
+    let gateway = matches!(
+        s,
+        Scenario::Chat(_) | Scenario::Channel(_) | Scenario::Reconnect(_)
+    );
+    if gateway && common_of(&s).tls {
+        return Err(
+            "--tls applies to the TCP scenarios; the gateway scenarios speak ws:// only".into(),
+        );
+    }
     if let Some(ep) = server_endpoint(common_of(&s)) {
         // A wrong --http is a setup error, found before anything connects or is set up.
         server_metrics::scrape(&ep, poll::now_ns())?;
@@ -254,11 +264,31 @@ fn check_counts(common: &Common, what: &str, n: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// What `--tls*` asks of a TCP connection.
+fn client_tls(common: &Common) -> Option<ClientTls> {
+    common.tls.then(|| ClientTls {
+        ca_file: common.tls_ca.clone(),
+        insecure: common.tls_insecure,
+        server_name: common.tls_server_name.clone(),
+        client_certificate: None,
+    })
+}
+
+/// The TLS settings of the run's connections, checked (CA file read, server name valid)
+/// before anything connects.
+pub(crate) fn tls_session(common: &Common) -> Result<Option<Arc<TlsSession>>, String> {
+    client_tls(common)
+        .map(|t| TlsSession::new(&t, &common.addr).map(Arc::new))
+        .transpose()
+        .map_err(|e| format!("--tls: {e}"))
+}
+
 fn control_client(common: &Common) -> Result<Client, String> {
     Client::connect(
         &common.addr,
         ClientOptions {
             api_key: common.api_key.clone(),
+            tls: client_tls(common),
             ..Default::default()
         },
     )
@@ -315,6 +345,7 @@ fn server_endpoint(common: &Common) -> Option<server_metrics::Endpoint> {
     common.http.as_ref().map(|addr| server_metrics::Endpoint {
         addr: addr.clone(),
         api_key: common.api_key.clone(),
+        tls: client_tls(common),
     })
 }
 

@@ -105,6 +105,7 @@ pub fn execute(plan: Plan, common: &Common) -> Result<Finished, String> {
     let target = Target {
         addr: common.addr.clone(),
         api_key: common.api_key.clone(),
+        tls: super::tls_session(common)?,
     };
     execute_with(plan, common, move |wp, shared, ready, go| {
         engine::run_worker(wp, target.clone(), shared, ready, go)

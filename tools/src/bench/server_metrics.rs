@@ -7,6 +7,8 @@
 //! [`RESPONSE_BYTES_MAX`] and every socket step by [`HTTP_TIMEOUT_MS`]. Parsing the answer
 //! and the Prometheus text is pure ([`parse_response`], [`parse_metrics`]).
 
+use super::transport::Stream;
+use boltq::client::{ClientTls, TlsSession};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -66,6 +68,8 @@ const SERIES: [(&str, &str, Kind); 10] = [
 pub struct Endpoint {
     pub addr: String,
     pub api_key: Option<String>,
+    /// HTTPS: the server's `[server.tls]` covers its HTTP listener too.
+    pub tls: Option<ClientTls>,
 }
 
 /// One scrape: every metric name with the sum of its samples (over all label sets), and when
@@ -157,11 +161,16 @@ fn http_get(ep: &Endpoint, path: &str) -> Result<Vec<u8>, String> {
         .map_err(|e| fail("cannot resolve", &e))?
         .next()
         .ok_or_else(|| format!("--http {}: no address", ep.addr))?;
-    let mut s =
+    let sock =
         TcpStream::connect_timeout(&addr, timeout).map_err(|e| fail("cannot connect", &e))?;
-    s.set_read_timeout(Some(timeout))
-        .and_then(|_| s.set_write_timeout(Some(timeout)))
+    sock.set_read_timeout(Some(timeout))
+        .and_then(|_| sock.set_write_timeout(Some(timeout)))
         .map_err(|e| fail("socket", &e))?;
+    let session = match &ep.tls {
+        Some(t) => Some(TlsSession::new(t, &ep.addr).map_err(|e| fail("TLS", &e))?),
+        None => None,
+    };
+    let mut s = Stream::new(sock, session.as_ref()).map_err(|e| fail("TLS", &e))?;
     let mut req = format!(
         "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
         ep.addr
