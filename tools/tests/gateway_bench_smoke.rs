@@ -23,6 +23,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 struct Server {
     child: Child,
     tcp: String,
+    /// Admin HTTP address (`/metrics`; the gateway shares the port).
+    http: String,
     url: String,
     membership: String,
     _dir: TempDir,
@@ -61,6 +63,7 @@ impl Server {
         let server = Server {
             child,
             tcp: format!("127.0.0.1:{tcp}"),
+            http: format!("127.0.0.1:{http}"),
             url: format!("ws://127.0.0.1:{http}/ws"),
             membership: format!("127.0.0.1:{members}"),
             _dir: dir,
@@ -323,6 +326,54 @@ fn reconnect_in_groups_resumes_every_member() {
         "every device got both writes: {r}"
     );
     assert_eq!(num(&m["prime_acked"]), 5, "{r}");
+}
+
+#[test]
+fn chat_with_a_size_range_matches_the_server_counts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let http = server.http.clone();
+    let args = [
+        "chat",
+        "--duration-secs",
+        "1",
+        "--devices",
+        "20",
+        "--depth",
+        "2",
+        "--size",
+        "64-4096",
+        "--http",
+        &http,
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let sends = acked_sends(&r);
+    assert!(sends > 0, "{r}");
+    assert_eq!(r["config"]["size"], "64-4096", "{r}");
+    let mean = r["messages"]["mean_payload_bytes"].as_f64().unwrap();
+    assert!(mean > 264.0 && mean < 3896.0, "mean {mean}: {r}");
+    // Every measured send, and nothing else, went through the gateway and into a stream.
+    let s = &r["server"];
+    assert_eq!(num(&s["gateway_sends"]["delta"]), sends, "{r}");
+    assert_eq!(num(&s["stream_appends"]["delta"]), sends, "{r}");
+    assert_eq!(r["checks"]["server_sends_delta_equals_acknowledged"], true);
+    // The server wrote at least the payload bytes it acknowledged to disk.
+    let written = num(&s["disk_write_bytes"]["delta"]) as f64;
+    assert!(written >= mean * sends as f64, "{r}");
+}
+
+#[test]
+fn tls_is_refused_for_gateway_scenarios() {
+    // Checked before anything connects: no server needed.
+    let out = Command::new(BENCH)
+        .args(["chat", "--duration-secs", "1", "--quiet", "--tls"])
+        .args(["--secret", SECRET])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("ws:// only"), "{err}");
 }
 
 #[test]

@@ -59,6 +59,13 @@ fn tcp_size(spec: &str) -> Result<SizeDist, String> {
     SizeDist::parse(spec, PAYLOAD_BYTES_MIN as u32, PAYLOAD_BYTES_MAX as u32)
 }
 
+/// `--size` of the gateway scenarios: bounded by the stamp and by what fits the gateway's
+/// frame limit once base64-encoded.
+fn ws_size(spec: &str) -> Result<SizeDist, String> {
+    use super::gateway::proto::{PAYLOAD_BYTES_MAX, STAMP_BYTES};
+    SizeDist::parse(spec, STAMP_BYTES as u32, PAYLOAD_BYTES_MAX as u32)
+}
+
 /// Options shared by every scenario.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
@@ -293,9 +300,10 @@ pub struct GatewayArgs {
 #[derive(Args, Debug, Clone)]
 pub struct WsPayloadArgs {
     /// Payload bytes of each send (before base64): a 24-byte stamp (sender, sequence, send
-    /// time) and filler.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(24..=524_288))]
-    pub size: u32,
+    /// time) and filler; 24..=524288. One size, a range (`64-4096`) or weighted choices
+    /// (`100:90,4096:10`), drawn per send from each device's seeded PRNG.
+    #[arg(long, default_value = "100", value_parser = ws_size)]
+    pub size: SizeDist,
 }
 
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,7 @@
 
 use super::super::engine::WorkerPlan;
 use super::super::poll::{self, now_ns, Epoll, Timer};
+use super::super::size_dist::{xorshift, SizeDist};
 use super::super::stats::{Counters, Hists, Op, Series, Shared, MERGE_EVERY_NS};
 use super::proto::{self, Inbound, SendTemplate, Stamp, StampKind};
 use super::ws::{self, opcode, Url};
@@ -73,6 +74,9 @@ pub struct GwRun {
     pub url: Url,
     pub addr: SocketAddr,
     pub templates: Vec<SendTemplate>,
+    /// Payload sizes, drawn per send from the device's PRNG.
+    pub sizes: SizeDist,
+    /// Filler for the largest size ([`proto::filler_b64`]).
     pub filler_b64: String,
     /// Open loop: nanoseconds between one device's sends; `None` = closed loop.
     pub interval_ns: Option<u64>,
@@ -254,12 +258,7 @@ impl Device {
     }
 
     fn random(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.rng = x;
-        x
+        xorshift(&mut self.rng)
     }
 
     fn take_id(&mut self) -> u64 {
@@ -836,9 +835,11 @@ impl<'a> Worker<'a> {
                 };
                 self.json.clear();
                 let tag = &d.spec.device;
+                let size = self.run.sizes.sample(&mut d.rng) as usize;
                 self.run.templates[conv].write(
                     &mut self.json,
                     &stamp,
+                    size,
                     &self.run.filler_b64,
                     tag,
                     id,
@@ -1035,7 +1036,7 @@ impl<'a> Worker<'a> {
             return;
         }
         let shared = self.shared;
-        let mut sent = 0u64;
+        let (mut sent, mut bytes) = (0u64, 0u64);
         while d.sends_inflight < self.run.depth {
             if writer {
                 let total =
@@ -1085,13 +1086,16 @@ impl<'a> Worker<'a> {
                 sent_ns: start,
             };
             self.json.clear();
+            let size = self.run.sizes.sample(&mut d.rng) as usize;
             self.run.templates[conv].write(
                 &mut self.json,
                 &stamp,
+                size,
                 &self.run.filler_b64,
                 &d.spec.device,
                 id,
             );
+            bytes += size as u64;
             d.queue_text(&self.json);
             d.inflight.push_back(Pending {
                 op: Op::Send,
@@ -1106,7 +1110,10 @@ impl<'a> Worker<'a> {
             d.sends_inflight += 1;
             sent += 1;
         }
-        Counters::add(&shared.counters.sent[Op::Send as usize], sent);
+        let counters = &shared.counters;
+        Counters::add(&counters.sent[Op::Send as usize], sent);
+        Counters::add(&counters.payload_messages, sent);
+        Counters::add(&counters.payload_bytes, bytes);
         self.sender_done_check(i);
     }
 
@@ -1377,6 +1384,7 @@ mod tests {
             url: ws::parse_url(&format!("ws://{addr}/ws")).unwrap(),
             addr,
             templates: vec![SendTemplate::new("direct", "a:b")],
+            sizes: SizeDist::Fixed(24),
             filler_b64: proto::filler_b64(24),
             interval_ns: None,
             depth: 1,

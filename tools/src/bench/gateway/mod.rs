@@ -20,7 +20,8 @@ use super::cli::{ChannelArgs, ChatArgs, Common, ConversationKind, GatewayArgs, R
 use super::poll::now_ns;
 use super::report::{self, Check, ReportInput};
 use super::run::{self, Finished, Plan, Primary};
-use super::stats::{Counters, Series};
+use super::size_dist::SizeDist;
+use super::stats::{Counters, Op, Series};
 use boltq::messaging::identity::token::{mint_hs256, Claims};
 use engine::{DeviceSpec, GwRun, ReconnectPlan};
 use proto::SendTemplate;
@@ -239,11 +240,12 @@ fn common_checks(ran: &Ran, checks: &mut Vec<Check>, extra: &mut Map<String, Val
     }
 }
 
-fn base_config(common: &Common, gw: &GatewayArgs, names: &Names, size: u32) -> Value {
+fn base_config(common: &Common, gw: &GatewayArgs, names: &Names, size: &SizeDist) -> Value {
     json!({
         "url": gw.url,
         "run": names.base(),
-        "size": size,
+        "size": size.to_string(),
+        "http": common.http,
         "loop": match common.rate {
             Some(r) => format!("open ({r} sends/s)"),
             None => "closed".to_string(),
@@ -348,7 +350,8 @@ pub fn chat(a: ChatArgs) -> Result<(Value, bool), String> {
         url: s.url.clone(),
         addr: s.addr,
         templates: templates(&convs),
-        filler_b64: proto::filler_b64(a.payload.size as usize),
+        sizes: a.payload.size.clone(),
+        filler_b64: proto::filler_b64(a.payload.size.max() as usize),
         interval_ns: interval,
         depth,
         connect_concurrency: a.gateway.connect_concurrency.div_ceil(threads),
@@ -408,7 +411,7 @@ pub fn chat(a: ChatArgs) -> Result<(Value, bool), String> {
     if let Some(svc) = &service {
         extra.insert("membership_calls".into(), json!(svc.calls()));
     }
-    let mut config = base_config(c, &a.gateway, &s.names, a.payload.size);
+    let mut config = base_config(c, &a.gateway, &s.names, &a.payload.size);
     config["devices"] = json!(a.devices);
     config["conversations"] = json!(convs.len());
     config["kind"] = json!(kind.as_str());
@@ -422,7 +425,6 @@ pub fn chat(a: ChatArgs) -> Result<(Value, bool), String> {
         config,
         &ran,
         Primary::Published,
-        a.payload.size,
         extra,
         checks,
     ))
@@ -435,21 +437,38 @@ fn build(
     config: Value,
     ran: &Ran,
     primary: Primary,
-    size: u32,
     extra: Map<String, Value>,
-    checks: Vec<Check>,
+    mut checks: Vec<Check>,
 ) -> (Value, bool) {
+    server_check(c, &ran.finished, &mut checks);
     report::build(ReportInput {
         scenario,
         config,
         finished: &ran.finished,
         primary,
-        payload_bytes: Some(f64::from(size)),
+        payload_bytes: None,
         warmup_secs: c.warmup_secs,
         max_errors: c.max_errors,
         extra,
         checks,
     })
+}
+
+/// With `--http` and no warm-up the two scrapes enclose every measured send (setup's prime
+/// sends come before the first), so the gateway's send counter must have grown by exactly
+/// the sends the generator saw acknowledged.
+fn server_check(c: &Common, f: &Finished, checks: &mut Vec<Check>) {
+    let Some(Ok(w)) = &f.server else { return };
+    let Some(theirs) = w.delta("gateway_sends").filter(|_| c.warmup_secs <= 0.0) else {
+        return;
+    };
+    let ours = Counters::get(&f.shared.counters.acknowledged[Op::Send as usize]);
+    checks.push(super::equal_check(
+        "server_sends_delta_equals_acknowledged",
+        theirs,
+        ours,
+        "/metrics gateway_sends",
+    ));
 }
 
 // ---- channel -----------------------------------------------------------------------------------
@@ -511,7 +530,8 @@ pub fn channel(a: ChannelArgs) -> Result<(Value, bool), String> {
         url: s.url.clone(),
         addr: s.addr,
         templates: templates(&convs),
-        filler_b64: proto::filler_b64(a.payload.size as usize),
+        sizes: a.payload.size.clone(),
+        filler_b64: proto::filler_b64(a.payload.size.max() as usize),
         interval_ns: interval,
         depth,
         connect_concurrency: a.gateway.connect_concurrency.div_ceil(threads),
@@ -547,7 +567,7 @@ pub fn channel(a: ChannelArgs) -> Result<(Value, bool), String> {
     if let Some(svc) = &service {
         extra.insert("membership_calls".into(), json!(svc.calls()));
     }
-    let mut config = base_config(c, &a.gateway, &s.names, a.payload.size);
+    let mut config = base_config(c, &a.gateway, &s.names, &a.payload.size);
     config["listeners"] = json!(a.listeners);
     config["senders"] = json!(a.senders);
     config["depth"] = json!(depth);
@@ -558,7 +578,6 @@ pub fn channel(a: ChannelArgs) -> Result<(Value, bool), String> {
         config,
         &ran,
         Primary::Delivered,
-        a.payload.size,
         extra,
         checks,
     ))
@@ -639,7 +658,8 @@ pub fn reconnect(a: ReconnectArgs) -> Result<(Value, bool), String> {
         url: s.url.clone(),
         addr: s.addr,
         templates: templates(&convs),
-        filler_b64: proto::filler_b64(a.payload.size as usize),
+        sizes: a.payload.size.clone(),
+        filler_b64: proto::filler_b64(a.payload.size.max() as usize),
         interval_ns: None,
         depth: a.depth,
         connect_concurrency: a.gateway.connect_concurrency.div_ceil(threads),
@@ -722,7 +742,7 @@ pub fn reconnect(a: ReconnectArgs) -> Result<(Value, bool), String> {
     if let Some(svc) = &service {
         extra.insert("membership_calls".into(), json!(svc.calls()));
     }
-    let mut config = base_config(c, &a.gateway, &s.names, a.payload.size);
+    let mut config = base_config(c, &a.gateway, &s.names, &a.payload.size);
     config["devices"] = json!(a.devices);
     config["away_messages"] = json!(a.away_messages);
     config["writers"] = json!(a.writers);
@@ -735,7 +755,6 @@ pub fn reconnect(a: ReconnectArgs) -> Result<(Value, bool), String> {
         config,
         &ran,
         Primary::Delivered,
-        a.payload.size,
         extra,
         checks,
     ))

@@ -84,9 +84,20 @@ impl Stamp {
     }
 }
 
-/// The base64 of the filler after the stamp, for payloads of `size` bytes.
-pub fn filler_b64(size: usize) -> String {
-    STANDARD.encode(vec![b'x'; size.saturating_sub(STAMP_BYTES)])
+/// Base64 of the filler after the stamp for payloads of up to `size_max` bytes, in whole
+/// groups of three filler bytes (`eHh4` each): a payload of any smaller size takes a prefix
+/// of it plus the encoding of its last one or two bytes (see [`SendTemplate::write`]).
+pub fn filler_b64(size_max: usize) -> String {
+    "eHh4".repeat(size_max.saturating_sub(STAMP_BYTES) / 3)
+}
+
+/// Base64 of a filler's last `n % 3` bytes (`x` or `xx`), padding included.
+fn filler_tail_b64(n: usize) -> &'static [u8] {
+    match n % 3 {
+        1 => b"eA==",
+        2 => b"eHg=",
+        _ => b"",
+    }
 }
 
 /// A JSON string literal (quotes included).
@@ -136,16 +147,20 @@ impl SendTemplate {
         }
     }
 
-    /// Appends the JSON of one send. `client_msg_id` is `<device tag>-<seq>`: unique per
-    /// sender and conversation, so the server's dedup window never merges two sends.
+    /// Appends the JSON of one send whose payload is `payload_bytes` long (before base64;
+    /// at least [`STAMP_BYTES`]; `filler` from [`filler_b64`] for at least this size).
+    /// `client_msg_id` is `<device tag>-<seq>`: unique per sender and conversation, so the
+    /// server's dedup window never merges two sends.
     pub fn write(
         &self,
         out: &mut Vec<u8>,
         stamp: &Stamp,
-        filler_b64: &str,
+        payload_bytes: usize,
+        filler: &str,
         device_tag: &str,
         id: u64,
     ) {
+        let filler_bytes = payload_bytes - STAMP_BYTES;
         out.extend_from_slice(&self.head);
         let mut b64 = [0u8; STAMP_B64_CHARS];
         let n = STANDARD
@@ -153,7 +168,8 @@ impl SendTemplate {
             .expect("24 bytes encode to 32 characters");
         debug_assert_eq!(n, STAMP_B64_CHARS);
         out.extend_from_slice(&b64);
-        out.extend_from_slice(filler_b64.as_bytes());
+        out.extend_from_slice(&filler.as_bytes()[..filler_bytes / 3 * 4]);
+        out.extend_from_slice(filler_tail_b64(filler_bytes));
         out.extend_from_slice(b"\",\"client_msg_id\":\"");
         out.extend_from_slice(device_tag.as_bytes());
         out.push(b'-');
@@ -266,8 +282,8 @@ mod tests {
     #[test]
     fn stamps_round_trip_through_a_payload() {
         let mut rng = Rng::new(3);
-        for size in [24usize, 25, 26, 27, 100, 1000] {
-            let filler = filler_b64(size);
+        let filler = filler_b64(1000);
+        for size in [24usize, 25, 26, 27, 28, 100, 998, 999, 1000] {
             let stamp = Stamp {
                 kind: if rng.below(2) == 0 {
                     StampKind::Measured
@@ -279,7 +295,7 @@ mod tests {
                 sent_ns: rng.next_u64(),
             };
             let mut out = Vec::new();
-            SendTemplate::new("direct", "a:b").write(&mut out, &stamp, &filler, "dev", 9);
+            SendTemplate::new("direct", "a:b").write(&mut out, &stamp, size, &filler, "dev", 9);
             let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
             let payload = v["payload"].as_str().unwrap();
             // The payload is valid base64 of exactly `size` bytes: stamp then filler.
