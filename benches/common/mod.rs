@@ -1,11 +1,13 @@
 //! The timing harness of the micro-benchmarks (`benches/`, and `shards/benches/` through a
 //! `#[path]` include): no criterion, only std.
 //!
-//! A case runs `warmup` untimed repetitions, then `reps` timed ones; each repetition gets a
-//! fresh state from `setup` (untimed) and performs `ops` operations on it in `run` (timed).
+//! A case runs [`WARMUP_REPS`] untimed repetitions, then [`reps`] timed ones; each
+//! repetition gets a fresh state from `setup` (untimed) and performs `ops` operations on it
+//! in `run` (timed).
 //! One line per case: the median ns per operation and operations per second over the
-//! repetitions, then the median of any extra figure the case reports. The median is the
-//! headline: the machine is shared and noisy (docs/benchmarks.md).
+//! repetitions, the best repetition's ns per operation, then the median of any extra figure
+//! the case reports. The median is the headline; the machine is shared and noisy
+//! (docs/benchmarks.md).
 //!
 //! A filter argument selects cases by substring (`cargo bench --bench <name> -- publish`);
 //! arguments starting with `-` (cargo's `--bench`) are ignored. `BOLTQ_BENCH_REPS` sets the
@@ -89,15 +91,19 @@ pub fn bench_with<S>(
     report(name, &samples);
 }
 
-/// Prints `name  ns/op  ops/s  extra…` with medians over the samples. Every sample must
-/// carry the same extras in the same order.
+/// Prints `name  ns/op  ops/s  best=<ns/op>  extra…`: medians over the samples, and the
+/// fastest repetition, which shows how much of the spread is noise from other work on the
+/// machine. Every sample must carry the same extras in the same order.
 pub fn report(name: &str, samples: &[Sample]) {
     assert!(!samples.is_empty(), "{name}: no samples");
-    let ns = median(samples.iter().map(Sample::ns_per_op).collect());
+    let all_ns: Vec<f64> = samples.iter().map(Sample::ns_per_op).collect();
+    let best_ns = all_ns.iter().cloned().fold(f64::INFINITY, f64::min);
+    let ns = median(all_ns);
     let mut line = format!(
-        "{name:<44} {:>10} ns/op {:>14} ops/s",
+        "{name:<44} {:>10} ns/op {:>14} ops/s  best={}",
         fmt_num(ns),
-        fmt_num(1e9 / ns)
+        fmt_num(1e9 / ns),
+        fmt_num(best_ns)
     );
     for (i, (label, _)) in samples[0].extra.iter().enumerate() {
         let m = median(samples.iter().map(|s| s.extra[i].1).collect());
