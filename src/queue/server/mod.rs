@@ -9,5 +9,6 @@ pub mod outbound;
 pub mod plane;
 pub mod snapshot;
 pub mod stream;
+pub mod unsynced;
 pub mod waiters;
 pub mod wal;

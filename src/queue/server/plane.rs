@@ -9,6 +9,7 @@
 use super::exchanges::{self, ExchangeOp, META_SHARD};
 use super::mesh::{QueueMsg, QueueReply, ShardReport};
 use super::outbound::Outbound;
+use super::unsynced::Unsynced;
 use super::waiters::{Answer, Waiter, Waiters};
 use super::{snapshot, wal};
 use crate::queue::broker::exchange::Exchanges;
@@ -240,6 +241,8 @@ pub struct Plane {
     /// True while parked consumers are being served (serving applies commands, which
     /// would otherwise try to serve again).
     serving_waiters: Cell<bool>,
+    /// Publishes not yet durable: what a delivery has to wait for (see `unsynced.rs`).
+    unsynced: RefCell<Unsynced>,
 }
 
 fn slot_log_name(slot: u16) -> String {
@@ -293,6 +296,7 @@ impl Plane {
             report_unroutable,
             waiters: RefCell::new(Waiters::default()),
             serving_waiters: Cell::new(false),
+            unsynced: RefCell::new(Unsynced::default()),
         });
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
@@ -496,6 +500,7 @@ impl Plane {
             };
             (outcome, effects, lsn)
         };
+        let lsn = self.lsn_to_wait_for(&cmd, &outcome, lsn);
         self.maybe_snapshot(slot, &cell);
         if !matches!(cmd_kind, CmdKind::Consume) {
             self.serve_waiters(slot);
@@ -505,6 +510,27 @@ impl Plane {
             self.route_effect(effect);
         }
         (outcome, lsn)
+    }
+
+    /// The journal position the reply to `cmd` waits for, given the position of its own
+    /// record. A publish is remembered until durable; a delivery waits for the publishes of
+    /// the messages it carries, not for its own pending record (`unsynced.rs` says why).
+    fn lsn_to_wait_for(&self, cmd: &Command, outcome: &Outcome, own: Option<u64>) -> Option<u64> {
+        let Some(store) = &self.store else {
+            return own;
+        };
+        let mut unsynced = self.unsynced.borrow_mut();
+        unsynced.forget_durable(store.journal().durable());
+        match (cmd, outcome, own) {
+            (Command::Publish { msg }, Outcome::Published, Some(lsn)) => {
+                unsynced.note(msg.id, lsn);
+                own
+            }
+            (Command::Consume { .. }, Outcome::Delivered(msgs), _) => {
+                unsynced.wait_for(msgs.iter().map(|m| m.id))
+            }
+            _ => own,
+        }
     }
 
     /// A consume that parks on this shard (the owner) when nothing is ready and `wait_ms`
