@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{free_port, server_binary, BENCH};
+use support::{free_port, server_binary, Pki, BENCH};
 
 /// The runs share two cores and a disk with each other and with the server: one at a time
 /// keeps each bench's second of load from starving another's server.
@@ -36,11 +36,7 @@ impl Server {
     /// With `[server.tls]` on both listeners, certificates from `pki`.
     fn start_tls(pki: &Pki) -> Server {
         let config = pki.dir.path().join("boltq.toml");
-        let text = format!(
-            "[server.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
-            pki.dir.path().join("server.pem"),
-            pki.dir.path().join("server.key"),
-        );
+        let text = format!("[server.tls]\nenabled = true\n{}", pki.config_lines());
         std::fs::write(&config, text).unwrap();
         let tls = ClientTls {
             ca_file: Some(pki.ca_file()),
@@ -490,36 +486,6 @@ fn bad_size_and_http_options_are_setup_errors() {
     );
 }
 
-/// A throwaway CA and a server certificate for `localhost` and `127.0.0.1` it signed, as PEM
-/// files (`ca.pem`, `server.pem`, `server.key`).
-struct Pki {
-    dir: TempDir,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-        let dir = TempDir::new("bench-pki");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
-        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
-        let key = KeyPair::generate().unwrap();
-        let cert = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &ca)
-            .unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
-        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
-        Pki { dir }
-    }
-
-    fn ca_file(&self) -> std::path::PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-}
-
 #[test]
 fn tls_runs_are_clean_and_plain_clients_fail_setup() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -527,7 +493,8 @@ fn tls_runs_are_clean_and_plain_clients_fail_setup() {
     let server = Server::start_tls(&pki);
     let ca = pki.ca_file();
     let ca = ca.to_str().unwrap();
-    let http = server.http.clone();
+    // `[server.tls]` covers the admin listener too.
+    let http = format!("https://{}", server.http);
     // Verified against the CA; /metrics over HTTPS (the same certificate); sizes up to 64 KiB
     // so records span many TLS frames.
     let (code, r) = bench(

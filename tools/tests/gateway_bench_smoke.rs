@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{free_port, server_binary, BENCH};
+use support::{free_port, server_binary, Pki, BENCH};
 
 const SECRET: &str = "smoke-secret-0123456789abcdef-0123456789";
 
@@ -32,8 +32,28 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_with(None)
+    }
+
+    /// The gateway on its own TLS listener (`[messaging.gateway.tls]`); `url` is wss://.
+    fn start_tls(pki: &Pki) -> Server {
+        Server::start_with(Some(pki))
+    }
+
+    fn start_with(tls: Option<&Pki>) -> Server {
         let dir = TempDir::new("gateway-bench-smoke");
         let (tcp, http, members) = (free_port(), free_port(), free_port());
+        let (gateway, url) = match tls {
+            None => (String::new(), format!("ws://127.0.0.1:{http}/ws")),
+            Some(pki) => {
+                let port = free_port();
+                let section = format!(
+                    "port = {port}\n[messaging.gateway.tls]\nenabled = true\n{}\n",
+                    pki.config_lines()
+                );
+                (section, format!("wss://127.0.0.1:{port}/ws"))
+            }
+        };
         let config = dir.path().join("boltq.toml");
         std::fs::write(
             &config,
@@ -41,8 +61,8 @@ impl Server {
                 "[messaging.stream]\nenabled = true\n\n\
                  [messaging.identity]\nenabled = true\n\
                  keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\n\
-                 [messaging.gateway]\nenabled = true\n\n\
-                 [messaging.chat]\nmembership_url = \"http://127.0.0.1:{members}\"\n"
+                 [messaging.chat]\nmembership_url = \"http://127.0.0.1:{members}\"\n\n\
+                 [messaging.gateway]\nenabled = true\n{gateway}"
             ),
         )
         .unwrap();
@@ -64,7 +84,7 @@ impl Server {
             child,
             tcp: format!("127.0.0.1:{tcp}"),
             http: format!("127.0.0.1:{http}"),
-            url: format!("ws://127.0.0.1:{http}/ws"),
+            url,
             membership: format!("127.0.0.1:{members}"),
             _dir: dir,
         };
@@ -364,16 +384,63 @@ fn chat_with_a_size_range_matches_the_server_counts() {
 }
 
 #[test]
-fn tls_is_refused_for_gateway_scenarios() {
-    // Checked before anything connects: no server needed.
+fn chat_over_wss_is_clean_and_an_untrusted_certificate_fails_setup() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let pki = Pki::new();
+    let server = Server::start_tls(&pki);
+    let ca = pki.ca_file();
+    let ca = ca.to_str().unwrap();
+    let args = [
+        "chat",
+        "--duration-secs",
+        "1",
+        "--devices",
+        "20",
+        "--depth",
+        "2",
+        "--size",
+        "24-8192",
+        "--tls-ca",
+        ca,
+    ];
+    let (code, r) = bench(&server, &args);
+    assert_clean(code, &r);
+    let sends = acked_sends(&r);
+    assert!(sends > 0, "{r}");
+    assert_eq!(num(&r["messages"]["delivered"]), sends, "{r}");
+    assert_eq!(num(&r["ops"]["hello"]["acknowledged"]), 20, "{r}");
+
+    // Without the CA the system's store does not trust the test certificate.
     let out = Command::new(BENCH)
-        .args(["chat", "--duration-secs", "1", "--quiet", "--tls"])
-        .args(["--secret", SECRET])
+        .args(["chat", "--duration-secs", "1", "--devices", "2", "--quiet"])
+        .args(["--url", &server.url, "--secret", SECRET])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("ws:// only"), "{err}");
+    assert!(err.contains("tls"), "{err}");
+}
+
+#[test]
+fn tls_options_are_checked_before_anything_connects() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BENCH)
+            .args([
+                "chat",
+                "--duration-secs",
+                "1",
+                "--quiet",
+                "--secret",
+                SECRET,
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["--tls"]).contains("wss://"));
+    assert!(run(&["--tls-insecure"]).contains("need --tls, a wss:// --url"));
 }
 
 #[test]

@@ -10,8 +10,9 @@ const AFTER_HELP: &str = "\
 Transport: publish, consume, queue, pubsub and exchange speak the v1 TCP protocol to --addr.
 chat, channel and reconnect are WebSocket scenarios: devices connect to the messaging
 gateway at --url with HS256 tokens minted from --secret (the server's
-messaging.identity.keys); --addr and --api-key do not apply to them. TLS (--tls) for the TCP
-scenarios only; the gateway scenarios speak ws:// (no wss://).
+messaging.identity.keys); --addr and --api-key do not apply to them. TLS: --tls for the TCP
+scenarios, a wss:// --url for the gateway, https:// for --http; --tls-ca, --tls-insecure and
+--tls-server-name apply to all three.
 
 Loop modes: without --rate each connection keeps --depth requests in flight (closed loop).
 With --rate the senders follow a fixed schedule (open loop) and latency is measured from the
@@ -76,22 +77,24 @@ pub struct Common {
     /// to --http).
     #[arg(long)]
     pub api_key: Option<String>,
-    /// The server's admin HTTP address (host:port): `/metrics` is scraped before and after
-    /// the measured phase and the report gets the server's own counts (section `server`).
+    /// The server's admin HTTP address (host:port, or https://host:port when its listeners
+    /// speak TLS): `/metrics` is scraped before and after the measured phase and the report
+    /// gets the server's own counts (section `server`).
     #[arg(long)]
     pub http: Option<String>,
     /// TCP scenarios: speak TLS to --addr (a server with `server.tls` enabled). The server's
-    /// certificate must chain to the system's CAs unless --tls-ca or --tls-insecure.
+    /// certificate must chain to the system's CAs unless --tls-ca or --tls-insecure. (The
+    /// gateway scenarios take TLS from a wss:// --url, --http from https://.)
     #[arg(long)]
     pub tls: bool,
-    /// PEM file of the CAs that may sign the server's certificate.
-    #[arg(long, requires = "tls")]
+    /// PEM file of the CAs that may sign the server's certificate (TLS of any kind).
+    #[arg(long)]
     pub tls_ca: Option<std::path::PathBuf>,
     /// Accept any server certificate (self-signed test certificates; no protection).
-    #[arg(long, requires = "tls")]
+    #[arg(long)]
     pub tls_insecure: bool,
-    /// Name the server's certificate must carry (default: the host of --addr).
-    #[arg(long, requires = "tls")]
+    /// Name the server's certificate must carry (default: the host of --addr or --url).
+    #[arg(long)]
     pub tls_server_name: Option<String>,
     /// Measured duration in seconds (after the warm-up). Default 10 when --messages is not
     /// given; with --messages it is a cap.
@@ -263,7 +266,7 @@ pub struct ExchangeArgs {
 /// Where and how gateway devices connect.
 #[derive(Args, Debug, Clone)]
 pub struct GatewayArgs {
-    /// Gateway URL (ws:// only).
+    /// Gateway URL (ws:// or wss://).
     #[arg(long, default_value = "ws://127.0.0.1:9090/ws")]
     pub url: String,
     /// HS256 secret the server verifies tokens with (a `messaging.identity.keys` secret,

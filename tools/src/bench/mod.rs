@@ -87,15 +87,7 @@ fn common_of(s: &Scenario) -> &Common {
 
 /// Runs one scenario; returns the report and whether it passed.
 pub fn run_scenario(s: Scenario) -> Result<(Value, bool), String> {
-    let gateway = matches!(
-        s,
-        Scenario::Chat(_) | Scenario::Channel(_) | Scenario::Reconnect(_)
-    );
-    if gateway && common_of(&s).tls {
-        return Err(
-            "--tls applies to the TCP scenarios; the gateway scenarios speak ws:// only".into(),
-        );
-    }
+    check_tls_options(&s)?;
     if let Some(ep) = server_endpoint(common_of(&s)) {
         // A wrong --http is a setup error, found before anything connects or is set up.
         server_metrics::scrape(&ep, poll::now_ns())?;
@@ -264,14 +256,46 @@ fn check_counts(common: &Common, what: &str, n: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// What `--tls*` asks of a TCP connection.
-fn client_tls(common: &Common) -> Option<ClientTls> {
-    common.tls.then(|| ClientTls {
+/// The trust settings of `--tls-ca`, `--tls-insecure` and `--tls-server-name`, for every
+/// connection that speaks TLS (`--tls`, a `wss://` URL, an `https://` `--http`).
+pub(crate) fn tls_options(common: &Common) -> ClientTls {
+    ClientTls {
         ca_file: common.tls_ca.clone(),
         insecure: common.tls_insecure,
         server_name: common.tls_server_name.clone(),
         client_certificate: None,
-    })
+    }
+}
+
+/// What `--tls` asks of a TCP connection.
+fn client_tls(common: &Common) -> Option<ClientTls> {
+    common.tls.then(|| tls_options(common))
+}
+
+/// Where TLS is asked for, and that the trust options are not given in vain.
+fn check_tls_options(s: &Scenario) -> Result<(), String> {
+    let c = common_of(s);
+    let wss = match s {
+        Scenario::Chat(a) => Some(a.gateway.url.starts_with("wss://")),
+        Scenario::Channel(a) => Some(a.gateway.url.starts_with("wss://")),
+        Scenario::Reconnect(a) => Some(a.gateway.url.starts_with("wss://")),
+        _ => None,
+    };
+    if c.tls && wss.is_some() {
+        return Err(
+            "--tls is for the TCP scenarios; the gateway speaks TLS with a wss:// --url".into(),
+        );
+    }
+    let https = c.http.as_deref().is_some_and(|h| h.starts_with("https://"));
+    let options = c.tls_ca.is_some() || c.tls_insecure || c.tls_server_name.is_some();
+    if options && !c.tls && wss != Some(true) && !https {
+        return Err(
+            "--tls-ca, --tls-insecure and --tls-server-name need --tls, a wss:// --url or an \
+             https:// --http"
+                .into(),
+        );
+    }
+    Ok(())
 }
 
 /// The TLS settings of the run's connections, checked (CA file read, server name valid)
@@ -341,11 +365,17 @@ fn plan(common: &Common, conns: Vec<ConnSpec>, senders: usize, primary: Primary)
 }
 
 /// Where `--http` says the server's `/metrics` is.
+/// `--http host:port` (plain) or `https://host:port`.
 fn server_endpoint(common: &Common) -> Option<server_metrics::Endpoint> {
-    common.http.as_ref().map(|addr| server_metrics::Endpoint {
-        addr: addr.clone(),
+    let http = common.http.as_deref()?;
+    let (addr, tls) = match http.strip_prefix("https://") {
+        Some(addr) => (addr, Some(tls_options(common))),
+        None => (http.strip_prefix("http://").unwrap_or(http), None),
+    };
+    Some(server_metrics::Endpoint {
+        addr: addr.trim_end_matches('/').to_string(),
         api_key: common.api_key.clone(),
-        tls: client_tls(common),
+        tls,
     })
 }
 

@@ -5,7 +5,8 @@
 //! the session has no plaintext left; writes hand plaintext to the session and push records
 //! out with `write_tls` as far as the socket takes them, and the rest waits in the session
 //! ([`Stream::wants_write`]) until the socket is writable again. The same code serves the
-//! blocking setup steps (handshake, AUTH, PING) on the socket before it turns non-blocking.
+//! blocking setup steps (handshake, AUTH, PING) of the TCP scenarios before the socket turns
+//! non-blocking, and the gateway's non-blocking handshakes ([`Stream::start_tls`]).
 //!
 //! An enum rather than a trait object: the plain case stays a direct call on the socket.
 
@@ -36,14 +37,20 @@ impl Stream {
         let Some(session) = tls else {
             return Ok(Stream::Plain(sock));
         };
-        let conn = session.connection().map_err(|e| e.to_string())?;
-        let mut t = Tls { sock, conn };
+        let mut t = Tls::start(sock, session)?;
         while t.conn.is_handshaking() {
             t.conn
                 .complete_io(&mut t.sock)
                 .map_err(|e| format!("TLS handshake: {e}"))?;
         }
         Ok(Stream::Tls(Box::new(t)))
+    }
+
+    /// Starts a TLS session on a non-blocking socket without waiting for the handshake: it
+    /// runs as the stream is read and flushed, and what is written meanwhile is sent once it
+    /// is done (the gateway's devices connect thousands at a time from one loop).
+    pub fn start_tls(sock: TcpStream, session: &TlsSession) -> Result<Stream, String> {
+        Ok(Stream::Tls(Box::new(Tls::start(sock, session)?)))
     }
 
     pub fn socket(&self) -> &TcpStream {
@@ -71,6 +78,11 @@ impl Stream {
 }
 
 impl Tls {
+    fn start(sock: TcpStream, session: &TlsSession) -> Result<Tls, String> {
+        let conn = session.connection().map_err(|e| e.to_string())?;
+        Ok(Tls { sock, conn })
+    }
+
     fn flush_records(&mut self) -> io::Result<()> {
         while self.conn.wants_write() {
             if self.conn.write_tls(&mut self.sock)? == 0 {

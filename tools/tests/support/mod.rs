@@ -1,4 +1,5 @@
-//! What the smoke tests of `boltq-bench` share: the server binary and free ports.
+//! What the smoke tests of `boltq-bench` share: the server binary, free ports, and a
+//! throwaway CA for the TLS runs.
 //!
 //! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
 //! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
@@ -62,5 +63,44 @@ pub fn free_port() -> u16 {
             given.push(port);
             return port;
         }
+    }
+}
+
+/// A throwaway CA and a server certificate for `localhost` and `127.0.0.1` it signed, as PEM
+/// files in a temporary directory (`ca.pem`, `server.pem`, `server.key`).
+pub struct Pki {
+    pub dir: boltq_io::testutil::TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+        let dir = boltq_io::testutil::TempDir::new("bench-pki");
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().unwrap()).unwrap();
+        let names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
+        std::fs::write(dir.path().join("server.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.path().join("server.key"), key.serialize_pem()).unwrap();
+        Pki { dir }
+    }
+
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// `cert_file = …` and `key_file = …` lines of a TLS section of the server's config.
+    pub fn config_lines(&self) -> String {
+        format!(
+            "cert_file = {:?}\nkey_file = {:?}\n",
+            self.dir.path().join("server.pem"),
+            self.dir.path().join("server.key")
+        )
     }
 }

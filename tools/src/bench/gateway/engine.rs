@@ -23,12 +23,14 @@ use super::super::engine::WorkerPlan;
 use super::super::poll::{self, now_ns, Epoll, Timer};
 use super::super::size_dist::{xorshift, SizeDist};
 use super::super::stats::{Counters, Hists, Op, Series, Shared, MERGE_EVERY_NS};
+use super::super::transport::Stream;
 use super::proto::{self, Inbound, SendTemplate, Stamp, StampKind};
 use super::ws::{self, opcode, Url};
+use boltq::client::TlsSession;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
@@ -73,6 +75,8 @@ pub struct ReconnectPlan {
 pub struct GwRun {
     pub url: Url,
     pub addr: SocketAddr,
+    /// `wss://`: the TLS settings every device's session starts from.
+    pub tls: Option<Arc<TlsSession>>,
     pub templates: Vec<SendTemplate>,
     /// Payload sizes, drawn per send from the device's PRNG.
     pub sizes: SizeDist,
@@ -183,7 +187,7 @@ struct Sub {
 
 struct Device {
     spec: DeviceSpec,
-    stream: Option<TcpStream>,
+    stream: Option<Stream>,
     phase: Phase,
     /// Second connection of a `reconnect` device: hello presents the resume token.
     reconnecting: bool,
@@ -561,20 +565,29 @@ impl<'a> Worker<'a> {
             Ok(s)
         });
         match opened {
-            Ok(s) => self.devs[i].stream = Some(s),
+            Ok(s) => self.devs[i].stream = Some(Stream::Plain(s)),
             Err(e) => self.fail(i, &format!("io: connect: {}", e.kind())),
         }
     }
 
     fn on_connected(&mut self, i: usize) {
         let d = &mut self.devs[i];
-        let err = d.stream.as_ref().map(|s| s.take_error());
+        let err = d.stream.as_ref().map(|s| s.socket().take_error());
         match err {
             Some(Ok(None)) => {}
             Some(Ok(Some(e))) | Some(Err(e)) => {
                 return self.fail(i, &format!("io: connect: {}", e.kind()));
             }
             None => return,
+        }
+        if let Some(session) = &self.run.tls {
+            if let Some(Stream::Plain(sock)) = d.stream.take() {
+                // The handshake runs as the upgrade request is flushed and the answer read.
+                match Stream::start_tls(sock, session) {
+                    Ok(s) => d.stream = Some(s),
+                    Err(e) => return self.fail(i, &format!("tls: {e}")),
+                }
+            }
         }
         let mut random = [0u8; 16];
         random[..8].copy_from_slice(&d.random().to_ne_bytes());
@@ -604,17 +617,23 @@ impl<'a> Worker<'a> {
                 Err(e) => return self.fail(i, &format!("io: {}", e.kind())),
             }
         }
-        let pending = d.out_pos < d.out.len();
-        if !pending {
+        if d.out_pos == d.out.len() {
             d.out.clear();
             d.out_pos = 0;
+            // TLS: records the socket did not take yet (never for plain sockets).
+            match stream.flush_records() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return self.fail(i, &format!("io: {}", e.kind())),
+            }
         }
+        let pending = d.out_pos < d.out.len() || stream.wants_write();
         if pending != d.want_write {
             let mut flags = libc::EPOLLIN as u32;
             if pending {
                 flags |= libc::EPOLLOUT as u32;
             }
-            let fd = stream.as_raw_fd();
+            let fd = stream.socket().as_raw_fd();
             d.want_write = pending;
             if let Err(e) = self.epoll.modify(fd, i as u64, flags) {
                 self.fail(i, &format!("io: epoll: {}", e.kind()));
@@ -637,6 +656,11 @@ impl<'a> Worker<'a> {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    // What the TLS session refused (a certificate, a bad record): named.
+                    self.fail(i, &format!("tls: {e}"));
+                    break;
+                }
                 Err(e) => {
                     self.fail(i, &format!("io: {}", e.kind()));
                     break;
@@ -1184,8 +1208,8 @@ impl<'a> Worker<'a> {
     fn drop_abruptly(&mut self, i: usize) {
         let d = &mut self.devs[i];
         if let Some(s) = d.stream.take() {
-            let _ = self.epoll.delete(s.as_raw_fd());
-            let _ = poll::reset_on_close(s.as_raw_fd());
+            let _ = self.epoll.delete(s.socket().as_raw_fd());
+            let _ = poll::reset_on_close(s.socket().as_raw_fd());
         }
         d.phase = Phase::Away;
         d.out.clear();
@@ -1225,8 +1249,8 @@ impl<'a> Worker<'a> {
             self.slots_used -= 1;
         }
         if let Some(s) = d.stream.take() {
-            let _ = self.epoll.delete(s.as_raw_fd());
-            let _ = s.shutdown(std::net::Shutdown::Both);
+            let _ = self.epoll.delete(s.socket().as_raw_fd());
+            let _ = s.socket().shutdown(std::net::Shutdown::Both);
         }
         d.phase = Phase::Done;
         self.live -= 1;
@@ -1301,7 +1325,7 @@ impl<'a> Worker<'a> {
 mod tests {
     use super::*;
     use serde_json::{json, Value};
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
 
     /// The server side of one WebSocket connection, for scripting a misbehaving gateway.
@@ -1384,6 +1408,7 @@ mod tests {
             url: ws::parse_url(&format!("ws://{addr}/ws")).unwrap(),
             addr,
             templates: vec![SendTemplate::new("direct", "a:b")],
+            tls: None,
             sizes: SizeDist::Fixed(24),
             filler_b64: proto::filler_b64(24),
             interval_ns: None,

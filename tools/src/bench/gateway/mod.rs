@@ -22,6 +22,7 @@ use super::report::{self, Check, ReportInput};
 use super::run::{self, Finished, Plan, Primary};
 use super::size_dist::SizeDist;
 use super::stats::{Counters, Op, Series};
+use boltq::client::TlsSession;
 use boltq::messaging::identity::token::{mint_hs256, Claims};
 use engine::{DeviceSpec, GwRun, ReconnectPlan};
 use proto::SendTemplate;
@@ -43,6 +44,7 @@ struct Setup {
     names: Names,
     url: ws::Url,
     addr: SocketAddr,
+    tls: Option<Arc<TlsSession>>,
     threads: usize,
     exp: i64,
     iat: i64,
@@ -73,6 +75,11 @@ fn prepare(common: &Common, gw: &GatewayArgs) -> Result<Setup, String> {
     let run_id = gw.run_id.clone().unwrap_or_else(default_run_id);
     let names = Names::new(&common.prefix, &run_id)?;
     let url = ws::parse_url(&gw.url)?;
+    let tls = url
+        .tls
+        .then(|| TlsSession::new(&super::tls_options(common), &url.authority()).map(Arc::new))
+        .transpose()
+        .map_err(|e| format!("{}: {e}", gw.url))?;
     let addr = (url.host.as_str(), url.port)
         .to_socket_addrs()
         .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
@@ -96,6 +103,7 @@ fn prepare(common: &Common, gw: &GatewayArgs) -> Result<Setup, String> {
         names,
         url,
         addr,
+        tls,
         threads,
         exp: iat + gw.token_ttl_secs as i64,
         iat,
@@ -349,6 +357,7 @@ pub fn chat(a: ChatArgs) -> Result<(Value, bool), String> {
     let run = GwRun {
         url: s.url.clone(),
         addr: s.addr,
+        tls: s.tls.clone(),
         templates: templates(&convs),
         sizes: a.payload.size.clone(),
         filler_b64: proto::filler_b64(a.payload.size.max() as usize),
@@ -529,6 +538,7 @@ pub fn channel(a: ChannelArgs) -> Result<(Value, bool), String> {
     let run = GwRun {
         url: s.url.clone(),
         addr: s.addr,
+        tls: s.tls.clone(),
         templates: templates(&convs),
         sizes: a.payload.size.clone(),
         filler_b64: proto::filler_b64(a.payload.size.max() as usize),
@@ -657,6 +667,7 @@ pub fn reconnect(a: ReconnectArgs) -> Result<(Value, bool), String> {
     let run = GwRun {
         url: s.url.clone(),
         addr: s.addr,
+        tls: s.tls.clone(),
         templates: templates(&convs),
         sizes: a.payload.size.clone(),
         filler_b64: proto::filler_b64(a.payload.size.max() as usize),

@@ -35,9 +35,11 @@ pub mod opcode {
     pub const PONG: u8 = 0xA;
 }
 
-/// Where a gateway listens: `ws://host:port/path`.
+/// Where a gateway listens: `ws://host:port/path` or `wss://…`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Url {
+    /// `wss://`: WebSocket over TLS.
+    pub tls: bool,
     pub host: String,
     pub port: u16,
     /// Path and query, starting with `/`.
@@ -55,16 +57,16 @@ impl Url {
     }
 }
 
-/// Parses `ws://host[:port][/path]` (port 80 by default, path `/` by default). `wss://` is
-/// refused: the generator speaks plain TCP only.
+/// Parses `ws://host[:port][/path]` or `wss://…` (port 80 or 443 by default, path `/` by
+/// default).
 pub fn parse_url(url: &str) -> Result<Url, String> {
     if url.len() > URL_BYTES_MAX {
         return Err(format!("URL longer than {URL_BYTES_MAX} bytes"));
     }
-    let rest = match url.split_once("://") {
-        Some(("ws", rest)) => rest,
-        Some(("wss", _)) => return Err("wss:// is not supported (plain ws:// only)".into()),
-        _ => return Err(format!("{url:?} is not a ws:// URL")),
+    let (tls, rest) = match url.split_once("://") {
+        Some(("ws", rest)) => (false, rest),
+        Some(("wss", rest)) => (true, rest),
+        _ => return Err(format!("{url:?} is not a ws:// or wss:// URL")),
     };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -90,9 +92,11 @@ pub fn parse_url(url: &str) -> Result<Url, String> {
     }
     let port = match port {
         Some(p) => p.parse().map_err(|_| format!("bad port in {url:?}"))?,
+        None if tls => 443,
         None => 80,
     };
     Ok(Url {
+        tls,
         host: host.to_string(),
         port,
         path: path.to_string(),
@@ -300,9 +304,12 @@ mod tests {
             ("::1", 7, "/x?y=1")
         );
         assert_eq!(u.authority(), "[::1]:7");
+        assert!(!u.tls);
+        let u = parse_url("wss://example/ws").unwrap();
+        assert_eq!((u.tls, u.port, u.path.as_str()), (true, 443, "/ws"));
         for bad in [
             "http://x/ws",
-            "wss://x/ws",
+            "wss:/x/ws",
             "ws://:80/",
             "ws://x:port/",
             "x",
