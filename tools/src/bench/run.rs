@@ -216,7 +216,7 @@ pub fn execute_with<C: Send + 'static>(
         let all_done = handles.iter().all(|h| h.is_finished());
         if window_start.is_none() && (now >= warmup_end || all_done) {
             window_start = Some(Snapshot::take(&shared.counters, now.min(warmup_end)));
-            if let (true, Some(ep)) = (plan.warmup_secs > 0.0, &plan.server) {
+            if let (true, Some(ep)) = (plan.warmup_secs > 0.0 && !all_done, &plan.server) {
                 // Measuring starts after the warm-up: so do the server's counts.
                 server_before = server_metrics::scrape(ep, now_ns());
             }

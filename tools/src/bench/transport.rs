@@ -148,3 +148,106 @@ impl Write for Stream {
         self.flush_records()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq::client::ClientTls;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// A TLS echo server on a loopback port (one connection, blocking rustls stream).
+    fn echo_server() -> std::net::SocketAddr {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.cert.der().clone()], key)
+            .unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (sock, _) = l.accept().unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, sock);
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => s.write_all(&buf[..n]).unwrap(),
+                }
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn tls_on_a_nonblocking_socket_moves_megabytes_both_ways() {
+        let addr = echo_server();
+        let tls = ClientTls {
+            insecure: true,
+            ..Default::default()
+        };
+        let session = TlsSession::new(&tls, "localhost:1").unwrap();
+        let sock = TcpStream::connect(addr).unwrap();
+        sock.set_nonblocking(true).unwrap();
+        // No blocking handshake: it happens while writing and reading below.
+        let mut s = Stream::start_tls(sock, &session).unwrap();
+        let mut rng = boltq_io::testutil::Rng::new(5);
+        let sent: Vec<u8> = (0..3 * 1024 * 1024).map(|_| rng.below(256) as u8).collect();
+        let (mut out_pos, mut got) = (0, Vec::new());
+        let mut buf = vec![0u8; 100_000];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while got.len() < sent.len() {
+            assert!(Instant::now() < deadline, "stuck at {} bytes", got.len());
+            let mut progressed = false;
+            if out_pos < sent.len() {
+                match s.write(&sent[out_pos..]) {
+                    Ok(n) => {
+                        assert!(n > 0 && n <= TLS_PLAINTEXT_CHUNK_BYTES);
+                        out_pos += n;
+                        progressed = true;
+                    }
+                    Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+                }
+            } else if s.wants_write() {
+                match s.flush_records() {
+                    Ok(()) => progressed = true,
+                    Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+                }
+            }
+            match s.read(&mut buf) {
+                Ok(0) => panic!("closed after {} bytes", got.len()),
+                Ok(n) => {
+                    got.extend_from_slice(&buf[..n]);
+                    progressed = true;
+                }
+                Err(e) => assert_eq!(e.kind(), io::ErrorKind::WouldBlock),
+            }
+            if !progressed {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert!(got == sent, "echo differs");
+        assert!(!s.wants_write());
+    }
+
+    #[test]
+    fn a_plain_stream_is_the_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        let mut s = Stream::new(c, None).unwrap();
+        assert!(matches!(s, Stream::Plain(_)));
+        s.write_all(b"abc").unwrap();
+        assert!(!s.wants_write());
+        s.flush_records().unwrap();
+        let mut b = [0u8; 3];
+        server.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"abc");
+    }
+}
