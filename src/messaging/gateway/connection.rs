@@ -5,7 +5,8 @@
 //! pipelining client is slowed, never dropped, by the server's own replies.
 
 use super::frame::{self, ErrorCode};
-use super::outbound::Outbound;
+use super::outbound::{Out, Outbound, WRITE_BATCH_BYTES_MAX};
+use super::session::SubKey;
 use super::GatewayCtx;
 use crate::messaging::identity::principal::Principal;
 use async_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
@@ -15,6 +16,7 @@ use async_tungstenite::WebSocketStream;
 use boltq_io::listener::Conn;
 use boltq_shards::Task;
 use futures_lite::StreamExt;
+use futures_util::SinkExt;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
@@ -68,10 +70,12 @@ impl Connection {
 }
 
 fn ws_config(read_limit: usize) -> WebSocketConfig {
-    // Small buffers: an idle connection must cost little (design.md §7).
+    // Small buffers: an idle connection must cost little (design.md §7). The write buffer
+    // holds one batch of frames until its flush (see `write_loop`); written out, it keeps
+    // the capacity of the largest batch the connection had.
     WebSocketConfig::default()
         .read_buffer_size(READ_CHUNK_BYTES)
-        .write_buffer_size(0)
+        .write_buffer_size(WRITE_BATCH_BYTES_MAX)
         .max_message_size(Some(read_limit))
         .max_frame_size(Some(read_limit))
 }
@@ -164,9 +168,10 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
             Some(Some(item)) => item,
         };
         c.last_inbound.set(Instant::now());
-        let bytes = match item {
-            Ok(Message::Text(t)) => t.as_bytes().to_vec(),
-            Ok(Message::Binary(b)) => b.to_vec(),
+        // Borrowed, not copied: the decoder copies out what the request keeps.
+        let bytes: &[u8] = match &item {
+            Ok(Message::Text(t)) => t.as_bytes(),
+            Ok(Message::Binary(b)) => b,
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => continue,
             Ok(Message::Close(_)) => return,
             Err(WsError::Capacity(_)) => {
@@ -180,7 +185,10 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
             Err(_) => return,
         };
         c.gw.stats.borrow_mut().frames_in += 1;
-        let request = match frame::decode_request(&bytes) {
+        let decoded = frame::decode_request(bytes);
+        // The frame's buffer is not kept while the request runs.
+        drop(item);
+        let request = match decoded {
             Ok(r) => r,
             Err(e) => {
                 c.send_error(&e.id, ErrorCode::BadRequest, &e.message);
@@ -232,27 +240,33 @@ pub async fn wait_room_or_drop(c: &Connection) -> bool {
 
 /// Writes queued frames until the connection closes; returns the sending half so the
 /// socket can be shut down.
+///
+/// Each wake-up takes what is queued as one batch: the frames are encoded into the
+/// WebSocket layer's write buffer without flushing, and the flush writes them in one go.
+/// The batch and its marks live in vectors kept across wake-ups, so a steady stream of
+/// batches allocates nothing here.
 async fn write_loop(
     mut sender: async_tungstenite::WebSocketSender<Conn>,
     c: Rc<Connection>,
 ) -> async_tungstenite::WebSocketSender<Conn> {
     let out = Rc::clone(&c.out);
+    let mut batch: Vec<Out> = Vec::new();
+    let mut marks: Vec<(SubKey, u64)> = Vec::new();
     loop {
         let t = out.has_work.ticket();
-        if let Some(item) = out.pop() {
-            let sent = boltq_shards::timeout(
+        if out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX) > 0 {
+            c.gw.stats.borrow_mut().writes_out += 1;
+            let written = boltq_shards::timeout(
                 Duration::from_millis(WRITE_TIMEOUT_MS),
-                sender.send(item.msg),
+                write_batch(&mut sender, &mut batch, &mut marks),
             )
             .await;
-            if !matches!(sent, Some(Ok(()))) {
+            // A timed-out write leaves part of the batch unsent: the connection is over.
+            batch.clear();
+            if !matches!(written, Some(Ok(()))) {
                 break;
             }
-            if let Some((key, next)) = item.mark {
-                if let Some(sid) = c.session.borrow().as_ref() {
-                    c.gw.sessions.borrow_mut().advance(sid, c.id, &key, next);
-                }
-            }
+            advance_positions(&c, &mut marks);
             continue;
         }
         if let Some((code, reason)) = out.closing() {
@@ -271,6 +285,35 @@ async fn write_loop(
     }
     out.finish();
     sender
+}
+
+/// Feeds the batch's frames to the socket's write buffer in order and flushes once,
+/// collecting the subscription marks the batch carries into `marks`. The write deadline
+/// covers the whole batch: it is at most `WRITE_BATCH_BYTES_MAX` (or one frame).
+async fn write_batch(
+    sender: &mut async_tungstenite::WebSocketSender<Conn>,
+    batch: &mut Vec<Out>,
+    marks: &mut Vec<(SubKey, u64)>,
+) -> Result<(), WsError> {
+    for item in batch.drain(..) {
+        marks.extend(item.mark);
+        sender.feed(item.msg).await?;
+    }
+    sender.flush().await
+}
+
+/// A batch reached the socket: its subscriptions continue after what it carried, so a
+/// resume starts there (positions advance only for what was written).
+fn advance_positions(c: &Connection, marks: &mut Vec<(SubKey, u64)>) {
+    let session = c.session.borrow();
+    let Some(sid) = session.as_ref() else {
+        marks.clear();
+        return;
+    };
+    let mut sessions = c.gw.sessions.borrow_mut();
+    for (key, next) in marks.drain(..) {
+        sessions.advance(sid, c.id, &key, next);
+    }
 }
 
 /// Pings every third of the pong timeout through the writer; the read loop enforces the

@@ -67,6 +67,9 @@ pub struct GatewayStats {
     pub forbidden: u64,
     pub frames_in: u64,
     pub frames_out: u64,
+    /// Socket writes of outbound frames: each carries one batch (`frames_out` / `writes_out`
+    /// is the frames per write).
+    pub writes_out: u64,
     pub records_out: u64,
     pub slow_client_drops: u64,
     pub sends: u64,
@@ -100,6 +103,7 @@ impl GatewayStats {
         self.forbidden += o.forbidden;
         self.frames_in += o.frames_in;
         self.frames_out += o.frames_out;
+        self.writes_out += o.writes_out;
         self.records_out += o.records_out;
         self.slow_client_drops += o.slow_client_drops;
         self.sends += o.sends;

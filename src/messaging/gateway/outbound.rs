@@ -5,12 +5,35 @@
 //! instead of overflowing it, so a client that keeps reading is never dropped for the
 //! server's own pace; a client that stops reading stalls its own producers only, and is
 //! closed as a slow consumer when the queue stays full past a deadline.
+//!
+//! The writer takes the queue in batches ([`Outbound::pop_batch`]): everything queued since
+//! its last write, up to [`WRITE_BATCH_BYTES_MAX`] on the wire, goes to the socket in one
+//! write. A chat send puts two or three frames on a socket at once (`sent`, the echo, a
+//! record), and a write per frame costed a syscall and a TCP segment each.
 
 use crate::messaging::gateway::session::SubKey;
 use async_tungstenite::tungstenite::Message;
 use boltq_io::event::Event;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+
+/// Wire bytes the writer hands the socket in one write. Frames queued together go out
+/// together up to this; a single larger frame goes out alone. It is also the most the
+/// WebSocket layer buffers before writing, and the capacity its write buffer may keep
+/// between batches: large enough to carry a burst of chat frames in one write, small next
+/// to the queue's own byte bound (`send_buffer_bytes`, 4 MiB by default).
+pub const WRITE_BATCH_BYTES_MAX: usize = 64 * 1024;
+
+/// Bytes a frame of `payload_bytes` takes on the wire from the server: the unmasked header
+/// (2, 4 or 10 bytes by payload length, RFC 6455 §5.2) plus the payload.
+pub fn wire_bytes(payload_bytes: usize) -> usize {
+    let header_bytes = match payload_bytes {
+        0..=125 => 2,
+        126..=65_535 => 4,
+        _ => 10,
+    };
+    header_bytes + payload_bytes
+}
 
 pub struct Out {
     pub msg: Message,
@@ -83,11 +106,29 @@ impl Outbound {
         }
     }
 
-    pub fn pop(&self) -> Option<Out> {
-        let o = self.queue.borrow_mut().pop_front()?;
-        self.bytes.set(self.bytes.get() - o.bytes);
-        self.room.notify();
-        Some(o)
+    /// Moves the oldest queued frames into `batch`, in order, while their wire size stays
+    /// within `wire_bytes_max`; the first frame is always taken, so a frame larger than the
+    /// cap goes out alone and the writer always progresses. Returns the batch's wire bytes
+    /// (0 when the queue was empty). Producers waiting for room are woken once per batch.
+    pub fn pop_batch(&self, batch: &mut Vec<Out>, wire_bytes_max: usize) -> usize {
+        assert!(wire_bytes_max > 0);
+        let mut queue = self.queue.borrow_mut();
+        let mut taken_bytes = 0;
+        while let Some(front) = queue.front() {
+            let size = wire_bytes(front.bytes);
+            if taken_bytes > 0 && taken_bytes + size > wire_bytes_max {
+                break;
+            }
+            let o = queue.pop_front().expect("front exists");
+            self.bytes.set(self.bytes.get() - o.bytes);
+            taken_bytes += size;
+            batch.push(o);
+        }
+        drop(queue);
+        if taken_bytes > 0 {
+            self.room.notify();
+        }
+        taken_bytes
     }
 
     /// Asks the writer to close with `code`; with `drain`, queued frames go out first.
@@ -124,5 +165,116 @@ impl Outbound {
 
     pub fn queued_bytes(&self) -> usize {
         self.bytes.get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq_io::testutil::Rng;
+
+    fn text(tag: usize, len: usize) -> Message {
+        let mut s = format!("{tag}:");
+        s.push_str(&"x".repeat(len.saturating_sub(s.len())));
+        Message::Text(s.into())
+    }
+
+    fn tag(m: &Message) -> usize {
+        let Message::Text(t) = m else {
+            panic!("text frames only")
+        };
+        t.as_str().split(':').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn wire_bytes_adds_the_unmasked_header_by_payload_length() {
+        assert_eq!(wire_bytes(0), 2);
+        assert_eq!(wire_bytes(125), 127);
+        assert_eq!(wire_bytes(126), 130);
+        assert_eq!(wire_bytes(65_535), 65_539);
+        assert_eq!(wire_bytes(65_536), 65_546);
+    }
+
+    #[test]
+    fn small_frames_queued_together_leave_in_one_batch_in_order() {
+        let out = Outbound::new(1000, 1 << 20);
+        for i in 0..100 {
+            out.push(text(i, 300), None);
+        }
+        let mut batch = Vec::new();
+        let taken = out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX);
+        assert_eq!(batch.len(), 100);
+        assert_eq!(taken, 100 * wire_bytes(300));
+        assert!(batch.iter().enumerate().all(|(i, o)| tag(&o.msg) == i));
+        assert_eq!(out.queued_bytes(), 0);
+        assert!(out.has_room());
+        assert_eq!(
+            out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX),
+            0,
+            "empty queue"
+        );
+        assert_eq!(batch.len(), 100, "an empty pop adds nothing");
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_cap_leaves_alone() {
+        let out = Outbound::new(10, 1 << 20);
+        out.push(text(0, 10), None);
+        out.push(text(1, 5000), None);
+        out.push(text(2, 10), None);
+        let mut batch = Vec::new();
+        assert_eq!(out.pop_batch(&mut batch, 1000), wire_bytes(10));
+        assert_eq!(out.pop_batch(&mut batch, 1000), wire_bytes(5000));
+        assert_eq!(out.pop_batch(&mut batch, 1000), wire_bytes(10));
+        let tags: Vec<usize> = batch.iter().map(|o| tag(&o.msg)).collect();
+        assert_eq!(tags, [0, 1, 2]);
+    }
+
+    #[test]
+    fn batches_never_exceed_the_cap_keep_order_and_lose_nothing() {
+        let mut rng = Rng::new(7);
+        for round in 0..200 {
+            let cap = 64 + rng.below(4096) as usize;
+            let out = Outbound::new(usize::MAX, usize::MAX);
+            let mut sent = 0;
+            let mut seen = Vec::new();
+            let mut batch = Vec::new();
+            while sent < 300 || out.queued_bytes() > 0 {
+                // Producers and the writer interleave at random.
+                for _ in 0..rng.below(8) {
+                    if sent < 300 {
+                        out.push(text(sent, rng.below(2 * cap as u64) as usize), None);
+                        sent += 1;
+                    }
+                }
+                let taken = out.pop_batch(&mut batch, cap);
+                let wire: usize = batch.iter().map(|o| wire_bytes(o.msg.len())).sum();
+                assert_eq!(taken, wire, "round {round}");
+                assert!(
+                    wire <= cap || batch.len() == 1,
+                    "round {round}: {} frames, {wire} bytes over the cap {cap}",
+                    batch.len()
+                );
+                seen.extend(batch.drain(..).map(|o| tag(&o.msg)));
+            }
+            assert_eq!(seen, (0..300).collect::<Vec<_>>(), "round {round}");
+        }
+    }
+
+    #[test]
+    fn taking_a_batch_makes_room_and_wakes_producers() {
+        let out = Outbound::new(2, 1 << 20);
+        out.push(text(0, 10), None);
+        out.push(text(1, 10), None);
+        assert!(!out.has_room());
+        let t = out.room.ticket();
+        let mut batch = Vec::new();
+        out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX);
+        assert!(out.has_room());
+        assert_ne!(
+            out.room.ticket(),
+            t,
+            "producers waiting for room are notified"
+        );
     }
 }
