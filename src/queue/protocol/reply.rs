@@ -298,8 +298,37 @@ fn finish(out: &mut Vec<u8>, start: usize) {
 /// A pub/sub push (status OK): `{"id","topic","payload","headers"?,"timestamp",
 /// "subscriber_id"}` — no `retry`. The only frame with a `subscriber_id` key.
 pub fn push(m: &Message, subscriber_id: &str, out: &mut Vec<u8>) -> Result<(), ReplyTooLarge> {
+    push_from_head(&PushHead::of(m), subscriber_id, out)
+}
+
+/// Everything of a push frame's JSON but the subscriber id: one publish to K subscribers
+/// encodes its message once and copies these bytes K times, instead of encoding K times.
+pub struct PushHead {
+    id: MessageId,
+    json: Vec<u8>,
+}
+
+impl PushHead {
+    pub fn of(m: &Message) -> PushHead {
+        let mut json = Vec::with_capacity(128 + m.payload.len());
+        put_message_head(&mut json, m);
+        PushHead { id: m.id, json }
+    }
+
+    /// The message this head encodes.
+    pub fn id(&self) -> MessageId {
+        self.id
+    }
+}
+
+/// The push of the message `head` encodes to `subscriber_id` (see [`push`]).
+pub fn push_from_head(
+    head: &PushHead,
+    subscriber_id: &str,
+    out: &mut Vec<u8>,
+) -> Result<(), ReplyTooLarge> {
     framed(out, status::OK, |out| {
-        put_message_head(out, m);
+        out.extend_from_slice(&head.json);
         out.extend_from_slice(b",\"subscriber_id\":");
         put_str(out, subscriber_id);
         out.push(b'}');

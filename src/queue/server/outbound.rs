@@ -41,20 +41,26 @@ impl Outbound {
         out
     }
 
-    /// Queues one encoded push frame; false if dropped for lack of room or a closed client.
-    pub fn push(&self, frame: &[u8]) -> bool {
+    /// Queues the push frame `encode` appends to the connection's buffer (encoding in place
+    /// saves a copy per push); `encode` returns false when it could not encode, and then
+    /// nothing is queued. False if dropped for lack of room, a closed client or `encode`.
+    pub fn push_encoded(&self, encode: impl FnOnce(&mut Vec<u8>) -> bool) -> bool {
         if self.closed.get() {
             return false;
         }
         let mut p = self.pushes.borrow_mut();
-        if p.len() + frame.len() > PUSH_BYTES_MAX {
+        let start = p.len();
+        if !encode(&mut p) {
+            p.truncate(start);
+            return false;
+        }
+        if p.len() > PUSH_BYTES_MAX {
+            p.truncate(start);
             self.pushes_dropped.set(self.pushes_dropped.get() + 1);
             return false;
         }
-        let was_empty = p.is_empty();
-        p.extend_from_slice(frame);
         drop(p);
-        if was_empty {
+        if start == 0 {
             self.push_event.notify();
         }
         true
@@ -64,9 +70,15 @@ impl Outbound {
         !self.pushes.borrow().is_empty()
     }
 
-    /// Moves every held push frame to the end of `out`.
+    /// Moves every held push frame to the end of `out` (by swapping buffers when `out` is
+    /// empty, so the bytes are not copied and both allocations are reused).
     pub fn take_pushes(&self, out: &mut Vec<u8>) {
-        out.append(&mut self.pushes.borrow_mut());
+        let mut p = self.pushes.borrow_mut();
+        if out.is_empty() {
+            std::mem::swap(out, &mut p);
+        } else {
+            out.append(&mut p);
+        }
     }
 
     pub fn pushes_dropped(&self) -> u64 {
@@ -91,5 +103,57 @@ impl Outbound {
     pub fn close(&self) {
         self.closed.set(true);
         self.pushes.borrow_mut().clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push_bytes(out: &Outbound, bytes: &[u8]) -> bool {
+        out.push_encoded(|b| {
+            b.extend_from_slice(bytes);
+            true
+        })
+    }
+
+    #[test]
+    fn pushes_are_taken_in_order_and_appended_after_what_is_there() {
+        let out = Outbound::default();
+        assert!(push_bytes(&out, b"ab"));
+        assert!(push_bytes(&out, b"cd"));
+        let mut buf = Vec::new();
+        out.take_pushes(&mut buf);
+        assert_eq!(buf, b"abcd");
+        assert!(!out.has_pushes());
+        assert!(push_bytes(&out, b"ef"));
+        out.take_pushes(&mut buf);
+        assert_eq!(
+            buf, b"abcdef",
+            "appended, not swapped, when out holds bytes"
+        );
+    }
+
+    #[test]
+    fn a_push_past_the_limit_or_not_encoded_leaves_nothing_behind() {
+        let out = Outbound::default();
+        assert!(push_bytes(&out, &vec![1; PUSH_BYTES_MAX - 1]));
+        assert!(!push_bytes(&out, b"xy"), "over the limit");
+        assert_eq!(out.pushes_dropped(), 1);
+        assert!(!out.push_encoded(|b| {
+            b.push(9);
+            false
+        }));
+        assert_eq!(
+            out.pushes_dropped(),
+            1,
+            "an encode failure is not a drop for room"
+        );
+        let mut buf = Vec::new();
+        out.take_pushes(&mut buf);
+        assert_eq!(buf.len(), PUSH_BYTES_MAX - 1);
+        assert!(buf.iter().all(|&b| b == 1));
+        out.close();
+        assert!(!push_bytes(&out, b"z"), "closed");
     }
 }

@@ -243,6 +243,8 @@ pub struct Plane {
     serving_waiters: Cell<bool>,
     /// Publishes not yet durable: what a delivery has to wait for (see `unsynced.rs`).
     unsynced: RefCell<Unsynced>,
+    /// The last message pushed, encoded (see `reply::PushHead`).
+    push_head: RefCell<Option<reply::PushHead>>,
 }
 
 fn slot_log_name(slot: u16) -> String {
@@ -297,6 +299,7 @@ impl Plane {
             waiters: RefCell::new(Waiters::default()),
             serving_waiters: Cell::new(false),
             unsynced: RefCell::new(Unsynced::default()),
+            push_head: RefCell::new(None),
         });
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
@@ -757,17 +760,25 @@ impl Plane {
     pub fn deliver_effect(&self, effect: Effect) {
         match effect {
             Effect::Push { to, sub_id, msg } => {
-                if let Some(out) = self.conns.borrow().get(&to.conn) {
-                    let mut frame = Vec::with_capacity(128 + msg.payload.len());
+                let conns = self.conns.borrow();
+                let Some(out) = conns.get(&to.conn) else {
+                    return;
+                };
+                // The pushes of one publish come one after another: encode it once.
+                let mut head = self.push_head.borrow_mut();
+                if head.as_ref().is_none_or(|h| h.id() != msg.id) {
+                    *head = Some(reply::PushHead::of(&msg));
+                }
+                let head = head.as_ref().expect("set above");
+                out.push_encoded(|frame| match reply::push_from_head(head, &sub_id, frame) {
+                    Ok(()) => true,
                     // A message too large for one frame cannot be pushed; v1 pub/sub is
                     // at-most-once, so it is dropped for this subscriber, loudly.
-                    match reply::push(&msg, &sub_id, &mut frame) {
-                        Ok(()) => {
-                            out.push(&frame);
-                        }
-                        Err(e) => log::warn!("push of {} dropped: {e:?}", msg.id),
+                    Err(e) => {
+                        log::warn!("push of {} dropped: {e:?}", msg.id);
+                        false
                     }
-                }
+                });
             }
             Effect::Released { consumer, .. } => {
                 if let Some(out) = self.conns.borrow().get(&consumer.conn) {

@@ -195,6 +195,23 @@ fn largest_accepted_message_fits_every_delivery() {
     }
 }
 
+/// One encoded head serves every subscriber of a publish: the frames are the ones `push`
+/// makes for each.
+#[test]
+fn a_push_head_is_shared_by_subscribers() {
+    let mut m = msg("news", r#"{"a":1}"#);
+    m.headers.insert("k".into(), "v\"q".into());
+    let head = PushHead::of(&m);
+    assert_eq!(head.id(), m.id);
+    let mut shared = Vec::new();
+    let mut each = Vec::new();
+    for sub in ["s1", "", "sub \"two\""] {
+        push_from_head(&head, sub, &mut shared).unwrap();
+        push(&m, sub, &mut each).unwrap();
+    }
+    assert_eq!(shared, each);
+}
+
 #[test]
 fn push_frame() {
     let mut m = msg("news", r#"{"a":1}"#);
