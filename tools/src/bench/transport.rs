@@ -115,11 +115,17 @@ impl Tls {
         }
     }
 
-    /// Takes up to [`TLS_PLAINTEXT_CHUNK_BYTES`] of `buf` once earlier records are out.
+    /// Takes up to [`TLS_PLAINTEXT_CHUNK_BYTES`] of `buf` (the session takes at most its
+    /// buffer limit, 64 KiB by default) once earlier records are out.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.flush_records()?;
         let n = buf.len().min(TLS_PLAINTEXT_CHUNK_BYTES);
         let n = self.conn.writer().write(&buf[..n])?;
+        if n == 0 && !buf.is_empty() {
+            // The session's buffer is full (plaintext written while the handshake is still
+            // running waits there): not a closed connection, so "try again later".
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
         match self.flush_records() {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ => Ok(n),
