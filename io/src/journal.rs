@@ -76,6 +76,8 @@ pub struct Journal {
     /// Wakes tasks waiting for durability.
     durable_event: Event,
     commit_rounds: Cell<u64>,
+    /// Commit rounds that ended with an fdatasync (all of them under `always`).
+    syncs: Cell<u64>,
     stopped: Event,
     running: Cell<bool>,
     /// Notified when a spare file finishes being made.
@@ -118,6 +120,7 @@ impl Journal {
             work: Event::default(),
             durable_event: Event::default(),
             commit_rounds: Cell::new(0),
+            syncs: Cell::new(0),
             stopped: Event::default(),
             running: Cell::new(true),
             halted: Cell::new(false),
@@ -154,6 +157,11 @@ impl Journal {
 
     pub fn commit_rounds(&self) -> u64 {
         self.commit_rounds.get()
+    }
+
+    /// fdatasyncs of the journal file (commit rounds that synced).
+    pub fn syncs(&self) -> u64 {
+        self.syncs.get()
     }
 
     /// Bytes appended but not yet durable: the caller's measure for backpressure.
@@ -292,6 +300,9 @@ impl Journal {
             }
             last_sync = std::time::Instant::now();
             self.commit_rounds.set(self.commit_rounds.get() + 1);
+            if sync {
+                self.syncs.set(self.syncs.get() + 1);
+            }
             {
                 let mut st = self.st.borrow_mut();
                 st.durable = target;

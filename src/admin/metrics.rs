@@ -122,6 +122,16 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
             r.storage_bytes as i64,
         ),
         (
+            "boltq_journal_commit_rounds_total",
+            "Group-commit rounds of the shard journals (one write each)",
+            r.journal_commit_rounds as i64,
+        ),
+        (
+            "boltq_journal_fsyncs_total",
+            "fdatasyncs of the shard journals (one per round under fsync = always)",
+            r.journal_syncs as i64,
+        ),
+        (
             "boltq_tcp_connections",
             "Open TCP connections",
             r.connections as i64,

@@ -50,6 +50,9 @@ pub struct ShardReport {
     pub counters: BrokerCounters,
     /// Bytes of this shard's logs on disk and in memory.
     pub storage_bytes: u64,
+    /// This shard journal's commit rounds, and those that ended with an fdatasync.
+    pub journal_commit_rounds: u64,
+    pub journal_syncs: u64,
     pub connections: u64,
     /// (shard, peer address, connected since Unix ms), at most `CONNECTION_LIST_MAX` per shard.
     pub connection_list: Vec<(usize, String, u64)>,
@@ -64,6 +67,8 @@ impl ShardReport {
         self.stats.merge(&other.stats);
         self.counters.merge(&other.counters);
         self.storage_bytes += other.storage_bytes;
+        self.journal_commit_rounds += other.journal_commit_rounds;
+        self.journal_syncs += other.journal_syncs;
         self.connections += other.connections;
         self.shards_missing += other.shards_missing;
         self.connection_list

@@ -1060,7 +1060,11 @@ impl Plane {
             report.stats.merge(&st.broker.stats());
             report.counters.merge(&st.broker.counters());
         }
-        report.storage_bytes = self.store.as_ref().map_or(0, |s| s.size_bytes());
+        if let Some(store) = &self.store {
+            report.storage_bytes = store.size_bytes();
+            report.journal_commit_rounds = store.journal().commit_rounds();
+            report.journal_syncs = store.journal().syncs();
+        }
         report.connections = self.conns.borrow().len() as u64;
         report.connection_list = self
             .conns

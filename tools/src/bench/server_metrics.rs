@@ -32,7 +32,7 @@ enum Kind {
 }
 
 /// What the report calls a series, the metric it is read from, and how it is reported.
-const SERIES: [(&str, &str, Kind); 10] = [
+const SERIES: [(&str, &str, Kind); 11] = [
     (
         "messages_published",
         "boltq_messages_published",
@@ -51,9 +51,13 @@ const SERIES: [(&str, &str, Kind); 10] = [
         "boltq_stream_appends_total",
         Kind::Counter,
     ),
-    // Commit rounds of the shard journals (one fdatasync each under fsync = "always"). The
-    // journal counts them, but the server does not export them yet: reported as missing.
-    ("fsyncs", "boltq_journal_commit_rounds_total", Kind::Counter),
+    // The shard journals' fdatasyncs and group-commit rounds (equal under fsync = "always").
+    ("fsyncs", "boltq_journal_fsyncs_total", Kind::Counter),
+    (
+        "commit_rounds",
+        "boltq_journal_commit_rounds_total",
+        Kind::Counter,
+    ),
     (
         "disk_write_bytes",
         "process_disk_write_bytes_total",
