@@ -81,6 +81,10 @@ common=(--duration-secs "$SECS" --warmup-secs "$WARM")
 printf '%-24s %10s %12s %9s %9s %9s %7s\n' row "sends/s" "delivered/s" "p50 ms" "p99 ms" "max ms" errors
 run chat-10k 1 chat --devices "$DEVICES" --conversations "$CONVS" --rate "$RATE" "${common[@]}"
 run chat-10k-closed 1 chat --devices "$DEVICES" --conversations "$CONVS" "${common[@]}"
+# Every device in a direct conversation, inbox pointers on (the default fan-out limit): one
+# inbox partition per user plus one per conversation, which needs the per-shard budget of
+# open segment files (the server closes idle partitions' files past it).
+run chat-10k-inbox 256 chat --devices "$DEVICES" --conversations $((DEVICES / 2)) --rate "$RATE" "${common[@]}"
 run chat-1k-inbox 256 chat --devices 1000 --rate "$RATE" "${common[@]}"
 run chat-1k-closed 256 chat --devices 1000 "${common[@]}"
 run channel-closed 1 channel --listeners "$LISTENERS" --senders 1 "${common[@]}"
