@@ -956,6 +956,8 @@ pub fn gap(
 
 /// `{"op":"sent","id","sent":{…}}` (§2.5.5 step 7).
 pub fn sent(out: &mut Vec<u8>, id: &str, s: &SentOut<'_>) {
+    // One reservation instead of the buffer growing field by field: one is sent per send.
+    out.reserve(sent_len_estimate(id, s));
     let mut o = frame_start(out, "sent", id);
     let mut n = o.object("sent");
     n.str("message_id", s.message_id);
@@ -967,6 +969,12 @@ pub fn sent(out: &mut Vec<u8>, id: &str, s: &SentOut<'_>) {
     n.true_only("duplicate", s.duplicate);
     n.end();
     o.end();
+}
+
+/// Bytes a `sent` frame takes without escapes: the fixed part (names, punctuation, the
+/// widest numbers) is at most 176 bytes.
+fn sent_len_estimate(id: &str, s: &SentOut<'_>) -> usize {
+    176 + id.len() + s.message_id.len() + s.client_msg_id.len() + s.topic.len()
 }
 
 /// `{"op":"published","id","published":{topic, partition, seq, timestamp}}` (§18 G28).
@@ -1707,6 +1715,23 @@ mod tests {
         assert_eq!(v["id"], "x");
         assert_eq!(v["sent"]["duplicate"], true);
         assert_eq!(v["sent"]["client_msg_id"], "c1");
+    }
+
+    #[test]
+    fn a_sent_frame_fits_its_one_reservation() {
+        let s = SentOut {
+            message_id: "00112233445566778899aabbccddeeff",
+            client_msg_id: "client-1",
+            topic: "chat.dm.alice~bob",
+            partition: u32::MAX,
+            seq: u64::MAX,
+            timestamp_ns: i64::MIN,
+            duplicate: true,
+        };
+        let mut out = Vec::new();
+        sent(&mut out, "request-7", &s);
+        let estimate = sent_len_estimate("request-7", &s);
+        assert!(out.len() <= estimate, "{} > {estimate}", out.len());
     }
 
     #[test]

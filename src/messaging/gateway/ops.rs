@@ -599,6 +599,18 @@ fn clean_headers(headers: std::collections::BTreeMap<String, String>) -> Vec<(St
         .collect()
 }
 
+/// A fresh message id: 16 random bytes as 32 lower-case hex digits, written into one
+/// string of the final size (no string per byte).
+fn new_message_id(gw: &GatewayCtx) -> String {
+    use std::fmt::Write as _;
+    let bytes = gw.random_bytes::<16>();
+    let mut id = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        write!(id, "{b:02x}").expect("writing to a String cannot fail");
+    }
+    id
+}
+
 fn to_bytes_headers(h: Vec<(String, String)>) -> Vec<(Bytes, Bytes)> {
     let mut v: Vec<(Bytes, Bytes)> = h
         .into_iter()
@@ -626,9 +638,10 @@ async fn send(
     if !allowed(c, &topic_name, Action::Write).await {
         return forbid(c, id);
     }
-    let p_user = c.principal.borrow().clone();
+    let user_id = c.user();
     let members: Vec<String> = if is_group {
-        match c.gw.membership.members(&p_user.tenant, conversation).await {
+        let tenant = c.principal.borrow().tenant.clone();
+        match c.gw.membership.members(&tenant, conversation).await {
             Ok(m) => m,
             Err(e) => {
                 log::warn!("[gateway] member list of {conversation}: {e}");
@@ -644,14 +657,10 @@ async fn send(
     if members.is_empty() {
         return c.send_error(id, ErrorCode::NotFound, "conversation has no members");
     }
-    let message_id: String =
-        c.gw.random_bytes::<16>()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+    let message_id = new_message_id(&c.gw);
     let mut server = vec![
-        ("message_id".to_string(), message_id.clone()),
-        ("sender".to_string(), p_user.user_id.clone()),
+        ("message_id".to_string(), message_id),
+        ("sender".to_string(), user_id.clone()),
         ("kind".to_string(), kind.as_str().to_string()),
         ("conversation".to_string(), conversation.to_string()),
     ];
@@ -659,10 +668,18 @@ async fn send(
         server.push(("client_msg_id".to_string(), client_msg_id.to_string()));
     }
     let mut all = clean_headers(headers);
-    all.extend(server.iter().cloned());
     let pointer_members = match fanout::plan(&members, c.gw.settings.fanout_on_write_limit) {
         fanout::Strategy::OnWrite(m) => m,
         fanout::Strategy::OnRead => Vec::new(),
+    };
+    // Pointer records repeat the server's headers; without pointers nothing else needs
+    // them, so they move into the record instead of being copied.
+    let pointer_headers = if pointer_members.is_empty() {
+        all.append(&mut server);
+        Vec::new()
+    } else {
+        all.extend(server.iter().cloned());
+        server
     };
     let req = AppendReq {
         topic: topic_name.clone(),
@@ -670,11 +687,11 @@ async fn send(
         key: Bytes::from(conversation.to_string()),
         headers: to_bytes_headers(all),
         payload: Bytes::from(payload),
-        user: p_user.user_id.clone(),
+        user: user_id,
         dedup: (!client_msg_id.is_empty())
             .then(|| (conversation.to_string(), client_msg_id.to_string())),
         pointer_members,
-        pointer_headers: server,
+        pointer_headers,
     };
     c.gw.stats.borrow_mut().sends += 1;
     match c.gw.engine.append(req).await {
