@@ -1,5 +1,5 @@
 //! The JSON a publish costs: the request body parse, and the command as the queue plane's
-//! WAL writes and replays it; ns per operation, 100 B and 1 KiB payloads.
+//! WAL writes and replays it, as JSON (old logs, rare commands) and as a binary record; ns per operation, 100 B and 1 KiB payloads.
 //!
 //! `cargo bench --bench publish_json [filter]`
 //!
@@ -7,13 +7,16 @@
 //!   `{"topic","payload":{"data":"…"},"headers":{"content_type":…}}` (the payload a JSON
 //!   object of 100 B / 1 KiB), without the 5-byte frame header: the hand-written Go-semantics
 //!   decoder, which also validates and compacts the payload.
-//! - `wal encode Publish` / `wal decode Publish`: `serde_json::to_vec` /
-//!   `serde_json::from_slice` of `Command::Publish` with that message, exactly what
-//!   `queue::server::wal::append` logs for every publish and `wal::replay` reads back
-//!   (the payload is stored as a JSON string, so its quotes are escaped). `B/op` is the
-//!   logged record's size.
-//! - `wal encode/decode Consume` and `Ack`: the other two commands a publish+consume+ack
-//!   cycle logs, for comparison with `broker_apply`'s cycle.
+//! - `wal json encode Publish` / `wal json decode Publish`: `serde_json::to_vec` /
+//!   `serde_json::from_slice` of `Command::Publish` with that message, what
+//!   `queue::server::wal::append` logged for every publish before binary records (and still
+//!   logs for the rare commands), and what `wal::replay` reads from old logs (the payload is
+//!   stored as a JSON string, so its quotes are escaped). `B/op` is the record's size.
+//! - `wal binary encode Publish` / `wal binary decode Publish`: `wal::record::encode` into a
+//!   fresh buffer (as `append` does) / `wal::record::decode` of the same command, the record
+//!   the log writes now.
+//! - `wal … Consume` and `Ack`: the other two commands a publish+consume+ack cycle logs, for
+//!   comparison with `broker_apply`'s cycle.
 
 mod common;
 
@@ -21,6 +24,7 @@ use boltq::queue::broker::{Command, ConsumerRef};
 use boltq::queue::message::{IdGenerator, Message, MessageId};
 use boltq::queue::protocol::frame::{op, Frame};
 use boltq::queue::protocol::request::{self, Request};
+use boltq::queue::server::wal::record;
 use bytes::Bytes;
 use common::{bench, bench_with};
 use std::collections::BTreeMap;
@@ -58,32 +62,70 @@ fn message(id: MessageId, payload: Bytes, headers: BTreeMap<String, String>) -> 
     }
 }
 
-/// Times `OPS` WAL encodes and `OPS` WAL decodes of `cmd`, named `wal … <label>`.
+/// Times `OPS` WAL encodes and `OPS` WAL decodes of `cmd` in both record forms, named
+/// `wal json … <label>` and `wal binary … <label>`.
 fn bench_wal(label: &str, cmd: &Command) {
-    let logged = serde_json::to_vec(cmd).expect("encode");
-    let decoded: Command = serde_json::from_slice(&logged).expect("decode");
-    assert_eq!(&decoded, cmd, "the WAL round-trips {label}");
+    let json = serde_json::to_vec(cmd).expect("encode");
+    let decoded: Command = serde_json::from_slice(&json).expect("decode");
+    assert_eq!(&decoded, cmd, "the JSON record round-trips {label}");
+    bench_codec(
+        "json",
+        label,
+        &json,
+        || serde_json::to_vec(black_box(cmd)).expect("encode"),
+        |bytes| serde_json::from_slice(bytes).expect("decode"),
+    );
+
+    let mut binary = Vec::new();
+    record::encode(cmd, &mut binary);
+    assert!(binary[0] < b' ', "{label} is logged as a binary record");
+    assert_eq!(
+        record::decode(&binary).as_ref(),
+        Ok(cmd),
+        "{label} round-trips"
+    );
+    bench_codec(
+        "binary",
+        label,
+        &binary,
+        || {
+            let mut out = Vec::new();
+            record::encode(black_box(cmd), &mut out);
+            out
+        },
+        |bytes| record::decode(bytes).expect("decode"),
+    );
+}
+
+/// `OPS` runs of `encode`, then `OPS` runs of `decode` over `logged`, with its size as
+/// `B/op`; named `wal <form> encode <label>` / `wal <form> decode <label>`.
+fn bench_codec(
+    form: &str,
+    label: &str,
+    logged: &[u8],
+    encode: impl Fn() -> Vec<u8>,
+    decode: impl Fn(&[u8]) -> Command,
+) {
     let bytes = [("B/op", logged.len() as f64)];
     bench_with(
-        &format!("wal encode {label}"),
+        &format!("wal {form} encode {label}"),
         OPS as u64,
         &bytes,
         || (),
         |()| {
             for _ in 0..OPS {
-                black_box(serde_json::to_vec(black_box(cmd)).expect("encode"));
+                black_box(encode());
             }
         },
     );
     bench_with(
-        &format!("wal decode {label}"),
+        &format!("wal {form} decode {label}"),
         OPS as u64,
         &bytes,
         || (),
         |()| {
             for _ in 0..OPS {
-                let cmd: Command = serde_json::from_slice(black_box(&logged)).expect("decode");
-                black_box(cmd);
+                black_box(decode(black_box(logged)));
             }
         },
     );
