@@ -15,7 +15,8 @@
 
 use boltq::queue::broker::Command;
 use boltq::queue::server::wal::record::{
-    self, JSON_OBJECT_BYTE, JSON_STRING_BYTE, HEADERS_MAX, NAME_BYTES_MAX, PAYLOAD_BYTES_MAX,
+    self, HEADERS_BYTES_MAX, HEADERS_MAX, JSON_OBJECT_BYTE, JSON_STRING_BYTE, NAME_BYTES_MAX,
+    PAYLOAD_BYTES_MAX, ROUTING_KEY_BYTES_MAX,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -43,7 +44,10 @@ fn check_limits(cmd: &Command) {
             assert!(msg.topic.len() <= NAME_BYTES_MAX);
             assert!(msg.exchange.len() <= NAME_BYTES_MAX);
             assert!(msg.payload.len() <= PAYLOAD_BYTES_MAX);
+            assert!(msg.routing_key.len() <= ROUTING_KEY_BYTES_MAX);
             assert!(msg.headers.len() <= HEADERS_MAX);
+            let header_bytes: usize = msg.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+            assert!(header_bytes <= HEADERS_BYTES_MAX);
         }
         Command::Consume { queue, .. } => assert!(queue.len() <= NAME_BYTES_MAX),
         Command::Ack { .. } | Command::Nack { .. } | Command::Tick { .. } => {}
