@@ -8,7 +8,7 @@
 #
 # Each row: a fresh `boltq` (release build, --shards 1, pinned to CPU 0, messaging.fsync
 # "always", a new data dir under $WORK) and boltq-bench pinned to CPU 1, on loopback and
-# free ports; both stopped after. BOLTQ_BIN / BENCH_BIN use prebuilt binaries instead of
+# free ports; both stopped after. SPIN_US sets the server's spin_before_park_us (default 0). BOLTQ_BIN / BENCH_BIN use prebuilt binaries instead of
 # building. Prints one line per row: sends/s acknowledged, deliveries/s, send->delivered
 # latency p50/p99/max in ms, errors; the JSON reports stay in $WORK when KEEP=1.
 set -euo pipefail
@@ -38,6 +38,9 @@ gw() {
   local tcp http mp cfg="$WORK/$name.toml"
   tcp=$(free_port); http=$(free_port); mp=$(free_port)
   cat >"$cfg" <<EOF
+[server]
+spin_before_park_us = ${SPIN_US:-0}
+
 [messaging.stream]
 enabled = true
 
@@ -56,6 +59,7 @@ EOF
     --tcp-port "$tcp" --http-port "$http" --shards 1 >"$WORK/$name.log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break; sleep 0.1; done
+  [ -n "${PERF_OUT:-}" ] && (sleep "${PERF_AFTER_S:-16}"; perf record --call-graph dwarf,16384 -F 499 -p "$pid" -o "$PERF_OUT" -- sleep 4 >/dev/null 2>&1) &
   "$BENCH_BIN" "$@" --url "ws://127.0.0.1:$http/ws" --secret "$SECRET" \
     --membership-listen "127.0.0.1:$mp" --cpus 1 --json --quiet >"$WORK/$name.json" || true
   kill "$pid"; wait "$pid" || true

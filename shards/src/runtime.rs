@@ -223,7 +223,8 @@ impl<M: Send + 'static> ShardStart<M> {
     {
         let shard = self.shard;
         let start_error = |reason: String| RuntimeError::ShardStart { shard, reason };
-        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(self.placing.cpu));
+        let mut builder = LocalExecutorBuilder::new(Placement::Fixed(self.placing.cpu))
+            .ring_depth(self.config.ring_depth);
         if let Some(bytes) = self.io_memory_bytes {
             builder = builder.io_memory(bytes);
         }

@@ -115,6 +115,12 @@ pub struct ServerConfig {
     /// Spinning trades a core per shard for lower wake-up latency; at most
     /// 10 000 (10 ms) because longer spins only burn CPU.
     pub spin_before_park_us: u64,
+    /// Entries of each io_uring ring per shard, 16..=32768, default 4096. Deeper rings
+    /// give the kernel more buckets to find a socket's armed poll in, which a busy shard
+    /// with thousands of connections does on every park (see
+    /// `boltq_shards::RING_DEPTH_DEFAULT`); about 400 KiB of ring memory each, three per
+    /// shard.
+    pub ring_depth: u64,
     /// `off`, `error`, `warn`, `info` (default), `debug` or `trace`.
     pub log_level: String,
 }
@@ -129,6 +135,7 @@ impl Default for ServerConfig {
             tls: TlsConfig::default(),
             shards: 0,
             spin_before_park_us: 0,
+            ring_depth: boltq_shards::RING_DEPTH_DEFAULT as u64,
             log_level: "info".to_string(),
         }
     }

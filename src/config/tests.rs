@@ -86,6 +86,7 @@ fn defaults() {
     assert_eq!(c.server.tcp_port, 9091);
     assert_eq!(c.http_port(), 9090);
     assert_eq!(c.server.grpc_port, 9092);
+    assert_eq!(c.server.ring_depth, 4096);
     assert_eq!(c.effective_shards(8), 8);
     assert_eq!(c.effective_shards(0), 1);
     assert_eq!(c.log_level_filter(), log::LevelFilter::Info);
@@ -176,6 +177,7 @@ fn full_toml() {
         tcp_port = 7001
         shards = 4
         spin_before_park_us = 50
+        ring_depth = 256
         log_level = "debug"
         [server.tls]
         enabled = true
@@ -239,6 +241,7 @@ fn full_toml() {
     };
     assert_eq!(c.server.host, "127.0.0.1");
     assert_eq!(c.server.tcp_port, 7001);
+    assert_eq!(c.server.ring_depth, 256);
     assert_eq!(c.http_port(), 7000, "derived from tcp_port");
     assert_eq!(c.effective_shards(64), 4);
     assert_eq!(c.log_level_filter(), log::LevelFilter::Debug);
@@ -665,6 +668,8 @@ fn each_validation_error_names_its_key() {
         ("[server.tls]\nenabled = true\ncert_file = \"c\"", "server.tls.key_file"),
         ("[server]\nshards = 1025", "server.shards"),
         ("[server]\nspin_before_park_us = 10001", "server.spin_before_park_us"),
+        ("[server]\nring_depth = 15", "server.ring_depth"),
+        ("[server]\nring_depth = 32769", "server.ring_depth"),
         ("[server]\nlog_level = \"verbose\"", "server.log_level"),
         ("[storage]\ndata_dir = \"\"", "storage.data_dir"),
         ("[storage]\nfsync_interval_ms = 10001", "storage.fsync_interval_ms"),

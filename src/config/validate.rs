@@ -161,6 +161,12 @@ fn server(c: &Config) -> Check {
         0,
         10_000,
     )?;
+    range(
+        "server.ring_depth",
+        s.ring_depth,
+        boltq_shards::RING_DEPTH_MIN as u64,
+        boltq_shards::RING_DEPTH_MAX as u64,
+    )?;
     if s.log_level.parse::<log::LevelFilter>().is_err() {
         return Err(ConfigError::invalid(
             "server.log_level",

@@ -145,6 +145,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .listen_for_signals()
         .map_err(|e| ServerError(format!("cannot install signal handlers: {e}")))?;
     let mut rt = boltq_shards::RuntimeConfig::new(shard_count);
+    rt.ring_depth = plan.config.server.ring_depth as usize;
     rt.spin_before_park_us = match plan.config.server.spin_before_park_us {
         0 => None,
         us => Some(us),
