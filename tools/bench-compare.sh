@@ -35,14 +35,16 @@ boltq() {
   local pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break; sleep 0.1; done
   "$BENCH_BIN" "$@" --addr "127.0.0.1:$tcp" --cpus 1 --duration-secs "$SECS" \
-    --warmup-secs "$WARM" --json --quiet >"$WORK/$key.json"
+    --warmup-secs "$WARM" --json --quiet >"$WORK/$key.json" || true   # errors: shown in the row
   kill "$pid"; wait "$pid" || true
   python3 - "$name" "$WORK/$key.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[2]))
 lats = r["latency_us"]
 lat = lats.get("delivery") or lats.get("publish") or next(iter(lats.values()))
-print(f"{sys.argv[1]:<34} {r['throughput']['msgs_per_sec']:>12,.0f} {lat['p99'] / 1000:>10.2f}")
+errors = r["errors"]["total"]
+note = f"  {errors} errors: {r['errors'].get('by_kind', r['errors'])}" if errors else ""
+print(f"{sys.argv[1]:<34} {r['throughput']['msgs_per_sec']:>12,.0f} {lat['p99'] / 1000:>10.2f}{note}")
 PY
 }
 

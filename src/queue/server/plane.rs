@@ -664,7 +664,7 @@ impl Plane {
         boltq_shards::spawn(async move {
             let result = async {
                 let body = boltq_shards::spawn_blocking(move || snapshot::encode(&state)).await?;
-                let w = snapshot::write(&store, &snap, &body, wal_seq, number)?;
+                let w = snapshot::write(&store, &snap, &body, wal_seq, number).await?;
                 if let Some(logs) = cell.borrow_mut().logs.as_mut() {
                     logs.last_snapshot_bytes = w.bytes;
                 }

@@ -37,9 +37,12 @@ pub fn encode(snapshot: &BrokerSnapshot) -> Result<Vec<u8>, String> {
     serde_json::to_vec(snapshot).map_err(|e| format!("encode snapshot: {e}"))
 }
 
-/// Appends a serialised snapshot as chunk records. `wal_seq` is the last command the
-/// snapshot includes (it was taken between two commands, so it is exactly that state).
-pub fn write(
+/// Appends a serialised snapshot as chunk records, each once the journal has room for it
+/// in the background share (`Store::wait_for_background_room`), so the clients' commands
+/// interleave with the chunks instead of being refused behind them. `wal_seq` is the last
+/// command the snapshot includes (it was taken between two commands, so it is exactly that
+/// state); the command log keeps everything after it until the snapshot is durable.
+pub async fn write(
     store: &Store,
     snap: &LogRef,
     body: &[u8],
@@ -64,6 +67,10 @@ pub fn write(
             payload: Bytes::copy_from_slice(chunk),
             ..Default::default()
         };
+        store
+            .wait_for_background_room(chunk.len() as u64)
+            .await
+            .map_err(|e| e.to_string())?;
         lsn = store
             .append(snap, &mut record, boltq_io::store::now_ns())
             .map_err(|e| e.to_string())?
