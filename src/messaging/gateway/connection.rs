@@ -243,8 +243,9 @@ pub async fn wait_room_or_drop(c: &Connection) -> bool {
 ///
 /// Each wake-up takes what is queued as one batch: the frames are encoded into the
 /// WebSocket layer's write buffer without flushing, and the flush writes them in one go.
-/// The batch and its marks live in vectors kept across wake-ups, so a steady stream of
-/// batches allocates nothing here.
+/// The batch and its marks live in vectors kept across wake-ups while frames keep coming,
+/// so a steady stream of batches allocates nothing here; they are dropped when the
+/// connection goes idle.
 async fn write_loop(
     mut sender: async_tungstenite::WebSocketSender<Conn>,
     c: Rc<Connection>,
@@ -256,9 +257,11 @@ async fn write_loop(
         let t = out.has_work.ticket();
         if out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX) > 0 {
             c.gw.stats.borrow_mut().writes_out += 1;
+            // Boxed: the write's future exists only while a batch is written, so an idle
+            // connection's task does not carry its size.
             let written = boltq_shards::timeout(
                 Duration::from_millis(WRITE_TIMEOUT_MS),
-                write_batch(&mut sender, &mut batch, &mut marks),
+                Box::pin(write_batch(&mut sender, &mut batch, &mut marks)),
             )
             .await;
             // A timed-out write leaves part of the batch unsent: the connection is over.
@@ -281,6 +284,10 @@ async fn write_loop(
             .await;
             break;
         }
+        // Going idle: an idle connection keeps no batch buffers (memory per connection is
+        // budgeted); a busy one reuses them from wake-up to wake-up.
+        batch = Vec::new();
+        marks = Vec::new();
         out.has_work.wait(t).await;
     }
     out.finish();
