@@ -36,22 +36,13 @@ impl Sample {
     }
 }
 
-/// Benchmark names given on the command line filter which benchmarks run (substring
-/// match); cargo's own `--bench` flag is ignored.
-pub fn selected(name: &str) -> bool {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))
-}
-
-pub fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
+/// The command-line filter (`selected`: names given as arguments select benchmarks by
+/// substring; cargo's own `--bench` flag is ignored) and `BOLTQ_BENCH_*` knobs (`env_u64`)
+/// are the root crate's micro-benchmark harness's, included by path so both read the
+/// command line the same way.
+#[path = "../../../benches/common/mod.rs"]
+mod harness;
+pub use harness::{env_u64, selected};
 
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
