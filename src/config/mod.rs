@@ -58,6 +58,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use boltq_io::file_budget::OPEN_SEGMENT_FILES_MAX_DEFAULT;
 use serde::{Deserialize, Serialize};
 
 pub use cli::{normalize_v1_args, CliArgs};
@@ -246,6 +247,13 @@ pub struct StorageConfig {
     /// io_uring DMA buffer memory per shard, in bytes. 0 (default) = let the
     /// runtime choose; otherwise at least 1 MiB.
     pub io_memory_bytes: u64,
+    /// Segment-file descriptors each shard may hold open; past it, the
+    /// least recently used idle logs close theirs and reopen on next use.
+    /// Trades a reopen per cold log for staying under `ulimit -n` with many
+    /// queues and partitions. 4..=1048576 (`OPEN_SEGMENT_FILES_MIN` ..=
+    /// `OPEN_SEGMENT_FILES_MAX_CEILING`), default 4096 (the storage layer's
+    /// `OPEN_SEGMENT_FILES_MAX_DEFAULT`).
+    pub open_segment_files_max: u64,
 }
 
 impl Default for StorageConfig {
@@ -261,6 +269,7 @@ impl Default for StorageConfig {
             retention_bytes: 0,
             retention_ms: 0,
             io_memory_bytes: 0,
+            open_segment_files_max: OPEN_SEGMENT_FILES_MAX_DEFAULT as u64,
         }
     }
 }

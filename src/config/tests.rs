@@ -95,6 +95,10 @@ fn defaults() {
     assert_eq!(c.fsync_policy(), FsyncPolicy::Always);
     assert_eq!(c.messaging_fsync_policy(), FsyncPolicy::Always);
     assert_eq!(c.storage.segment_bytes, 64 << 20);
+    assert_eq!(
+        c.storage.open_segment_files_max,
+        boltq_io::file_budget::OPEN_SEGMENT_FILES_MAX_DEFAULT as u64
+    );
     assert_eq!(c.queue.max_retry, 5);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(30));
     assert_eq!(c.queue.capacity, 1_048_576);
@@ -193,6 +197,7 @@ fn full_toml() {
         retention_bytes = 1000000000
         retention_ms = 86400000
         io_memory_bytes = 33554432
+        open_segment_files_max = 64
         [queue]
         max_retry = 3
         ack_timeout = "1m30s"
@@ -250,6 +255,7 @@ fn full_toml() {
     assert_eq!(c.fsync_policy(), FsyncPolicy::Interval { interval_ms: 5 });
     assert_eq!(c.messaging_fsync_policy(), FsyncPolicy::Never);
     assert_eq!(c.storage.io_memory_bytes, 32 << 20);
+    assert_eq!(c.storage.open_segment_files_max, 64);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(90));
     assert_eq!(c.queue.overflow, OverflowPolicy::Spill);
     assert_eq!(c.queue.retry_backoff_base_ms, 0);
@@ -678,6 +684,8 @@ fn each_validation_error_names_its_key() {
         ("[storage]\njournal_file_bytes = 1048576", "storage.journal_file_bytes"),
         ("[storage]\njournal_file_bytes = 4194305", "storage.journal_file_bytes"),
         ("[storage]\nio_memory_bytes = 4096", "storage.io_memory_bytes"),
+        ("[storage]\nopen_segment_files_max = 3", "storage.open_segment_files_max"),
+        ("[storage]\nopen_segment_files_max = 1048577", "storage.open_segment_files_max"),
         ("[queue]\nmax_retry = 0", "queue.max_retry"),
         ("[queue]\nack_timeout = \"0s\"", "queue.ack_timeout"),
         ("[queue]\ncapacity = 0", "queue.capacity"),
@@ -758,6 +766,22 @@ fn each_validation_error_names_its_key() {
         toml_error(&follower_gateway).key(),
         Some("messaging.gateway.enabled")
     );
+}
+
+/// Both ends of `storage.open_segment_files_max` are accepted (the refusals
+/// one past each end are in `each_validation_error_names_its_key`), and the
+/// floor is the storage layer's own, so the server never hands it a limit
+/// it would refuse at startup.
+#[test]
+fn open_segment_files_max_accepts_its_bounds() {
+    for n in [
+        boltq_io::file_budget::OPEN_SEGMENT_FILES_MIN as u64,
+        1 << 20,
+    ] {
+        let c = Config::from_toml_str(&format!("[storage]\nopen_segment_files_max = {n}")).unwrap();
+        c.validate(&no_env).unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert_eq!(c.storage.open_segment_files_max, n);
+    }
 }
 
 #[test]

@@ -10,9 +10,16 @@
 use std::time::Duration;
 
 use super::duration::format_duration;
+use boltq_io::file_budget::OPEN_SEGMENT_FILES_MIN;
+
 use super::{split_host_port, Config, ConfigError, EnvLookup, FsyncMode, ReplicationRole, MIB};
 
 const GIB: u64 = 1024 * MIB;
+
+/// Highest `storage.open_segment_files_max` accepted. A million descriptors
+/// per shard is already past common `ulimit -n` hard limits; a larger value
+/// is more likely a typo than a plan, and would only hide the budget.
+pub const OPEN_SEGMENT_FILES_MAX_CEILING: u64 = 1 << 20;
 
 type Check = Result<(), ConfigError>;
 
@@ -203,6 +210,12 @@ fn storage(c: &Config) -> Check {
     if s.io_memory_bytes != 0 {
         at_least("storage.io_memory_bytes", s.io_memory_bytes, MIB)?;
     }
+    range(
+        "storage.open_segment_files_max",
+        s.open_segment_files_max,
+        OPEN_SEGMENT_FILES_MIN as u64,
+        OPEN_SEGMENT_FILES_MAX_CEILING,
+    )?;
     Ok(())
 }
 

@@ -220,6 +220,7 @@ fn store_config(config: &Config) -> StoreConfig {
     };
     c.journal_file_bytes = s.journal_file_bytes;
     c.checkpoint_bytes = s.journal_file_bytes;
+    c.open_segment_files_max = s.open_segment_files_max as usize;
     c.log = LogConfig {
         segment_bytes: s.segment_bytes,
         retention_bytes: s.retention_bytes,
