@@ -6,13 +6,13 @@
 
 mod support;
 
-use boltq::client::{Client, ClientOptions, ClientTls};
+use boltq::client::ClientTls;
 use boltq_io::testutil::TempDir;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{free_port, server_binary, Pki, BENCH};
+use support::{free_port, server_binary, wait_until_pings, Pki, BENCH};
 
 /// The runs share two cores and a disk with each other and with the server: one at a time
 /// keeps each bench's second of load from starving another's server.
@@ -78,21 +78,7 @@ impl Server {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let options = ClientOptions {
-                timeout_ms: 1000,
-                tls: self.tls.clone(),
-                ..Default::default()
-            };
-            if let Ok(mut c) = Client::connect(&self.addr, options) {
-                if c.ping().is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("server at {} not ready in 30 s", self.addr);
+        wait_until_pings(&self.addr, self.tls.clone());
     }
 }
 

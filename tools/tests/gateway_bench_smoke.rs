@@ -5,13 +5,11 @@
 
 mod support;
 
-use boltq::client::{Client, ClientOptions};
 use boltq_io::testutil::TempDir;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
-use support::{free_port, server_binary, Pki, BENCH};
+use support::{free_port, server_binary, wait_until_pings, Pki, BENCH};
 
 const SECRET: &str = "smoke-secret-0123456789abcdef-0123456789";
 
@@ -93,20 +91,7 @@ impl Server {
     }
 
     fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            let options = ClientOptions {
-                timeout_ms: 1000,
-                ..Default::default()
-            };
-            if let Ok(mut c) = Client::connect(&self.tcp, options) {
-                if c.ping().is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("server at {} not ready in 30 s", self.tcp);
+        wait_until_pings(&self.tcp, None);
     }
 }
 

@@ -1,5 +1,5 @@
-//! What the smoke tests of `boltq-bench` share: the server binary, free ports, and a
-//! throwaway CA for the TLS runs.
+//! What the smoke tests of `boltq-bench` share: the server binary, free ports, waiting for
+//! a started server, and a throwaway CA for the TLS runs.
 //!
 //! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
 //! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
@@ -46,6 +46,26 @@ pub fn server_binary() -> &'static Path {
         assert!(bin.exists(), "{} missing after the build", bin.display());
         bin
     })
+}
+
+/// Waits until the server at `addr` answers PING over its TCP port (with `tls` when its
+/// listener speaks TLS); panics after 30 s.
+pub fn wait_until_pings(addr: &str, tls: Option<boltq::client::ClientTls>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::time::Instant::now() < deadline {
+        let options = boltq::client::ClientOptions {
+            timeout_ms: 1000,
+            tls: tls.clone(),
+            ..Default::default()
+        };
+        if let Ok(mut c) = boltq::client::Client::connect(addr, options) {
+            if c.ping().is_ok() {
+                return;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("server at {addr} not ready in 30 s");
 }
 
 pub fn free_port() -> u16 {
