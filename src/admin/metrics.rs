@@ -189,6 +189,10 @@ pub fn render(
 /// be written to storage (`write_bytes` of `/proc/self/io`: journal, segments and the
 /// journal's pre-zeroing alike). A procfs file that cannot be read leaves its series out
 /// rather than reporting a made-up zero.
+///
+/// Plain std reads on the shard: procfs files are produced in memory by the kernel at read
+/// time and never wait on a device, unlike the data files the shards only touch through
+/// io_uring, and a scrape reads two small files.
 fn process_series() -> Vec<(&'static str, &'static str, &'static str, u64)> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let mut series = Vec::new();
