@@ -9,10 +9,10 @@ use support::gateway::{token, SECRET};
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
-use std::time::{Duration, Instant};
-use support::{http, HttpResponse, Server};
+use std::time::Duration;
+use support::admin::{admin, admin_json, wait_for, API_KEY};
+use support::{http, Server};
 
-const API_KEY: &str = "adm1n-key";
 const CONVERSATION: &str = "alice:bob";
 const TOPIC: &str = "chat.direct.alice:bob";
 /// Bound on waiting for numbers that must come (inbox pointers are written after the send
@@ -45,29 +45,6 @@ fn url(s: &Server) -> String {
 fn connect(s: &Server, user: &str, device: &str, resume: Option<&str>) -> GatewayClient {
     GatewayClient::connect(&url(s), &token(user), device, resume)
         .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
-}
-
-/// GET with the admin key.
-fn admin(s: &Server, path: &str) -> HttpResponse {
-    http(s.http_port, "GET", path, &[("X-API-Key", API_KEY)], b"")
-}
-
-fn admin_json(s: &Server, path: &str) -> Value {
-    let r = admin(s, path);
-    assert_eq!(r.status, 200, "{path}: {}", r.body);
-    r.json()
-}
-
-/// Polls `path` until `done` holds (bounded by [`WAIT`]); returns the last body.
-fn wait_for(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = admin_json(s, path);
-        if done(&v) || Instant::now() > deadline {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn records_of(topic: &Value) -> u64 {

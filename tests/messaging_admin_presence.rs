@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use support::{http, HttpResponse, Server};
+use support::admin::{admin, admin_json, wait_for, API_KEY};
+use support::{http, Server};
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
-const API_KEY: &str = "adm1n-key";
 const REGION: &str = "eu-test";
 /// Bound on waiting for numbers that must come.
 const WAIT: Duration = Duration::from_secs(15);
@@ -141,28 +141,6 @@ fn start(tmp: &TempDir, hook: &Webhook) -> Server {
     )
     .unwrap();
     Server::start(&["--config", path.to_str().unwrap()])
-}
-
-fn admin(s: &Server, path: &str) -> HttpResponse {
-    http(s.http_port, "GET", path, &[("X-API-Key", API_KEY)], b"")
-}
-
-fn admin_json(s: &Server, path: &str) -> Value {
-    let r = admin(s, path);
-    assert_eq!(r.status, 200, "{path}: {}", r.body);
-    r.json()
-}
-
-/// Polls `path` until `done` holds (bounded by [`WAIT`]); returns the last body.
-fn wait_for(s: &Server, path: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let v = admin_json(s, path);
-        if done(&v) || Instant::now() > deadline {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The value of the `node="standalone"` sample of `name` in a text exposition.

@@ -1,6 +1,7 @@
 //! Starting the real `boltq` binary for end-to-end tests.
 #![allow(dead_code)]
 
+pub mod admin;
 pub mod browser;
 pub mod gateway;
 
