@@ -16,12 +16,12 @@ use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use support::admin::{admin, admin_json, wait_for, API_KEY};
+use support::stub::StubServer;
 use support::{http, Server};
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
@@ -33,54 +33,22 @@ const WAIT: Duration = Duration::from_secs(15);
 
 /// Counts calls and answers each with 200 `{}` on a keep-alive connection.
 struct Webhook {
-    port: u16,
     calls: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    stub: StubServer,
 }
 
 impl Webhook {
     fn start() -> Webhook {
         let calls = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let (c, st) = (Arc::clone(&calls), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || {
-            while !st.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let c = Arc::clone(&c);
-                        std::thread::spawn(move || serve(conn, &c));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(2))
-                    }
-                    Err(e) => panic!("webhook accept: {e}"),
-                }
-            }
-        });
+        let c = Arc::clone(&calls);
         Webhook {
-            port,
             calls,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
+            stub: StubServer::start("webhook", move |conn| serve(conn, &c)),
         }
     }
 }
 
 fn serve(conn: TcpStream, calls: &AtomicU64) {
-    conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let mut writer = conn.try_clone().unwrap();
@@ -136,7 +104,7 @@ fn start(tmp: &TempDir, hook: &Webhook) -> Server {
              [messaging.push]\nenabled = true\n\
              webhook_url = \"http://127.0.0.1:{}/hook\"\n\
              signing_secret = \"{SIGNING_SECRET}\"\ngrace_delay = \"100ms\"\n",
-            hook.port
+            hook.stub.port
         ),
     )
     .unwrap();

@@ -15,11 +15,10 @@ use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::{BTreeSet, HashMap};
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
+use support::stub::StubServer;
 use support::Server;
 
 const GROUP: &str = "team";
@@ -41,10 +40,8 @@ struct Table {
 /// The operator's membership service, played by the test: one std thread accepting on
 /// 127.0.0.1:0, one short-lived thread per connection, `Connection: close` on every answer.
 struct MembershipService {
-    port: u16,
     table: Arc<Mutex<Table>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    stub: StubServer,
 }
 
 impl MembershipService {
@@ -55,22 +52,15 @@ impl MembershipService {
             members.iter().map(|m| m.to_string()).collect(),
         );
         let table = Arc::new(Mutex::new(table));
-        let stop = Arc::new(AtomicBool::new(false));
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let (t, s) = (Arc::clone(&table), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || accept_loop(listener, t, s));
+        let t = Arc::clone(&table);
         MembershipService {
-            port,
             table,
-            stop,
-            thread: Some(thread),
+            stub: StubServer::start("membership service", move |conn| serve(conn, &t)),
         }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://127.0.0.1:{}", self.stub.port)
     }
 
     fn set_failing(&self, failing: bool) {
@@ -79,37 +69,12 @@ impl MembershipService {
 
     /// Closes the listener: from now on connecting is refused.
     fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-impl Drop for MembershipService {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn accept_loop(listener: TcpListener, table: Arc<Mutex<Table>>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((conn, _)) => {
-                let table = Arc::clone(&table);
-                std::thread::spawn(move || serve(conn, &table));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => panic!("membership service accept: {e}"),
-        }
+        self.stub.stop();
     }
 }
 
 /// Answers one GET and closes.
 fn serve(mut conn: TcpStream, table: &Mutex<Table>) {
-    conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];

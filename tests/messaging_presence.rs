@@ -15,12 +15,11 @@ use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use support::stub::StubServer;
 use support::Server;
 
 /// Bound on waiting for frames that must come.
@@ -33,9 +32,7 @@ const QUIET: Duration = Duration::from_millis(500);
 /// The operator's membership service, played by the test: `/is-member` and `/members`
 /// answered from a fixed table of group → members.
 struct MembershipService {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    stub: StubServer,
 }
 
 impl MembershipService {
@@ -44,46 +41,15 @@ impl MembershipService {
             .iter()
             .map(|(g, m)| (g.to_string(), m.iter().map(|s| s.to_string()).collect()))
             .collect();
-        let table = Arc::new(Mutex::new(table));
-        let stop = Arc::new(AtomicBool::new(false));
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let s = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            while !s.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let t = Arc::clone(&table);
-                        std::thread::spawn(move || serve(conn, &t));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        std::thread::sleep(Duration::from_millis(2))
-                    }
-                    Err(e) => panic!("membership service accept: {e}"),
-                }
-            }
-        });
+        let table = Mutex::new(table);
         MembershipService {
-            port,
-            stop,
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for MembershipService {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
+            stub: StubServer::start("membership service", move |conn| serve(conn, &table)),
         }
     }
 }
 
 /// Answers one GET and closes.
 fn serve(mut conn: TcpStream, table: &Mutex<HashMap<String, Vec<String>>>) {
-    conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
@@ -174,7 +140,7 @@ fn start(service: &MembershipService, extra: &str) -> (Server, TempDir) {
              membership_cache_ttl = \"-1s\"\n\
              keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
              {POLICY}",
-            service.port
+            service.stub.port
         ),
     )
     .unwrap();

@@ -13,11 +13,10 @@ use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use support::stub::StubServer;
 use support::Server;
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
@@ -65,10 +64,8 @@ struct Shared {
 }
 
 struct Webhook {
-    port: u16,
     shared: Arc<Mutex<Shared>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    stub: StubServer,
 }
 
 impl Webhook {
@@ -77,22 +74,15 @@ impl Webhook {
             calls: Vec::new(),
             script: script.iter().copied().collect(),
         }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let (sh, st) = (Arc::clone(&shared), Arc::clone(&stop));
-        let thread = std::thread::spawn(move || accept_loop(listener, sh, st));
+        let sh = Arc::clone(&shared);
         Webhook {
-            port,
             shared,
-            stop,
-            thread: Some(thread),
+            stub: StubServer::start("webhook", move |conn| serve(conn, &sh)),
         }
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/push", self.port)
+        format!("http://127.0.0.1:{}/push", self.stub.port)
     }
 
     fn calls(&self) -> Vec<Call> {
@@ -118,33 +108,8 @@ impl Webhook {
     }
 }
 
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            t.join().unwrap();
-        }
-    }
-}
-
-fn accept_loop(listener: TcpListener, shared: Arc<Mutex<Shared>>, stop: Arc<AtomicBool>) {
-    while !stop.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((conn, _)) => {
-                let shared = Arc::clone(&shared);
-                std::thread::spawn(move || serve(conn, &shared));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => panic!("webhook accept: {e}"),
-        }
-    }
-}
-
 /// Serves requests on one keep-alive connection until the client closes it.
 fn serve(conn: TcpStream, shared: &Mutex<Shared>) {
-    conn.set_nonblocking(false).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let mut writer = conn.try_clone().unwrap();
