@@ -276,6 +276,40 @@ impl Device {
         ws::encode_client_frame(opcode::TEXT, json, mask, &mut self.out);
     }
 
+    /// Queues a send to conversation `conv` (the next sequence number, a size drawn from the
+    /// run's distribution, `kind` and `start` in its stamp) and expects its `sent`; `json` is
+    /// the worker's scratch buffer. Returns the payload size.
+    fn queue_send(
+        &mut self,
+        run: &GwRun,
+        json: &mut Vec<u8>,
+        conv: usize,
+        kind: StampKind,
+        start: u64,
+        now: u64,
+    ) -> usize {
+        self.seq += 1;
+        let id = self.take_id();
+        let stamp = Stamp {
+            kind,
+            sender: self.spec.index,
+            seq: self.seq,
+            sent_ns: start,
+        };
+        json.clear();
+        let size = run.sizes.sample(&mut self.rng) as usize;
+        run.templates[conv].write(json, &stamp, size, &run.filler_b64, &self.spec.device, id);
+        self.queue_text(json);
+        self.inflight.push_back(Pending {
+            op: Op::Send,
+            id,
+            start,
+            written: now,
+            prime: kind == StampKind::Prime,
+        });
+        size
+    }
+
     /// Queues a request written with id `id` (from [`Device::take_id`]) and expects its reply.
     fn request(&mut self, op: Op, id: u64, json: &str, now: u64) {
         self.queue_text(json.as_bytes());
@@ -849,33 +883,7 @@ impl<'a> Worker<'a> {
         if !d.reconnecting {
             for k in 0..d.spec.primes.len() {
                 let conv = d.spec.primes[k];
-                d.seq += 1;
-                let id = d.take_id();
-                let stamp = Stamp {
-                    kind: StampKind::Prime,
-                    sender: d.spec.index,
-                    seq: d.seq,
-                    sent_ns: now,
-                };
-                self.json.clear();
-                let tag = &d.spec.device;
-                let size = self.run.sizes.sample(&mut d.rng) as usize;
-                self.run.templates[conv].write(
-                    &mut self.json,
-                    &stamp,
-                    size,
-                    &self.run.filler_b64,
-                    tag,
-                    id,
-                );
-                d.queue_text(&self.json);
-                d.inflight.push_back(Pending {
-                    op: Op::Send,
-                    id,
-                    start: now,
-                    written: now,
-                    prime: true,
-                });
+                d.queue_send(self.run, &mut self.json, conv, StampKind::Prime, now, now);
                 d.setup_pending += 1;
                 Counters::add(&self.run.counters.prime_sent, 1);
             }
@@ -1101,33 +1109,15 @@ impl<'a> Worker<'a> {
                 break;
             }
             let conv = d.spec.targets[d.seq as usize % d.spec.targets.len()];
-            d.seq += 1;
-            let id = d.take_id();
-            let stamp = Stamp {
-                kind: StampKind::Measured,
-                sender: d.spec.index,
-                seq: d.seq,
-                sent_ns: start,
-            };
-            self.json.clear();
-            let size = self.run.sizes.sample(&mut d.rng) as usize;
-            self.run.templates[conv].write(
+            let size = d.queue_send(
+                self.run,
                 &mut self.json,
-                &stamp,
-                size,
-                &self.run.filler_b64,
-                &d.spec.device,
-                id,
+                conv,
+                StampKind::Measured,
+                start,
+                now,
             );
             bytes += size as u64;
-            d.queue_text(&self.json);
-            d.inflight.push_back(Pending {
-                op: Op::Send,
-                id,
-                start,
-                written: now,
-                prime: false,
-            });
             if self.run.interval_ns.is_some() && !writer {
                 self.local.record(Series::SendLag, start, now);
             }
