@@ -25,9 +25,8 @@ use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::path::Path;
 use support::browser::{chromium_or_fail, png_ok, test_output_dir, Browser};
+use support::gateway::{connect, SECRET};
 use support::{http, run_to_exit, Server};
-
-const SECRET: &str = "demo-secret-0123456789abcdef0123456789";
 
 /// A server with the messaging plane, the gateway on the admin listener, and the demo flag.
 fn start(demo: bool) -> (Server, TempDir) {
@@ -340,20 +339,7 @@ fn two_tabs_chat_see_typing_and_presence_and_survive_a_reload() {
 
     // A conversation bob never opened shows up from his inbox pointers, with its unread
     // count (carol writes from a native client).
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = boltq::messaging::identity::token::Claims {
-        sub: "carol".into(),
-        exp: Some(now_s + 600),
-        ..Default::default()
-    };
-    let carol_token =
-        boltq::messaging::identity::token::mint_hs256(Some("k1"), SECRET.as_bytes(), &claims);
-    let ws = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    let mut carol = boltq::client::gateway::GatewayClient::connect(&ws, &carol_token, "cli", None)
-        .unwrap_or_else(|e| panic!("carol connects: {e}"));
+    let mut carol = connect(&s, "carol", "cli");
     for n in 0..2 {
         let sent = carol
             .request(json!({"op": "send", "conversation": "bob:carol", "client_msg_id": format!("c-{n}"), "payload": "aGkgYm9i"}))
@@ -464,20 +450,7 @@ fn the_page_reconnects_and_resubscribes_after_a_server_crash() {
     assert_eq!(st["resumed"], false, "a new process has no sessions: {st}");
 
     // bob writes from a native client; alice's page gets it on its re-issued subscription.
-    let now_s = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let claims = boltq::messaging::identity::token::Claims {
-        sub: "bob".into(),
-        exp: Some(now_s + 600),
-        ..Default::default()
-    };
-    let token =
-        boltq::messaging::identity::token::mint_hs256(Some("k1"), SECRET.as_bytes(), &claims);
-    let ws = format!("ws://127.0.0.1:{}/ws", s.http_port);
-    let mut bob = boltq::client::gateway::GatewayClient::connect(&ws, &token, "cli", None)
-        .unwrap_or_else(|e| panic!("bob connects: {e}"));
+    let mut bob = connect(&s, "bob", "cli");
     let sent = bob
         .request(json!({"op": "send", "conversation": "alice:bob", "client_msg_id": "b-1", "payload": "YWZ0ZXIgdGhlIGNyYXNo"}))
         .unwrap();
