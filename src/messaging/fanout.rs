@@ -8,6 +8,20 @@
 use crate::messaging::topic;
 use bytes::Bytes;
 
+/// Header names the chat plane gives a meaning (sender, message ids, pointers): only the
+/// server writes them, so a consumer can trust them, and a client's values for them are
+/// dropped (gateway) or refused (stream publish over TCP) — spec §18 G41.
+pub const RESERVED_HEADERS: [&str; 8] = [
+    "client_msg_id",
+    "conv_partition",
+    "conv_seq",
+    "conversation",
+    "kind",
+    "message_id",
+    "pointer",
+    "sender",
+];
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Strategy {
     /// Write a pointer to each of these inboxes (sorted, distinct, valid ids).

@@ -7,6 +7,7 @@ use super::{subscription, text, GatewayCtx};
 use crate::messaging::cursor::CursorKey;
 use crate::messaging::engine::mesh::{AppendReq, StreamError};
 use crate::messaging::engine::READ_RECORDS_MAX;
+use crate::messaging::fanout::RESERVED_HEADERS;
 use crate::messaging::identity::acl::{Action, Decision, MembershipQuestion};
 use crate::messaging::identity::principal::Principal;
 use crate::messaging::presence::{self, PresenceMsg, Watcher};
@@ -17,19 +18,6 @@ use base64::Engine as _;
 use bytes::Bytes;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
-
-/// Names the server sets on every conversation record and pointer; a client's values for
-/// them are dropped (spec §18 G41).
-pub const RESERVED_HEADERS: [&str; 8] = [
-    "client_msg_id",
-    "conv_partition",
-    "conv_seq",
-    "conversation",
-    "kind",
-    "message_id",
-    "pointer",
-    "sender",
-];
 
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)

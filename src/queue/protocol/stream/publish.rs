@@ -20,18 +20,7 @@ pub const PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
 /// gateway allows devices.
 pub const HEADERS_PAIRS_MAX: usize = 32;
 pub const HEADERS_BYTES_MAX: usize = 8 * 1024;
-/// Header names the chat plane gives a meaning (sender, message ids, pointers): only the
-/// server writes them, so a consumer can trust them.
-pub const RESERVED_HEADERS: [&str; 8] = [
-    "client_msg_id",
-    "conv_partition",
-    "conv_seq",
-    "conversation",
-    "kind",
-    "message_id",
-    "pointer",
-    "sender",
-];
+pub use crate::messaging::fanout::RESERVED_HEADERS;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Publish {
