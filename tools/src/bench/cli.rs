@@ -288,9 +288,9 @@ pub struct GatewayArgs {
     #[arg(long)]
     pub membership_listen: Option<String>,
     /// Devices connecting or setting up at once (all threads together); the rest wait
-    /// their turn. Keep it under the server's accept backlog (128 today): connects beyond
-    /// it are dropped by the kernel and retried a second later, which then dominates a
-    /// mass reconnect's time.
+    /// their turn. Keep it under the server's accept backlog (4,096): connects beyond it
+    /// are dropped by the kernel and retried a second later, which then dominates a mass
+    /// reconnect's time.
     #[arg(long, default_value_t = 64)]
     pub connect_concurrency: usize,
     /// Suffix of every id this run uses (after --prefix); default: derived from the clock,
