@@ -93,6 +93,9 @@ pub enum MeshError {
         /// The bound that expired.
         timeout_ms: u64,
     },
+    /// The reply was not of the type the requesting plane expects (a routing bug in the
+    /// server's mesh handler).
+    UnexpectedReply,
 }
 
 impl fmt::Display for MeshError {
@@ -103,6 +106,7 @@ impl fmt::Display for MeshError {
             MeshError::Timeout { dest, timeout_ms } => {
                 write!(f, "shard {dest} did not reply within {timeout_ms} ms")
             }
+            MeshError::UnexpectedReply => write!(f, "reply of an unexpected type"),
         }
     }
 }

@@ -25,6 +25,7 @@ mod notify;
 mod outbox;
 pub mod ownership;
 mod pending;
+mod port;
 mod runtime;
 mod shard;
 mod shutdown;
@@ -46,6 +47,7 @@ pub use ownership::{
     fnv1a_64, owner_of_partition, owner_of_queue, owner_of_slot, partition_slot, slot_of, ShardId,
     SLOTS,
 };
+pub use port::{Port, PortReply};
 pub use runtime::{run_shards, usable_cpus, FINAL_FLUSH_TIMEOUT_MS};
 pub use shard::Shard;
 pub use shutdown::{ShutdownHandle, SignalListener};

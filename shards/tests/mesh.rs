@@ -320,3 +320,86 @@ fn request_times_out_and_late_reply_is_dropped() {
     assert_eq!(late_replies, Some(1));
     assert_eq!(pending, 0);
 }
+
+/// The server's message type, as a plane never sees it: one variant per plane.
+#[derive(Debug)]
+enum Server {
+    Ask(u64),
+    Answer(u64),
+    Other,
+}
+
+#[derive(Debug, PartialEq)]
+struct Ask(u64);
+#[derive(Debug, PartialEq)]
+struct Answer(u64);
+
+impl From<Ask> for Server {
+    fn from(a: Ask) -> Server {
+        Server::Ask(a.0)
+    }
+}
+impl From<Answer> for Server {
+    fn from(a: Answer) -> Server {
+        Server::Answer(a.0)
+    }
+}
+impl TryFrom<Server> for Ask {
+    type Error = Server;
+    fn try_from(m: Server) -> Result<Ask, Server> {
+        match m {
+            Server::Ask(n) => Ok(Ask(n)),
+            other => Err(other),
+        }
+    }
+}
+impl TryFrom<Server> for Answer {
+    type Error = Server;
+    fn try_from(m: Server) -> Result<Answer, Server> {
+        match m {
+            Server::Answer(n) => Ok(Answer(n)),
+            other => Err(other),
+        }
+    }
+}
+
+/// A plane's typed port sends, requests and replies in its own types; a reply of another
+/// plane's type is `UnexpectedReply`, not a wrong value.
+#[test]
+fn a_port_carries_one_planes_types() {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let outputs = run_within(TEST_LIMIT, move || {
+        run_shards(
+            RuntimeConfig::new(2),
+            ShutdownHandle::new(),
+            move |shard: Shard<Server>| {
+                let finished = finished.clone();
+                async move {
+                    let port = shard.port::<Ask, Answer>();
+                    let replier = port.clone();
+                    let raw = shard.clone();
+                    shard.set_handler(move |_from, incoming| {
+                        let Incoming::Request { msg, token } = incoming else {
+                            panic!("only requests in this test");
+                        };
+                        match Ask::try_from(msg) {
+                            Ok(Ask(0)) => raw.reply(token, Server::Other),
+                            Ok(Ask(n)) => replier.reply(token, Answer(n + 1)),
+                            Err(other) => panic!("not a plane message: {other:?}"),
+                        }
+                    });
+                    let peer = 1 - port.id();
+                    assert_eq!(port.count(), 2);
+                    let good = port.request(peer, Ask(41), 5_000).await;
+                    assert_eq!(good, Ok(Answer(42)));
+                    let wrong = port.request(peer, Ask(0), 5_000).await;
+                    assert_eq!(wrong, Err(MeshError::UnexpectedReply));
+                    finish(&shard, &finished).await;
+                    true
+                }
+            },
+        )
+        .unwrap()
+    });
+    assert_eq!(outputs, [true, true]);
+}
