@@ -8,4 +8,5 @@ pub mod http;
 pub mod messaging_routes;
 pub mod metrics;
 pub mod queue_routes;
+pub mod readiness;
 pub mod router;

@@ -3,8 +3,8 @@
 
 use super::http::{Request, Response};
 use super::queue_routes as q;
+use super::readiness::ServerState;
 use crate::queue::server::plane::Plane;
-use crate::server::state::ServerState;
 use serde_json::json;
 use std::future::Future;
 use std::pin::Pin;

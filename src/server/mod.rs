@@ -2,13 +2,12 @@
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
 pub mod shard_main;
-pub mod state;
 
+use crate::admin::readiness::ServerState;
 use crate::config::{Config, FsyncPolicy, StorageMode};
 use boltq_io::listener::SharedListener;
 use boltq_io::tls::TlsConfig;
 use boltq_io::{Durability, LogConfig, StoreConfig};
-use state::ServerState;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 

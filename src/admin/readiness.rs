@@ -1,4 +1,5 @@
-//! Process-wide facts every shard may read: readiness and the shard count.
+//! Process-wide readiness every shard may read (the admin API answers `/readyz` from it; the
+//! server marks shards started and shutdown begun).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
