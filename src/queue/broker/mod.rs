@@ -184,6 +184,15 @@ pub struct Broker {
     counters: BrokerCounters,
 }
 
+/// A command applied by [`Broker::apply_logged`].
+#[derive(Debug)]
+pub struct Applied {
+    pub outcome: Outcome,
+    pub effects: Vec<Effect>,
+    /// The command changed state a restart must reproduce: it belongs in the log.
+    pub logged: bool,
+}
+
 /// `queue "<q>" is full (capacity N)`.
 /// Bytes a consumed batch may take in its reply: one protocol frame (4 MiB) less room for
 /// the envelope. Bounded with `Message::reply_bytes_max`, an upper bound, so the batch
@@ -259,6 +268,37 @@ impl Broker {
             Command::Purge { queue } => self.purge(queue),
         };
         (outcome, effects)
+    }
+
+    /// Applies `cmd` and says whether it must be in the slot's command log: whether it
+    /// changed state a restart has to reproduce. The broker decides, not the log, because
+    /// only the broker knows which registrations are durable: a subscribe that leaves a
+    /// durable registration live on a connection, and the disconnect that takes it offline,
+    /// decide whether later topic publishes are pushed or backlogged, so replay needs both.
+    /// Refusals, empty polls that discarded nothing, idle ticks and purely live pub/sub
+    /// change nothing that outlives the process.
+    pub fn apply_logged(&mut self, cmd: &Command) -> Applied {
+        let ends_durable_live = match cmd {
+            Command::Disconnect { consumer } => self.pubsub.holds_durable(*consumer),
+            Command::DisconnectAll => self.pubsub.has_live_durable(),
+            _ => false,
+        };
+        let expired_before = self.counters.expired;
+        let (outcome, effects) = self.apply(cmd);
+        let logged = match (cmd, &outcome) {
+            // An empty poll that met expired messages discarded them: that is a change.
+            (Command::Consume { .. }, Outcome::Empty) => self.counters.expired != expired_before,
+            (_, Outcome::Error(_) | Outcome::Empty | Outcome::PublishedLive) => false,
+            (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
+            (Command::Subscribe { topic, sub_id, .. }, _) => self.pubsub.is_durable(topic, sub_id),
+            (Command::Disconnect { .. } | Command::DisconnectAll, _) => ends_durable_live,
+            _ => true,
+        };
+        Applied {
+            outcome,
+            effects,
+            logged,
+        }
     }
 
     /// When the next tick would change something (`None`: nothing is waiting for a time).

@@ -145,6 +145,28 @@ impl PubSub {
         }
     }
 
+    /// True when `consumer` is the live connection of a durable registration: its
+    /// disconnect starts a backlog.
+    pub fn holds_durable(&self, consumer: ConsumerRef) -> bool {
+        self.by_consumer.get(&consumer).is_some_and(|keys| {
+            keys.iter()
+                .any(|(topic, sub_id)| self.is_durable(topic, sub_id))
+        })
+    }
+
+    /// True when any durable registration is live on a connection.
+    pub fn has_live_durable(&self) -> bool {
+        self.by_consumer.keys().any(|c| self.holds_durable(*c))
+    }
+
+    /// True when `(topic, sub_id)` is registered durable.
+    pub fn is_durable(&self, topic: &str, sub_id: &str) -> bool {
+        self.topics
+            .get(topic)
+            .and_then(|subs| subs.get(sub_id))
+            .is_some_and(|s| s.durable)
+    }
+
     /// Every connection is gone (process restart).
     pub fn disconnect_all(&mut self) {
         let consumers: Vec<ConsumerRef> = self.by_consumer.keys().copied().collect();

@@ -8,6 +8,7 @@ mod exchange;
 mod gen;
 mod model;
 mod pubsub;
+mod recovery;
 mod rules;
 
 use super::{Broker, BrokerConfig, Command, ConsumerRef, Effect, Outcome};
