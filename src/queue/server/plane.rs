@@ -46,34 +46,6 @@ struct SlotLogs {
     last_snapshot_bytes: u64,
     last_snapshot_number: u64,
     snapshotting: bool,
-    /// Connections with a durable subscription in this slot: their disconnect changes
-    /// durable state (the subscription starts backlogging), so it is logged.
-    durable_consumers: std::collections::HashSet<ConsumerRef>,
-}
-
-/// Keeps `durable_consumers` current; true when this command is the disconnect of one of
-/// them (which must then be logged).
-fn track_durable_consumers(logs: &mut SlotLogs, cmd: &Command, outcome: &Outcome) -> bool {
-    match (cmd, outcome) {
-        (
-            Command::Subscribe {
-                durable: true,
-                consumer,
-                ..
-            },
-            Outcome::Subscribed { .. },
-        ) => {
-            logs.durable_consumers.insert(*consumer);
-            false
-        }
-        (Command::Disconnect { consumer }, _) => logs.durable_consumers.remove(consumer),
-        (Command::DisconnectAll, _) => {
-            let any = !logs.durable_consumers.is_empty();
-            logs.durable_consumers.clear();
-            any
-        }
-        _ => false,
-    }
 }
 
 impl SlotLogs {
@@ -366,7 +338,6 @@ impl Plane {
                 last_snapshot_bytes: snapshot_bytes,
                 last_snapshot_number: number,
                 snapshotting: false,
-                durable_consumers: Default::default(),
             },
         ))
     }
@@ -477,15 +448,10 @@ impl Plane {
         let (outcome, effects, lsn) = {
             let mut st = cell.borrow_mut();
             let st = &mut *st;
-            let (outcome, effects) = st.broker.apply(&cmd);
-            let durable_disconnect = st
-                .logs
-                .as_mut()
-                .is_some_and(|logs| track_durable_consumers(logs, &cmd, &outcome));
+            let applied = st.broker.apply_logged(&cmd);
+            let (outcome, effects) = (applied.outcome, applied.effects);
             let lsn = match (&self.store, &mut st.logs) {
-                (Some(store), Some(logs))
-                    if wal::must_log(&cmd, &outcome) || durable_disconnect =>
-                {
+                (Some(store), Some(logs)) if applied.logged => {
                     match wal::append(store, &logs.wal, &cmd) {
                         Ok((lsn, bytes)) => {
                             logs.bytes_since_snapshot += bytes;

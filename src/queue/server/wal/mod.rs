@@ -5,28 +5,12 @@
 
 pub mod record;
 
-use crate::queue::broker::{Broker, Command, Outcome};
+use crate::queue::broker::{Broker, Command};
 use boltq_io::{LogRef, Record, Store};
 use bytes::Bytes;
 
 /// Records read per step while replaying.
 const REPLAY_BATCH_RECORDS: usize = 4096;
-
-/// Whether applying `cmd` with `outcome` changed durable state. Refusals, empty polls and
-/// idle ticks change nothing, so they cost no log write.
-pub fn must_log(cmd: &Command, outcome: &Outcome) -> bool {
-    match (cmd, outcome) {
-        (_, Outcome::Error(_)) | (_, Outcome::Empty) | (_, Outcome::PublishedLive) => false,
-        (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
-        // Live (non-durable) subscriptions and disconnects only touch connection state,
-        // which does not survive a restart anyway.
-        (Command::Subscribe { durable, .. }, _) => *durable,
-        // A disconnect changes durable state only for a connection with a durable
-        // subscription; the plane knows which (and logs those), the broker does not say.
-        (Command::Disconnect { .. }, _) | (Command::DisconnectAll, _) => false,
-        _ => true,
-    }
-}
 
 /// Appends `cmd` to the slot's log; returns the journal position to wait for and the bytes
 /// written.
@@ -125,16 +109,6 @@ mod tests {
             exchange: String::new(),
             routing_key: String::new(),
         }
-    }
-
-    #[test]
-    fn a_topic_publish_is_logged_only_when_it_changed_durable_state() {
-        let cmd = Command::PublishTopic {
-            msg: message("news"),
-        };
-        assert!(must_log(&cmd, &Outcome::Published), "backlogged copy");
-        assert!(!must_log(&cmd, &Outcome::PublishedLive), "live pushes only");
-        assert!(!must_log(&cmd, &Outcome::Error("x".into())));
     }
 
     /// A busy slot's commands: publishes (work queue and durable topic), consumes, acks and
