@@ -2,7 +2,7 @@
 
 use super::limits::CacheLimits;
 use super::pattern::Pattern;
-use super::value::{integer_of, json_value_text};
+use super::value::{integer_of, json_value_text, v1_text};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -28,9 +28,10 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The `size` of `/cache/entries`: bytes of the stored value text.
+    /// The `size` of `/cache/entries`: bytes of the value as v1 held it (a string without
+    /// its quotes).
     pub fn size_bytes(&self) -> usize {
-        self.value_json.len()
+        v1_text(&self.value_json).len()
     }
 }
 
@@ -111,7 +112,8 @@ pub enum CacheError {
     },
     /// The value text is not exactly one JSON value; carries the parser's message.
     InvalidJson(String),
-    /// `incr` on a value that is not an integer; carries the stored JSON text.
+    /// `incr` on a value that is not an integer; carries the value as v1 printed it (a
+    /// string without its quotes).
     NotAnInteger(String),
     /// `incr` whose result does not fit in i64.
     Overflow {
@@ -341,8 +343,9 @@ impl CacheStore {
         self.remove_if_expired(key, now_ms);
         let (value, created_at_ms, expires_at_ms, seq) = match self.items.get(key) {
             Some(item) => {
-                let current = integer_of(&item.value_json)
-                    .ok_or_else(|| CacheError::NotAnInteger(item.value_json.to_string()))?;
+                let current = integer_of(&item.value_json).ok_or_else(|| {
+                    CacheError::NotAnInteger(v1_text(&item.value_json).into_owned())
+                })?;
                 let value = current.checked_add(delta).ok_or(CacheError::Overflow {
                     value: current,
                     delta,

@@ -25,3 +25,30 @@ pub(crate) fn integer_of(value_json: &str) -> Option<i64> {
         value_json.parse().ok()
     }
 }
+
+/// The value as v1 held it: a JSON string unquoted, any other value as its JSON text. v1's
+/// `/cache/entries` `size` and its `incr` error text are of this form (`abc`, 3 bytes, for
+/// the string `"abc"`), so ours are too; the value itself is still kept verbatim.
+pub(crate) fn v1_text(value_json: &str) -> std::borrow::Cow<'_, str> {
+    if value_json.starts_with('"') {
+        if let Ok(content) = serde_json::from_str::<String>(value_json) {
+            return std::borrow::Cow::Owned(content);
+        }
+    }
+    std::borrow::Cow::Borrowed(value_json)
+}
+
+#[cfg(test)]
+mod v1_text_tests {
+    use super::v1_text;
+
+    #[test]
+    fn strings_lose_their_quotes_and_escapes_other_values_stay_json() {
+        assert_eq!(v1_text(r#""abc""#), "abc");
+        assert_eq!(v1_text(r#""a\"b""#), "a\"b");
+        assert_eq!(v1_text(r#""\u00e9""#), "é");
+        assert_eq!(v1_text("12"), "12");
+        assert_eq!(v1_text(r#"{"a":1}"#), r#"{"a":1}"#);
+        assert_eq!(v1_text("null"), "null");
+    }
+}

@@ -413,9 +413,14 @@ fn incr_of_a_non_integer_is_refused_with_v1s_message() {
     ] {
         s.set("n", stored, 100, T0_MS).unwrap();
         let err = s.incr("n", 1, T0_MS + 1).unwrap_err();
+        // v1 printed a string value without its quotes.
+        let printed = stored
+            .strip_prefix('"')
+            .and_then(|s| s.strip_suffix('"'))
+            .unwrap_or(stored);
         assert_eq!(
             err.to_string(),
-            format!("value is not an integer: {stored}")
+            format!("value is not an integer: {printed}")
         );
         let entry = s.get("n", T0_MS + 1).unwrap();
         assert_eq!(
@@ -681,6 +686,22 @@ fn entries_return_the_first_matches_in_key_order_and_the_total() {
     assert_eq!(entry.created_at_ns, T0_MS * 1_000_000);
     assert_eq!(s.entries("k*", "", 0, T0_MS).entries.len(), 0);
     assert_eq!(s.entries("k*", "", 0, T0_MS).total, 250);
+}
+
+/// v1's `size` is the length of the value as it held it: a string without its quotes.
+#[test]
+fn an_entrys_size_counts_a_string_without_its_quotes() {
+    let mut s = store();
+    s.set("s", r#""abc""#, -1, T0_MS).unwrap();
+    s.set("o", r#"{"a":1}"#, -1, T0_MS).unwrap();
+    let page = s.entries("", "", 100, T0_MS);
+    let size = |key: &str| {
+        page.entries
+            .iter()
+            .find(|e| e.key == key)
+            .map(|e| e.size_bytes())
+    };
+    assert_eq!((size("s"), size("o")), (Some(3), Some(7)));
 }
 
 #[test]
