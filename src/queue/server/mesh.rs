@@ -89,3 +89,7 @@ pub enum QueueReply {
     DlqCounts(BTreeMap<String, u64>),
     DlqMessages(Vec<Message>),
 }
+
+/// The queue plane's view of its shard: it sends [`QueueMsg`]s and answers with
+/// [`QueueReply`]s.
+pub type QueuePort = boltq_shards::Port<QueueMsg, QueueReply>;

@@ -7,7 +7,7 @@
 //! mesh and their replies go back the same way once durable.
 
 use super::exchanges::{self, ExchangeOp, META_SHARD};
-use super::mesh::{QueueMsg, QueueReply, ShardReport};
+use super::mesh::{QueueMsg, QueuePort, QueueReply, ShardReport};
 use super::outbound::Outbound;
 use super::unsynced::Unsynced;
 use super::waiters::{Answer, Waiter, Waiters};
@@ -17,10 +17,9 @@ use crate::queue::broker::{Broker, BrokerConfig, Command, ConsumerRef, Effect, O
 use crate::queue::message::IdGenerator;
 use crate::queue::message::Message;
 use crate::queue::protocol::reply;
-use crate::server::shard_main::ShardMsg;
 use boltq_io::event::Event;
 use boltq_io::{LogRef, Store};
-use boltq_shards::{Incoming, ReplyToken, Shard, ShardId};
+use boltq_shards::{Incoming, MeshError, PortReply, ReplyToken, ShardId};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -88,8 +87,7 @@ impl SlotLogs {
     }
 }
 
-type RemoteReply =
-    std::pin::Pin<Box<dyn std::future::Future<Output = Result<ShardMsg, boltq_shards::MeshError>>>>;
+type RemoteReply = PortReply<QueueReply>;
 
 /// A command on its way: applied here (outcome known, durability pending) or sent to its
 /// owner shard (answer pending).
@@ -124,8 +122,10 @@ impl Submitted {
                 parked.ready.wait(ticket).await;
             },
             Submitted::Remote(owner, reply) => match reply.await {
-                Ok(ShardMsg::QueueReply(QueueReply::Applied(outcome))) => outcome,
-                Ok(_) => Outcome::Error("internal error: unexpected reply between shards".into()),
+                Ok(QueueReply::Applied(outcome)) => outcome,
+                Ok(_) | Err(MeshError::UnexpectedReply) => {
+                    Outcome::Error("internal error: unexpected reply between shards".into())
+                }
                 Err(e) => Outcome::Error(format!("shard {owner} did not answer: {e}")),
             },
         }
@@ -143,8 +143,10 @@ impl ExchangeSubmitted {
         match self {
             ExchangeSubmitted::Local(result, lsn) => plane.exchange_durable(result, lsn).await,
             ExchangeSubmitted::Remote(reply) => match reply.await {
-                Ok(ShardMsg::QueueReply(QueueReply::Exchange(r))) => r,
-                Ok(_) => Err("internal error: unexpected reply between shards".into()),
+                Ok(QueueReply::Exchange(r)) => r,
+                Ok(_) | Err(MeshError::UnexpectedReply) => {
+                    Err("internal error: unexpected reply between shards".into())
+                }
                 Err(e) => Err(format!("metadata shard did not answer: {e}")),
             },
         }
@@ -161,7 +163,7 @@ impl DlqListGather {
     pub async fn merged(self) -> std::collections::BTreeMap<String, u64> {
         let mut total = self.local;
         for r in self.remote {
-            if let Ok(ShardMsg::QueueReply(QueueReply::DlqCounts(c))) = r.await {
+            if let Ok(QueueReply::DlqCounts(c)) = r.await {
                 total.extend(c);
             }
         }
@@ -182,7 +184,7 @@ impl DlqReadSubmitted {
         let messages = match (self.local, self.remote) {
             (Some(m), _) => m,
             (None, Some(r)) => match r.await {
-                Ok(ShardMsg::QueueReply(QueueReply::DlqMessages(m))) => m,
+                Ok(QueueReply::DlqMessages(m)) => m,
                 _ => Vec::new(),
             },
             (None, None) => Vec::new(),
@@ -202,7 +204,7 @@ impl StatsGather {
         let mut total = self.local;
         for r in self.remote {
             match r.await {
-                Ok(ShardMsg::QueueReply(QueueReply::Report(s))) => total.merge(&s),
+                Ok(QueueReply::Report(s)) => total.merge(&s),
                 _ => total.shards_missing += 1,
             }
         }
@@ -217,7 +219,7 @@ enum CmdKind {
 }
 
 pub struct Plane {
-    pub shard: Shard<ShardMsg>,
+    pub shard: QueuePort,
     store: Option<Rc<Store>>,
     slots: RefCell<BTreeMap<u16, Rc<RefCell<SlotState>>>>,
     ids: RefCell<IdGenerator>,
@@ -258,7 +260,7 @@ pub fn now_ns() -> i64 {
 impl Plane {
     /// Opens (and replays) every slot this shard owns, then starts the timer loop.
     pub async fn start(
-        shard: Shard<ShardMsg>,
+        shard: QueuePort,
         store: Option<Rc<Store>>,
         cfg: BrokerConfig,
         api_key: Option<String>,
@@ -424,7 +426,7 @@ impl Plane {
             out.close();
         }
         for dest in 0..self.shard.count() {
-            let msg = ShardMsg::Queue(QueueMsg::Disconnect { consumer });
+            let msg = QueueMsg::Disconnect { consumer };
             if dest == self.shard.id() {
                 self.disconnect_local(consumer);
             } else if self.shard.send(dest, msg).is_err() {
@@ -569,11 +571,8 @@ impl Plane {
         }
         let owner = self.owner_of(slot);
         if owner != self.shard.id() {
-            let req = ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms });
-            return Submitted::Remote(
-                owner,
-                Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
-            );
+            let req = QueueMsg::ConsumeWait { slot, cmd, wait_ms };
+            return Submitted::Remote(owner, self.shard.request(owner, req, REMOTE_TIMEOUT_MS));
         }
         let parked = Rc::new(Parked::default());
         let slot_for_answer = Rc::clone(&parked);
@@ -712,11 +711,8 @@ impl Plane {
                 Submitted::Local(outcome, lsn)
             };
         }
-        let req = ShardMsg::Queue(QueueMsg::Apply { slot, cmd, sync });
-        Submitted::Remote(
-            owner,
-            Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
-        )
+        let req = QueueMsg::Apply { slot, cmd, sync };
+        Submitted::Remote(owner, self.shard.request(owner, req, REMOTE_TIMEOUT_MS))
     }
 
     pub async fn when_synced(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {
@@ -746,7 +742,7 @@ impl Plane {
             self.deliver_effect(effect);
         } else if self
             .shard
-            .send(to.shard as usize, ShardMsg::Queue(QueueMsg::Effect(effect)))
+            .send(to.shard as usize, QueueMsg::Effect(effect))
             .is_err()
         {
             log::warn!(
@@ -793,7 +789,7 @@ impl Plane {
         let plane = Rc::clone(self);
         boltq_shards::spawn(async move {
             let outcome = plane.when_durable(outcome, lsn).await;
-            let reply = ShardMsg::QueueReply(QueueReply::Applied(outcome));
+            let reply = QueueReply::Applied(outcome);
             plane.shard.reply(token, reply);
         })
         .detach();
@@ -803,22 +799,17 @@ impl Plane {
     fn ask_other_shards(&self, msg: impl Fn() -> QueueMsg) -> Vec<RemoteReply> {
         (0..self.shard.count())
             .filter(|&dest| dest != self.shard.id())
-            .map(|dest| {
-                let req = ShardMsg::Queue(msg());
-                Box::pin(self.shard.request(dest, req, REMOTE_TIMEOUT_MS)) as RemoteReply
-            })
+            .map(|dest| self.shard.request(dest, msg(), REMOTE_TIMEOUT_MS))
             .collect()
     }
 
     /// The mesh handler's part for the queue plane.
-    pub fn on_mesh(self: &Rc<Self>, incoming: Incoming<ShardMsg>) {
+    pub fn on_mesh(self: &Rc<Self>, incoming: Incoming<QueueMsg>) {
         match incoming {
-            Incoming::Message(ShardMsg::Queue(QueueMsg::Effect(e))) => self.deliver_effect(e),
-            Incoming::Message(ShardMsg::Queue(QueueMsg::Disconnect { consumer })) => {
-                self.disconnect_local(consumer)
-            }
+            Incoming::Message(QueueMsg::Effect(e)) => self.deliver_effect(e),
+            Incoming::Message(QueueMsg::Disconnect { consumer }) => self.disconnect_local(consumer),
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::Apply { slot, cmd, sync }),
+                msg: QueueMsg::Apply { slot, cmd, sync },
                 token,
             } => {
                 let (outcome, lsn) = self.apply_local(slot, cmd);
@@ -826,7 +817,7 @@ impl Plane {
                     let plane = Rc::clone(self);
                     boltq_shards::spawn(async move {
                         let outcome = plane.when_synced(outcome, lsn).await;
-                        let reply = ShardMsg::QueueReply(QueueReply::Applied(outcome));
+                        let reply = QueueReply::Applied(outcome);
                         plane.shard.reply(token, reply);
                     })
                     .detach();
@@ -835,7 +826,7 @@ impl Plane {
                 }
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::ConsumeWait { slot, cmd, wait_ms }),
+                msg: QueueMsg::ConsumeWait { slot, cmd, wait_ms },
                 token,
             } => {
                 let plane = Rc::clone(self);
@@ -843,55 +834,48 @@ impl Plane {
                 self.consume_or_park(slot, cmd, wait_ms, Box::new(answer));
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::Stats),
+                msg: QueueMsg::Stats,
                 token,
             } => {
                 let report = Box::new(self.local_report());
-                self.shard
-                    .reply(token, ShardMsg::QueueReply(QueueReply::Report(report)));
+                self.shard.reply(token, QueueReply::Report(report));
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::Exchange(op)),
+                msg: QueueMsg::Exchange(op),
                 token,
             } => {
                 let (result, lsn) = self.apply_exchange_local(op);
                 let plane = Rc::clone(self);
                 boltq_shards::spawn(async move {
                     let result = plane.exchange_durable(result, lsn).await;
-                    plane
-                        .shard
-                        .reply(token, ShardMsg::QueueReply(QueueReply::Exchange(result)));
+                    plane.shard.reply(token, QueueReply::Exchange(result));
                 })
                 .detach();
             }
-            Incoming::Message(ShardMsg::Queue(QueueMsg::Exchanges(snapshot))) => {
+            Incoming::Message(QueueMsg::Exchanges(snapshot)) => {
                 match Exchanges::restore(snapshot) {
                     Ok(table) => *self.exchanges.borrow_mut() = Rc::new(table),
                     Err(e) => log::error!("exchange table from the metadata shard refused: {e}"),
                 }
             }
             Incoming::Request {
-                msg: ShardMsg::Queue(QueueMsg::DlqList { queue }),
+                msg: QueueMsg::DlqList { queue },
                 token,
             } => {
                 let counts = self.local_dlq_counts(queue.as_deref());
-                self.shard
-                    .reply(token, ShardMsg::QueueReply(QueueReply::DlqCounts(counts)));
+                self.shard.reply(token, QueueReply::DlqCounts(counts));
             }
             Incoming::Request {
                 msg:
-                    ShardMsg::Queue(QueueMsg::DlqRead {
+                    QueueMsg::DlqRead {
                         queue,
                         offset,
                         limit,
-                    }),
+                    },
                 token,
             } => {
                 let messages = self.local_dead_letters(&queue, offset, limit);
-                self.shard.reply(
-                    token,
-                    ShardMsg::QueueReply(QueueReply::DlqMessages(messages)),
-                );
+                self.shard.reply(token, QueueReply::DlqMessages(messages));
             }
             Incoming::Request { token, .. } => {
                 log::error!(
@@ -938,12 +922,8 @@ impl Plane {
             let (result, lsn) = self.apply_exchange_local(op);
             return ExchangeSubmitted::Local(result, lsn);
         }
-        let req = ShardMsg::Queue(QueueMsg::Exchange(op));
-        ExchangeSubmitted::Remote(Box::pin(self.shard.request(
-            META_SHARD,
-            req,
-            REMOTE_TIMEOUT_MS,
-        )))
+        let req = QueueMsg::Exchange(op);
+        ExchangeSubmitted::Remote(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS))
     }
 
     fn apply_exchange_local(&self, op: ExchangeOp) -> (Result<(), String>, Option<u64>) {
@@ -983,7 +963,7 @@ impl Plane {
         let snapshot = self.exchanges.borrow().snapshot();
         for dest in 0..self.shard.count() {
             if dest != self.shard.id() {
-                let msg = ShardMsg::Queue(QueueMsg::Exchanges(snapshot.clone()));
+                let msg = QueueMsg::Exchanges(snapshot.clone());
                 if self.shard.send(dest, msg).is_err() {
                     log::error!("shard {dest} outbox full: exchange table not sent");
                 }
@@ -1038,16 +1018,16 @@ impl Plane {
                 remote: None,
             };
         }
-        let req = ShardMsg::Queue(QueueMsg::DlqRead {
+        let req = QueueMsg::DlqRead {
             queue: queue.clone(),
             offset,
             limit,
-        });
+        };
         DlqReadSubmitted {
             queue,
             offset,
             local: None,
-            remote: Some(Box::pin(self.shard.request(owner, req, REMOTE_TIMEOUT_MS))),
+            remote: Some(self.shard.request(owner, req, REMOTE_TIMEOUT_MS)),
         }
     }
 
