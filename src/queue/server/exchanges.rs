@@ -177,14 +177,16 @@ impl Plane {
         Ok(())
     }
 
+    /// Sends the table to every other shard; never dropped at an outbox cap (routing would
+    /// stay stale), and versioned so a late one never replaces a newer one.
     pub(super) fn broadcast_exchanges(&self) {
-        let snapshot = self.exchanges.borrow().snapshot();
+        let version = self.exchanges_version.get() + 1;
+        self.exchanges_version.set(version);
+        let table = self.exchanges.borrow().snapshot();
         for dest in 0..self.shard.count() {
             if dest != self.shard.id() {
-                let msg = QueueMsg::Exchanges(snapshot.clone());
-                if self.shard.send(dest, msg).is_err() {
-                    log::error!("shard {dest} outbox full: exchange table not sent");
-                }
+                let table = table.clone();
+                self.send_without_loss(dest, QueueMsg::Exchanges { version, table });
             }
         }
     }

@@ -32,8 +32,11 @@ pub enum QueueMsg {
     Stats,
     /// Request to the metadata shard: change the exchange table.
     Exchange(ExchangeOp),
-    /// One-way from the metadata shard: the whole new exchange table.
-    Exchanges(ExchangesSnapshot),
+    /// One-way from the metadata shard: the whole new exchange table, and its version.
+    Exchanges {
+        version: u64,
+        table: ExchangesSnapshot,
+    },
     /// Request: dead-letter counts of this shard's queues (all, or of one queue).
     DlqList { queue: Option<String> },
     /// Request to the owner of `queue`'s slot: dead letters without removing them.
@@ -151,9 +154,15 @@ impl Plane {
                 })
                 .detach();
             }
-            Incoming::Message(QueueMsg::Exchanges(snapshot)) => {
-                match Exchanges::restore(snapshot) {
-                    Ok(table) => *self.exchanges.borrow_mut() = Rc::new(table),
+            Incoming::Message(QueueMsg::Exchanges { version, table }) => {
+                if version <= self.exchanges_version.get() {
+                    return; // a newer table is already here
+                }
+                match Exchanges::restore(table) {
+                    Ok(table) => {
+                        *self.exchanges.borrow_mut() = Rc::new(table);
+                        self.exchanges_version.set(version);
+                    }
                     Err(e) => log::error!("exchange table from the metadata shard refused: {e}"),
                 }
             }

@@ -25,7 +25,7 @@ use crate::queue::message::IdGenerator;
 use crate::queue::protocol::reply;
 use boltq_io::event::Event;
 use boltq_io::{LogRef, Store};
-use boltq_shards::ShardId;
+use boltq_shards::{OutboxFull, ShardId};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
@@ -53,6 +53,9 @@ pub struct Plane {
     pub(super) api_key: Option<String>,
     /// This shard's replica of the exchange table (the writer's own table on shard 0).
     pub(super) exchanges: RefCell<Rc<Exchanges>>,
+    /// Version of that table: counted up by the writer per change; a replica ignores a
+    /// table older than the one it has (a broadcast that waited for room may arrive late).
+    pub(super) exchanges_version: Cell<u64>,
     /// The metadata log; only on the metadata shard in disk mode.
     pub(super) meta_log: Option<LogRef>,
     /// Per-slot command bytes that make a snapshot due (0 = never compact).
@@ -111,6 +114,7 @@ impl Plane {
             cfg,
             api_key,
             exchanges: RefCell::new(Rc::new(exchanges)),
+            exchanges_version: Cell::new(0),
             meta_log,
             compaction_threshold_bytes,
             report_unroutable,
@@ -182,11 +186,12 @@ impl Plane {
             out.close();
         }
         for dest in 0..self.shard.count() {
-            let msg = QueueMsg::Disconnect { consumer };
             if dest == self.shard.id() {
                 self.disconnect_local(consumer);
-            } else if self.shard.send(dest, msg).is_err() {
-                log::warn!("shard {dest} outbox full: disconnect of a subscriber not sent");
+            } else {
+                // A lost disconnect would leave its durable registrations "live" on a dead
+                // connection, pushing into nothing instead of backlogging.
+                self.send_without_loss(dest, QueueMsg::Disconnect { consumer });
             }
         }
     }
@@ -207,18 +212,38 @@ impl Plane {
             Effect::Push { to, .. } => *to,
             Effect::Released { consumer, .. } => *consumer,
         };
-        if to.shard as usize == self.shard.id() {
+        let dest = to.shard as usize;
+        if dest == self.shard.id() {
             self.deliver_effect(effect);
-        } else if self
-            .shard
-            .send(to.shard as usize, QueueMsg::Effect(effect))
-            .is_err()
-        {
-            log::warn!(
-                "shard {} outbox full: a push or prefetch release was dropped",
-                to.shard
-            );
+        } else if matches!(effect, Effect::Released { .. }) {
+            // A lost release would hold the connection's prefetch window shut for good.
+            self.send_without_loss(dest, QueueMsg::Effect(effect));
+        } else if self.shard.send(dest, QueueMsg::Effect(effect)).is_err() {
+            // Live pub/sub pushes are at-most-once (v1); see STATUS.md.
+            log::warn!("shard {dest} outbox full: a push was dropped");
         }
+    }
+
+    /// Sends a message that must arrive (a disconnect, a prefetch release, an exchange
+    /// table): at the outbox cap it waits for room in a task of its own instead of being
+    /// dropped. What can wait is bounded by what produces it: one disconnect per closed
+    /// connection, one release per consumed message, one table per exchange change.
+    pub(super) fn send_without_loss(&self, dest: ShardId, msg: QueueMsg) {
+        let Err(OutboxFull(msg)) = self.shard.send(dest, msg) else {
+            return;
+        };
+        let port = self.shard.clone();
+        boltq_shards::spawn(async move {
+            let mut msg = msg;
+            loop {
+                port.outbox_ready(dest).await;
+                match port.send(dest, msg) {
+                    Ok(()) => return,
+                    Err(OutboxFull(back)) => msg = back,
+                }
+            }
+        })
+        .detach();
     }
 
     /// Hands a push or a prefetch release to a connection of this shard.
