@@ -43,6 +43,7 @@
 //! Validation runs over the whole tree, including `[messaging]` when the
 //! messaging plane is off (v1 skipped it, so `gateway.enabled` alone was inert).
 
+pub(crate) mod check;
 mod cli;
 mod duration;
 mod env;
