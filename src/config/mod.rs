@@ -50,6 +50,7 @@ mod env;
 mod error;
 mod file;
 mod messaging;
+pub mod secret;
 mod validate;
 
 #[cfg(test)]
