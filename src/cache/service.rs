@@ -4,9 +4,8 @@
 //! no key has a TTL).
 
 use super::{CacheError, CacheLimits, CacheStats, CacheStore, Entry, EntryPage};
-use crate::server::shard_main::ShardMsg;
 use boltq_io::event::Event;
-use boltq_shards::{Incoming, Shard};
+use boltq_shards::{Incoming, MeshError, Port};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
@@ -82,8 +81,12 @@ pub enum CacheAnswer {
     Unavailable(String),
 }
 
+/// The cache's view of its shard: it asks with [`CacheOp`]s and answers with
+/// [`CacheAnswer`]s.
+pub type CachePort = Port<CacheOp, CacheAnswer>;
+
 pub struct CacheService {
-    shard: Shard<ShardMsg>,
+    shard: CachePort,
     store: RefCell<CacheStore>,
     expiry_changed: Event,
     /// Least time between two sweeps (`cache.cleanup_sec`): expired keys are invisible at
@@ -100,7 +103,7 @@ fn now_ms() -> u64 {
 
 impl CacheService {
     pub fn start(
-        shard: Shard<ShardMsg>,
+        shard: CachePort,
         limits: CacheLimits,
         sweep_interval_ms: u64,
     ) -> Rc<CacheService> {
@@ -135,13 +138,11 @@ impl CacheService {
     }
 
     async fn ask(&self, dest: usize, op: CacheOp) -> CacheAnswer {
-        match self
-            .shard
-            .request(dest, ShardMsg::Cache(op), REMOTE_TIMEOUT_MS)
-            .await
-        {
-            Ok(ShardMsg::CacheAnswer(a)) => a,
-            Ok(_) => CacheAnswer::Unavailable("unexpected reply between shards".into()),
+        match self.shard.request(dest, op, REMOTE_TIMEOUT_MS).await {
+            Ok(a) => a,
+            Err(MeshError::UnexpectedReply) => {
+                CacheAnswer::Unavailable("unexpected reply between shards".into())
+            }
             Err(e) => CacheAnswer::Unavailable(format!("shard {dest} did not answer: {e}")),
         }
     }
@@ -178,14 +179,10 @@ impl CacheService {
     }
 
     /// The mesh handler's part for the cache.
-    pub fn on_mesh(&self, incoming: Incoming<ShardMsg>) {
-        if let Incoming::Request {
-            msg: ShardMsg::Cache(op),
-            token,
-        } = incoming
-        {
+    pub fn on_mesh(&self, incoming: Incoming<CacheOp>) {
+        if let Incoming::Request { msg: op, token } = incoming {
             let answer = self.apply_local(&op);
-            self.shard.reply(token, ShardMsg::CacheAnswer(answer));
+            self.shard.reply(token, answer);
         }
     }
 

@@ -2,17 +2,15 @@
 //! then the engine and (when enabled) the gateway on each shard.
 
 use crate::config::{Config, FsyncMode};
-use crate::messaging::engine::{Engine, EngineConfig};
-use crate::messaging::gateway::{GatewayCtx, GatewaySettings};
+use crate::messaging::engine::{Engine, EngineConfig, StreamPort};
+use crate::messaging::gateway::{GatewayCtx, GatewayPort, GatewaySettings};
 use crate::messaging::identity::acl::Policy;
 use crate::messaging::identity::token::Verifier;
 use crate::messaging::membership::MembershipClient;
 use crate::messaging::push::Pusher;
 use crate::messaging::topic::PartitionCounts;
-use crate::server::shard_main::ShardMsg;
 use boltq_io::log::LogConfig;
 use boltq_io::Store;
-use boltq_shards::Shard;
 use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
@@ -89,13 +87,16 @@ impl MessagingPlan {
         })
     }
 
-    /// Starts the engine, the push dispatcher (when enabled) and the gateway on one shard.
+    /// Starts the engine, the push dispatcher (when enabled) and the gateway on one shard,
+    /// each on its own port of that shard.
     pub async fn start(
         &self,
-        shard: Shard<ShardMsg>,
+        stream_port: StreamPort,
+        gateway_port: GatewayPort,
         store: Rc<Store>,
     ) -> Result<(Rc<Engine>, Option<Rc<GatewayCtx>>), String> {
-        let engine = Engine::start(shard, store, self.engine.clone(), self.topics.clone()).await?;
+        let engine =
+            Engine::start(stream_port, store, self.engine.clone(), self.topics.clone()).await?;
         // The pusher lives as long as its loop (which holds it) and the engine's hook.
         let pusher = match self.config.push.enabled {
             true => Some(Pusher::start(Rc::clone(&engine), &self.config.push)?),
@@ -111,6 +112,7 @@ impl MessagingPlan {
             .map_err(|e| format!("messaging.chat.membership_url: {e}"))?;
         let gw = GatewayCtx::new(
             Rc::clone(&engine),
+            gateway_port,
             settings.clone(),
             verifier,
             policy,

@@ -1,6 +1,7 @@
 //! Process startup and shutdown: lock the data directory, bind the listeners, replay the
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
+pub mod mesh;
 pub mod shard_main;
 pub mod state;
 
@@ -161,7 +162,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         0 => None,
         b => Some(b as usize),
     };
-    let results = boltq_shards::run_shards::<shard_main::ShardMsg, _, _, _>(rt, shutdown, {
+    let results = boltq_shards::run_shards::<mesh::ShardMsg, _, _, _>(rt, shutdown, {
         let plan = Arc::clone(&plan);
         move |shard| shard_main::run(shard, Arc::clone(&plan))
     })

@@ -1,9 +1,9 @@
 //! One shard's life: open its storage, accept on the shared listeners, wait for shutdown,
 //! drain, sync.
 
+use super::mesh::{MeshRouter, ShardMsg};
 use super::{Plan, SHUTDOWN_DRAIN_MS};
 use crate::admin;
-use crate::queue::server::mesh::{QueueMsg, QueueReply};
 use crate::queue::server::plane::Plane;
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
@@ -11,23 +11,6 @@ use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Messages between shards, one variant family per plane.
-///
-/// The large variant (a queue command) is also the common one, so it stays unboxed:
-/// boxing would add a heap allocation per cross-shard command, and batches already carry
-/// these by value in one `Vec`.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum ShardMsg {
-    Queue(QueueMsg),
-    QueueReply(QueueReply),
-    Cache(crate::cache::service::CacheOp),
-    CacheAnswer(crate::cache::service::CacheAnswer),
-    Stream(crate::messaging::engine::mesh::StreamMsg),
-    StreamReply(crate::messaging::engine::mesh::StreamReply),
-    Gateway(crate::messaging::gateway::GatewayMsg),
-}
 
 pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
     let store = match &plan.store {
@@ -44,7 +27,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         None => None,
     };
     let plane = Plane::start(
-        shard.clone(),
+        shard.port(),
         store.clone(),
         plan.broker.clone(),
         plan.api_key.clone(),
@@ -57,11 +40,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         let limits =
             crate::cache::CacheLimits::for_shard(&plan.config.cache, shard.id(), shard.count());
         let sweep_interval_ms = plan.config.cache.cleanup_sec.max(1) * 1000;
-        crate::cache::service::CacheService::start(shard.clone(), limits, sweep_interval_ms)
+        crate::cache::service::CacheService::start(shard.port(), limits, sweep_interval_ms)
     });
     let (engine, gateway) = match (&plan.messaging, &store) {
         (Some(m), Some(store)) => {
-            let (e, g) = m.start(shard.clone(), Rc::clone(store)).await?;
+            let (e, g) = m
+                .start(shard.port(), shard.port(), Rc::clone(store))
+                .await?;
             if let Some(g) = &g {
                 g.configure_ephemeral(
                     &plan.config.messaging.presence,
@@ -72,44 +57,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         }
         _ => (None, None),
     };
-    {
-        let plane = Rc::clone(&plane);
-        let cache = cache.clone();
-        let engine = engine.clone();
-        let gateway = gateway.clone();
-        shard.set_handler(move |from, incoming| match (&incoming, &cache) {
-            (
-                boltq_shards::Incoming::Request {
-                    msg: ShardMsg::Cache(_),
-                    ..
-                },
-                Some(cache),
-            ) => cache.on_mesh(incoming),
-            (
-                boltq_shards::Incoming::Request {
-                    msg: ShardMsg::Stream(_),
-                    ..
-                }
-                | boltq_shards::Incoming::Message(ShardMsg::Stream(_)),
-                _,
-            ) => match &engine {
-                Some(e) => e.on_mesh(from, incoming),
-                None => log::warn!("messaging message while the plane is off"),
-            },
-            (
-                boltq_shards::Incoming::Request {
-                    msg: ShardMsg::Gateway(_),
-                    ..
-                }
-                | boltq_shards::Incoming::Message(ShardMsg::Gateway(_)),
-                _,
-            ) => match &gateway {
-                Some(g) => g.on_mesh(incoming),
-                None => log::warn!("gateway message while the gateway is off"),
-            },
-            _ => plane.on_mesh(incoming),
-        });
-    }
+    let router = MeshRouter {
+        queue: Rc::clone(&plane),
+        cache: cache.clone(),
+        engine: engine.clone(),
+        gateway: gateway.clone(),
+    };
+    shard.set_handler(move |from, incoming| router.route(from, incoming));
     let tcp = Listener::for_shard(&plan.tcp, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));

@@ -18,12 +18,11 @@ pub mod stats;
 use crate::messaging::cursor::CursorKey;
 use crate::messaging::dedup::{Claim, Coordinates, DedupKey, DedupTable};
 use crate::messaging::topic::{self, Namespace, PartitionCounts};
-use crate::server::shard_main::ShardMsg;
 use boltq_io::log::{LogConfig, ReadError};
 use boltq_io::record::Record;
 use boltq_io::store::{AppendError, LogRef};
 use boltq_io::Store;
-use boltq_shards::{Incoming, ReplyToken, Shard, ShardId};
+use boltq_shards::{Incoming, MeshError, Port, ReplyToken, ShardId};
 use bytes::Bytes;
 use cursors::CursorStore;
 use mesh::{
@@ -75,7 +74,7 @@ struct Owned {
 }
 
 pub struct Engine {
-    shard: Shard<ShardMsg>,
+    shard: StreamPort,
     store: Rc<Store>,
     cfg: EngineConfig,
     /// Topic → partitions; the same on every shard (shard 0 writes, others follow).
@@ -100,6 +99,10 @@ pub struct Engine {
     pointer_hook: RefCell<Option<PointerHook>>,
 }
 
+/// The engine's view of its shard: it sends [`StreamMsg`]s and answers with
+/// [`StreamReply`]s.
+pub type StreamPort = Port<StreamMsg, StreamReply>;
+
 /// Called with (inbox topic, partition, seq) after a pointer became durable on this shard.
 pub type PointerHook = Rc<dyn Fn(&str, u32, u64)>;
 
@@ -110,7 +113,7 @@ fn now_ns() -> i64 {
 impl Engine {
     /// Starts the engine on this shard: loads the cursors of the slots it owns.
     pub async fn start(
-        shard: Shard<ShardMsg>,
+        shard: StreamPort,
         store: Rc<Store>,
         cfg: EngineConfig,
         topics: HashMap<String, u32>,
@@ -141,7 +144,7 @@ impl Engine {
         Ok(engine)
     }
 
-    pub fn shard(&self) -> &Shard<ShardMsg> {
+    pub fn shard(&self) -> &StreamPort {
         &self.shard
     }
 
@@ -220,13 +223,11 @@ impl Engine {
 
     /// Sends a request about `(topic, partition)` to its owner and waits for the answer.
     async fn ask(&self, dest: ShardId, msg: StreamMsg) -> Result<StreamReply, StreamError> {
-        match self
-            .shard
-            .request(dest, ShardMsg::Stream(msg), MESH_TIMEOUT_MS)
-            .await
-        {
-            Ok(ShardMsg::StreamReply(r)) => Ok(r),
-            Ok(other) => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        match self.shard.request(dest, msg, MESH_TIMEOUT_MS).await {
+            Ok(r) => Ok(r),
+            Err(MeshError::UnexpectedReply) => {
+                Err(StreamError::Internal("unexpected reply".to_string()))
+            }
             Err(e) => Err(StreamError::Internal(format!("shard {dest}: {e}"))),
         }
     }
@@ -278,9 +279,7 @@ impl Engine {
             topic: topic.to_string(),
             partition,
         };
-        let _ = self
-            .shard
-            .send(self.owner(topic, partition), ShardMsg::Stream(msg));
+        let _ = self.shard.send(self.owner(topic, partition), msg);
     }
 
     pub async fn commit(&self, key: CursorKey, seq: u64) -> Result<(), StreamError> {
@@ -368,32 +367,26 @@ impl Engine {
     /// `ask` with the admin timeout: an operator's poll should not hang for the full
     /// request timeout on a stuck shard.
     async fn ask_admin(&self, dest: ShardId, msg: StreamMsg) -> Result<StreamReply, StreamError> {
-        match self
-            .shard
-            .request(dest, ShardMsg::Stream(msg), ADMIN_MESH_TIMEOUT_MS)
-            .await
-        {
-            Ok(ShardMsg::StreamReply(r)) => Ok(r),
-            Ok(other) => Err(StreamError::Internal(format!("unexpected reply {other:?}"))),
+        match self.shard.request(dest, msg, ADMIN_MESH_TIMEOUT_MS).await {
+            Ok(r) => Ok(r),
+            Err(MeshError::UnexpectedReply) => {
+                Err(StreamError::Internal("unexpected reply".to_string()))
+            }
             Err(e) => Err(StreamError::Internal(format!("shard {dest}: {e}"))),
         }
     }
 
     // ---- the mesh handler ----------------------------------------------------------------
 
-    pub fn on_mesh(self: &Rc<Self>, from: ShardId, incoming: Incoming<ShardMsg>) {
+    pub fn on_mesh(self: &Rc<Self>, from: ShardId, incoming: Incoming<StreamMsg>) {
         match incoming {
-            Incoming::Request {
-                msg: ShardMsg::Stream(msg),
-                token,
-            } => self.on_request(from, msg, token),
-            Incoming::Message(ShardMsg::Stream(msg)) => self.on_message(from, msg),
-            other => log::warn!("[stream] unexpected mesh message {other:?}"),
+            Incoming::Request { msg, token } => self.on_request(from, msg, token),
+            Incoming::Message(msg) => self.on_message(from, msg),
         }
     }
 
     fn reply(&self, token: ReplyToken, r: StreamReply) {
-        self.shard.reply(token, ShardMsg::StreamReply(r));
+        self.shard.reply(token, r);
     }
 
     fn on_request(self: &Rc<Self>, from: ShardId, msg: StreamMsg, token: ReplyToken) {
@@ -600,7 +593,7 @@ impl Engine {
                             topic: topic.clone(),
                             partitions,
                         };
-                        if me.shard.send(dest, ShardMsg::Stream(msg)).is_err() {
+                        if me.shard.send(dest, msg).is_err() {
                             // The requester learns the count from its reply; others learn it
                             // when they first ask (ensure_topic) — nothing is lost.
                             log::warn!("[stream] outbox to shard {dest} full; it will ask later");
@@ -811,7 +804,7 @@ impl Engine {
                 records: batch.clone(),
                 first_seq,
             };
-            if self.shard.send(dest, ShardMsg::Stream(msg)).is_err() {
+            if self.shard.send(dest, msg).is_err() {
                 // The mirror there misses these; its subscribers notice the hole (the next
                 // push does not continue the cache) and read them from here.
                 log::warn!("[stream] outbox to shard {dest} full; its subscribers will re-read");
@@ -841,11 +834,7 @@ impl Engine {
                 user: req.user.clone(),
                 pointers: vec![headers.clone()],
             };
-            if self
-                .shard
-                .send(self.owner(&inbox, partition), ShardMsg::Stream(msg))
-                .is_err()
-            {
+            if self.shard.send(self.owner(&inbox, partition), msg).is_err() {
                 self.stats.borrow_mut().pointer_failures += 1;
                 log::warn!(
                     "[stream] partial fan-out for {}: outbox full",

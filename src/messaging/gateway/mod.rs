@@ -173,9 +173,14 @@ impl Ephemeral {
     }
 }
 
+/// The gateway's view of its shard: requests and answers are both [`GatewayMsg`]s.
+pub type GatewayPort = boltq_shards::Port<GatewayMsg, GatewayMsg>;
+
 /// The gateway on one shard.
 pub struct GatewayCtx {
     pub engine: Rc<Engine>,
+    /// Session hand-overs, presence, signals and census between the shards' gateways.
+    pub port: GatewayPort,
     pub settings: GatewaySettings,
     pub verifier: Verifier,
     pub policy: Policy,
@@ -206,6 +211,7 @@ pub fn text(encode: impl FnOnce(&mut Vec<u8>)) -> String {
 impl GatewayCtx {
     pub fn new(
         engine: Rc<Engine>,
+        port: GatewayPort,
         settings: GatewaySettings,
         verifier: Verifier,
         policy: Policy,
@@ -214,6 +220,7 @@ impl GatewayCtx {
         let shard = engine.shard().id() as u64;
         let gw = Rc::new(GatewayCtx {
             engine,
+            port,
             settings,
             verifier,
             policy,
@@ -297,17 +304,16 @@ impl GatewayCtx {
     /// Every shard's [`GatewayCtx::report`], by shard id (`None`: the shard did not answer
     /// within `timeout_ms`).
     pub async fn reports(&self, timeout_ms: u64) -> Vec<Option<GatewayStats>> {
-        use crate::server::shard_main::ShardMsg;
-        let shard = self.engine.shard();
+        let shard = &self.port;
         let mut out = Vec::with_capacity(shard.count());
         for dest in 0..shard.count() {
             if dest == shard.id() {
                 out.push(Some(self.report()));
                 continue;
             }
-            let msg = ShardMsg::Gateway(GatewayMsg::Stats);
+            let msg = GatewayMsg::Stats;
             out.push(match shard.request(dest, msg, timeout_ms).await {
-                Ok(ShardMsg::Gateway(GatewayMsg::StatsOf(s))) => Some(*s),
+                Ok(GatewayMsg::StatsOf(s)) => Some(*s),
                 _ => None,
             });
         }
@@ -374,16 +380,14 @@ impl GatewayCtx {
         secret: &str,
         user: &str,
     ) -> Option<session::SessionState> {
-        let shard = self.engine.shard();
+        let shard = &self.port;
         for dest in (0..shard.count()).filter(|d| *d != shard.id()) {
-            let msg = crate::server::shard_main::ShardMsg::Gateway(GatewayMsg::Take {
+            let msg = GatewayMsg::Take {
                 session: sid.to_string(),
                 secret: secret.to_string(),
                 user: user.to_string(),
-            });
-            if let Ok(crate::server::shard_main::ShardMsg::Gateway(GatewayMsg::Taken(Some(s)))) =
-                shard.request(dest, msg, 2_000).await
-            {
+            };
+            if let Ok(GatewayMsg::Taken(Some(s))) = shard.request(dest, msg, 2_000).await {
                 return Some(s);
             }
         }
@@ -393,31 +397,29 @@ impl GatewayCtx {
     /// Whether `user` has a bound presence session on any shard, asked of the user's
     /// owner shard. No answer in [`ONLINE_QUERY_TIMEOUT_MS`] counts as offline (G45).
     pub async fn user_online(&self, user: &str) -> bool {
-        use crate::server::shard_main::ShardMsg;
-        let shard = self.engine.shard();
+        let shard = &self.port;
         let dest = presence::owner_of_user(user, shard.count());
         if dest == shard.id() {
             return self.ephemeral.presence.borrow().online(user);
         }
-        let msg = ShardMsg::Gateway(GatewayMsg::Online {
+        let msg = GatewayMsg::Online {
             user: user.to_string(),
-        });
+        };
         matches!(
             shard.request(dest, msg, ONLINE_QUERY_TIMEOUT_MS).await,
-            Ok(ShardMsg::Gateway(GatewayMsg::OnlineIs(true)))
+            Ok(GatewayMsg::OnlineIs(true))
         )
     }
 
-    pub fn on_mesh(&self, incoming: boltq_shards::Incoming<crate::server::shard_main::ShardMsg>) {
-        use crate::server::shard_main::ShardMsg;
+    pub fn on_mesh(&self, incoming: boltq_shards::Incoming<GatewayMsg>) {
         match incoming {
             boltq_shards::Incoming::Request {
                 msg:
-                    ShardMsg::Gateway(GatewayMsg::Take {
+                    GatewayMsg::Take {
                         session,
                         secret,
                         user,
-                    }),
+                    },
                 token,
             } => {
                 let window_ns = self.settings.resume_window.as_nanos() as i64;
@@ -434,59 +436,45 @@ impl GatewayCtx {
                     }
                     state
                 });
-                self.engine
-                    .shard()
-                    .reply(token, ShardMsg::Gateway(GatewayMsg::Taken(state)));
+                self.port.reply(token, GatewayMsg::Taken(state));
             }
             boltq_shards::Incoming::Request {
-                msg: ShardMsg::Gateway(GatewayMsg::Signal(SignalMsg::Take { key })),
+                msg: GatewayMsg::Signal(SignalMsg::Take { key }),
                 token,
             } => {
                 let ok = self.take_signal_token(&key);
-                self.engine.shard().reply(
-                    token,
-                    ShardMsg::Gateway(GatewayMsg::Signal(SignalMsg::Taken(ok))),
-                );
+                self.port
+                    .reply(token, GatewayMsg::Signal(SignalMsg::Taken(ok)));
             }
             boltq_shards::Incoming::Request {
-                msg: ShardMsg::Gateway(GatewayMsg::Online { user }),
+                msg: GatewayMsg::Online { user },
                 token,
             } => {
                 let on = self.ephemeral.presence.borrow().online(&user);
-                self.engine
-                    .shard()
-                    .reply(token, ShardMsg::Gateway(GatewayMsg::OnlineIs(on)));
+                self.port.reply(token, GatewayMsg::OnlineIs(on));
             }
             boltq_shards::Incoming::Request {
-                msg: ShardMsg::Gateway(GatewayMsg::Census),
+                msg: GatewayMsg::Census,
                 token,
-            } => self.engine.shard().reply(
-                token,
-                ShardMsg::Gateway(GatewayMsg::CensusOf(Box::new(self.census()))),
-            ),
+            } => self
+                .port
+                .reply(token, GatewayMsg::CensusOf(Box::new(self.census()))),
             boltq_shards::Incoming::Request {
-                msg: ShardMsg::Gateway(GatewayMsg::UserPresence { user }),
+                msg: GatewayMsg::UserPresence { user },
                 token,
             } => {
                 let p = self.user_presence_here(&user);
-                self.engine.shard().reply(
-                    token,
-                    ShardMsg::Gateway(GatewayMsg::UserPresenceIs(Box::new(p))),
-                );
+                self.port
+                    .reply(token, GatewayMsg::UserPresenceIs(Box::new(p)));
             }
             boltq_shards::Incoming::Request {
-                msg: ShardMsg::Gateway(GatewayMsg::Stats),
+                msg: GatewayMsg::Stats,
                 token,
-            } => self.engine.shard().reply(
-                token,
-                ShardMsg::Gateway(GatewayMsg::StatsOf(Box::new(self.report()))),
-            ),
-            boltq_shards::Incoming::Message(ShardMsg::Gateway(GatewayMsg::Presence(m))) => {
-                self.on_presence(m)
-            }
-            boltq_shards::Incoming::Message(ShardMsg::Gateway(GatewayMsg::Signal(m))) => {
-                self.on_signal(m)
-            }
+            } => self
+                .port
+                .reply(token, GatewayMsg::StatsOf(Box::new(self.report()))),
+            boltq_shards::Incoming::Message(GatewayMsg::Presence(m)) => self.on_presence(m),
+            boltq_shards::Incoming::Message(GatewayMsg::Signal(m)) => self.on_signal(m),
             _ => log::warn!("[gateway] unexpected mesh message"),
         }
     }
@@ -502,13 +490,7 @@ impl GatewayCtx {
     /// Sends a one-way gateway message; at the outbox cap it is dropped and counted
     /// (ephemeral traffic is lossy by design; the TTL sweep repairs a lost unbind).
     fn to_shard(&self, dest: usize, msg: GatewayMsg) {
-        use crate::server::shard_main::ShardMsg;
-        if self
-            .engine
-            .shard()
-            .send(dest, ShardMsg::Gateway(msg))
-            .is_err()
-        {
+        if self.port.send(dest, msg).is_err() {
             self.stats.borrow_mut().ephemeral_mesh_drops += 1;
             log::warn!("[gateway] outbox to shard {dest} full: ephemeral message dropped");
         }
@@ -883,17 +865,16 @@ impl GatewayCtx {
 
     /// Every shard's [`GatewayCtx::census`], by shard id (`None`: no answer in time).
     pub async fn censuses(&self, timeout_ms: u64) -> Vec<Option<ShardCensus>> {
-        use crate::server::shard_main::ShardMsg;
-        let shard = self.engine.shard();
+        let shard = &self.port;
         let mut out = Vec::with_capacity(shard.count());
         for dest in 0..shard.count() {
             if dest == shard.id() {
                 out.push(Some(self.census()));
                 continue;
             }
-            let msg = ShardMsg::Gateway(GatewayMsg::Census);
+            let msg = GatewayMsg::Census;
             out.push(match shard.request(dest, msg, timeout_ms).await {
-                Ok(ShardMsg::Gateway(GatewayMsg::CensusOf(c))) => Some(*c),
+                Ok(GatewayMsg::CensusOf(c)) => Some(*c),
                 _ => None,
             });
         }
@@ -906,17 +887,16 @@ impl GatewayCtx {
 
     /// `user`'s presence, asked of its owner shard; `None` when it did not answer.
     pub async fn user_presence(&self, user: &str, timeout_ms: u64) -> Option<UserPresence> {
-        use crate::server::shard_main::ShardMsg;
-        let shard = self.engine.shard();
+        let shard = &self.port;
         let dest = presence::owner_of_user(user, shard.count());
         if dest == shard.id() {
             return Some(self.user_presence_here(user));
         }
-        let msg = ShardMsg::Gateway(GatewayMsg::UserPresence {
+        let msg = GatewayMsg::UserPresence {
             user: user.to_string(),
-        });
+        };
         match shard.request(dest, msg, timeout_ms).await {
-            Ok(ShardMsg::Gateway(GatewayMsg::UserPresenceIs(p))) => Some(*p),
+            Ok(GatewayMsg::UserPresenceIs(p)) => Some(*p),
             _ => None,
         }
     }

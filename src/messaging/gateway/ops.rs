@@ -948,17 +948,16 @@ fn listen_typing(c: &Connection, topic_name: &str) {
 
 /// Asks the shard owning `key`'s bucket for one token (here when this shard owns it).
 async fn take_signal_token(c: &Connection, key: &str) -> Result<bool, ()> {
-    use crate::server::shard_main::ShardMsg;
-    let shard = c.gw.engine.shard();
+    let shard = &c.gw.port;
     let owner = presence::owner_of_user(key, shard.count());
     if owner == shard.id() {
         return Ok(c.gw.take_signal_token(key));
     }
-    let msg = ShardMsg::Gateway(super::GatewayMsg::Signal(SignalMsg::Take {
+    let msg = super::GatewayMsg::Signal(SignalMsg::Take {
         key: key.to_string(),
-    }));
+    });
     match shard.request(owner, msg, SIGNAL_TOKEN_TIMEOUT_MS).await {
-        Ok(ShardMsg::Gateway(super::GatewayMsg::Signal(SignalMsg::Taken(ok)))) => Ok(ok),
+        Ok(super::GatewayMsg::Signal(SignalMsg::Taken(ok))) => Ok(ok),
         _ => Err(()),
     }
 }

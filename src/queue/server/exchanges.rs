@@ -7,11 +7,15 @@
 //! shard that asked routes with the new table as soon as it has the answer; other shards get
 //! it within one mesh hop.
 
+use super::mesh::{QueueMsg, QueueReply, RemoteReply};
+use super::plane::{Plane, REMOTE_TIMEOUT_MS};
 use crate::queue::broker::exchange::{Exchanges, ExchangesSnapshot};
 use crate::queue::protocol::request::Binding;
 use boltq_io::{LogRef, Record, Store};
+use boltq_shards::MeshError;
 use bytes::Bytes;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// The shard that owns exchange metadata.
 pub const META_SHARD: usize = 0;
@@ -90,3 +94,98 @@ pub async fn recover(store: &Store, log: &LogRef) -> Result<Exchanges, String> {
 
 /// Headers map type used by routing.
 pub type Headers = BTreeMap<String, String>;
+
+/// An exchange change on its way to (or applied on) the metadata shard.
+pub enum ExchangeSubmitted {
+    Local(Result<(), String>, Option<u64>),
+    Remote(RemoteReply),
+}
+
+impl ExchangeSubmitted {
+    pub async fn result(self, plane: &Plane) -> Result<(), String> {
+        match self {
+            ExchangeSubmitted::Local(result, lsn) => plane.exchange_durable(result, lsn).await,
+            ExchangeSubmitted::Remote(reply) => match reply.await {
+                Ok(QueueReply::Exchange(r)) => r,
+                Ok(_) | Err(MeshError::UnexpectedReply) => {
+                    Err("internal error: unexpected reply between shards".into())
+                }
+                Err(e) => Err(format!("metadata shard did not answer: {e}")),
+            },
+        }
+    }
+}
+
+impl Plane {
+    /// This shard's replica of the exchange table.
+    pub fn exchanges_snapshot(&self) -> crate::queue::broker::exchange::ExchangesSnapshot {
+        self.exchanges.borrow().snapshot()
+    }
+
+    /// Queues a publish to `exchange` goes to, by this shard's replica of the table.
+    pub fn route(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        headers: &std::collections::BTreeMap<String, String>,
+    ) -> Result<Vec<String>, String> {
+        self.exchanges
+            .borrow()
+            .route(exchange, routing_key, headers)
+    }
+
+    /// Sends an exchange change to the metadata shard (or applies it here, if this is it).
+    pub fn submit_exchange(&self, op: ExchangeOp) -> ExchangeSubmitted {
+        if self.shard.id() == META_SHARD {
+            let (result, lsn) = self.apply_exchange_local(op);
+            return ExchangeSubmitted::Local(result, lsn);
+        }
+        let req = QueueMsg::Exchange(op);
+        ExchangeSubmitted::Remote(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS))
+    }
+
+    pub(super) fn apply_exchange_local(&self, op: ExchangeOp) -> (Result<(), String>, Option<u64>) {
+        assert_eq!(self.shard.id(), META_SHARD);
+        let mut table = (**self.exchanges.borrow()).clone();
+        if let Err(e) = op.apply(&mut table) {
+            return (Err(e), None);
+        }
+        let lsn = match (&self.store, &self.meta_log) {
+            (Some(store), Some(log)) => match persist(store, log, &table) {
+                Ok(lsn) => Some(lsn),
+                Err(e) => return (Err(format!("storage write: {e}")), None),
+            },
+            _ => None,
+        };
+        *self.exchanges.borrow_mut() = Rc::new(table);
+        self.broadcast_exchanges();
+        (Ok(()), lsn)
+    }
+
+    pub(super) async fn exchange_durable(
+        &self,
+        result: Result<(), String>,
+        lsn: Option<u64>,
+    ) -> Result<(), String> {
+        result?;
+        if let (Some(store), Some(lsn)) = (&self.store, lsn) {
+            store
+                .wait_durable(lsn)
+                .await
+                .map_err(|e| format!("storage write: {e}"))?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn broadcast_exchanges(&self) {
+        let snapshot = self.exchanges.borrow().snapshot();
+        for dest in 0..self.shard.count() {
+            if dest != self.shard.id() {
+                let msg = QueueMsg::Exchanges(snapshot.clone());
+                if self.shard.send(dest, msg).is_err() {
+                    log::error!("shard {dest} outbox full: exchange table not sent");
+                }
+            }
+        }
+    }
+}

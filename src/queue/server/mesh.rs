@@ -1,11 +1,15 @@
-//! What the queue plane sends between shards.
+//! What the queue plane sends between shards, and how it handles what it receives.
 
 use super::exchanges::ExchangeOp;
+use super::plane::Plane;
+use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::exchange::ExchangesSnapshot;
 use crate::queue::broker::{BrokerCounters, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::Message;
 use crate::queue::protocol::reply::Stats;
+use boltq_shards::{Incoming, PortReply};
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 /// Requests and one-way messages of the queue plane.
 #[derive(Debug)]
@@ -88,4 +92,98 @@ pub enum QueueReply {
     Exchange(Result<(), String>),
     DlqCounts(BTreeMap<String, u64>),
     DlqMessages(Vec<Message>),
+}
+
+/// The queue plane's view of its shard: it sends [`QueueMsg`]s and answers with
+/// [`QueueReply`]s.
+pub type QueuePort = boltq_shards::Port<QueueMsg, QueueReply>;
+
+/// The answer to a request sent to another shard's queue plane.
+pub type RemoteReply = PortReply<QueueReply>;
+
+impl Plane {
+    /// The mesh handler's part for the queue plane.
+    pub fn on_mesh(self: &Rc<Self>, incoming: Incoming<QueueMsg>) {
+        match incoming {
+            Incoming::Message(QueueMsg::Effect(e)) => self.deliver_effect(e),
+            Incoming::Message(QueueMsg::Disconnect { consumer }) => self.disconnect_local(consumer),
+            Incoming::Request {
+                msg: QueueMsg::Apply { slot, cmd, sync },
+                token,
+            } => {
+                let (outcome, lsn) = self.apply_local(slot, cmd);
+                if sync {
+                    let plane = Rc::clone(self);
+                    boltq_shards::spawn(async move {
+                        let outcome = plane.when_synced(outcome, lsn).await;
+                        let reply = QueueReply::Applied(outcome);
+                        plane.shard.reply(token, reply);
+                    })
+                    .detach();
+                } else {
+                    self.reply_when_durable(token, outcome, lsn);
+                }
+            }
+            Incoming::Request {
+                msg: QueueMsg::ConsumeWait { slot, cmd, wait_ms },
+                token,
+            } => {
+                let plane = Rc::clone(self);
+                let answer = move |outcome, lsn| plane.reply_when_durable(token, outcome, lsn);
+                self.consume_or_park(slot, cmd, wait_ms, Box::new(answer));
+            }
+            Incoming::Request {
+                msg: QueueMsg::Stats,
+                token,
+            } => {
+                let report = Box::new(self.local_report());
+                self.shard.reply(token, QueueReply::Report(report));
+            }
+            Incoming::Request {
+                msg: QueueMsg::Exchange(op),
+                token,
+            } => {
+                let (result, lsn) = self.apply_exchange_local(op);
+                let plane = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    let result = plane.exchange_durable(result, lsn).await;
+                    plane.shard.reply(token, QueueReply::Exchange(result));
+                })
+                .detach();
+            }
+            Incoming::Message(QueueMsg::Exchanges(snapshot)) => {
+                match Exchanges::restore(snapshot) {
+                    Ok(table) => *self.exchanges.borrow_mut() = Rc::new(table),
+                    Err(e) => log::error!("exchange table from the metadata shard refused: {e}"),
+                }
+            }
+            Incoming::Request {
+                msg: QueueMsg::DlqList { queue },
+                token,
+            } => {
+                let counts = self.local_dlq_counts(queue.as_deref());
+                self.shard.reply(token, QueueReply::DlqCounts(counts));
+            }
+            Incoming::Request {
+                msg:
+                    QueueMsg::DlqRead {
+                        queue,
+                        offset,
+                        limit,
+                    },
+                token,
+            } => {
+                let messages = self.local_dead_letters(&queue, offset, limit);
+                self.shard.reply(token, QueueReply::DlqMessages(messages));
+            }
+            Incoming::Request { token, .. } => {
+                log::error!(
+                    "queue plane: unexpected request from shard {}",
+                    token.origin()
+                );
+                drop(token);
+            }
+            Incoming::Message(_) => log::error!("queue plane: unexpected message"),
+        }
+    }
 }

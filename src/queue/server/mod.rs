@@ -1,14 +1,19 @@
 //! The queue plane's server side: connections, dispatch of v1 commands, the per-shard
 //! plane that owns slot brokers, their command logs, timers and exchange metadata.
 
+mod apply;
 pub mod connection;
 pub mod dispatch;
 pub mod exchanges;
+mod gather;
+mod long_poll;
 pub mod mesh;
 pub mod outbound;
 pub mod plane;
+mod slot;
 pub mod snapshot;
 pub mod stream;
+mod timer;
 pub mod unsynced;
 pub mod waiters;
 pub mod wal;

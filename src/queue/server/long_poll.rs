@@ -1,0 +1,110 @@
+//! Long-polls: a CONSUME that finds its queue empty parks on the queue's owner until a
+//! message arrives or its wait runs out (`waiters.rs` keeps the parked consumers).
+
+use super::apply::Submitted;
+use super::mesh::QueueMsg;
+use super::plane::{now_ns, Plane, REMOTE_TIMEOUT_MS};
+use super::waiters::{Answer, Waiter};
+use crate::queue::broker::{Command, Outcome};
+use boltq_io::event::Event;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The answer slot of a long-poll parked on this shard.
+#[derive(Default)]
+pub struct Parked {
+    pub(super) answer: RefCell<Option<(Outcome, Option<u64>)>>,
+    pub(super) ready: Event,
+}
+
+impl Plane {
+    /// A consume that parks on this shard (the owner) when nothing is ready and `wait_ms`
+    /// allows; `answer` is called once, with the messages or EMPTY at the deadline.
+    pub(super) fn consume_or_park(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
+        let (outcome, lsn) = self.apply_local(slot, cmd.clone());
+        let Command::Consume {
+            queue,
+            consumer,
+            max,
+            now_ns,
+        } = cmd
+        else {
+            unreachable!("consume_or_park takes consumes")
+        };
+        if outcome != Outcome::Empty || wait_ms == 0 || self.waiters.borrow().is_full() {
+            return answer(outcome, lsn);
+        }
+        let waiter = Waiter {
+            consumer,
+            max,
+            deadline_ns: now_ns.saturating_add(wait_ms as i64 * 1_000_000),
+            answer,
+        };
+        self.waiters.borrow_mut().park(slot, queue, waiter);
+        self.timers_changed.notify();
+    }
+
+    /// Submits a CONSUME that may long-poll (`wait_ms` > 0) on the queue's owner.
+    pub fn submit_consume(&self, slot: u16, cmd: Command, wait_ms: u64) -> Submitted {
+        if wait_ms == 0 {
+            return self.submit(slot, cmd);
+        }
+        let owner = self.owner_of(slot);
+        if owner != self.shard.id() {
+            let req = QueueMsg::ConsumeWait { slot, cmd, wait_ms };
+            return Submitted::Remote(owner, self.shard.request(owner, req, REMOTE_TIMEOUT_MS));
+        }
+        let parked = Rc::new(Parked::default());
+        let slot_for_answer = Rc::clone(&parked);
+        self.consume_or_park(
+            slot,
+            cmd,
+            wait_ms,
+            Box::new(move |outcome, lsn| {
+                *slot_for_answer.answer.borrow_mut() = Some((outcome, lsn));
+                slot_for_answer.ready.notify();
+            }),
+        );
+        Submitted::Parked(parked)
+    }
+
+    /// Serves parked consumers of `slot`, oldest first, while their queues have messages.
+    pub(super) fn serve_waiters(&self, slot: u16) {
+        if self.serving_waiters.get() {
+            return;
+        }
+        let queues = self.waiters.borrow().queues_of(slot);
+        if queues.is_empty() {
+            return;
+        }
+        self.serving_waiters.set(true);
+        for queue in queues {
+            loop {
+                let Some(w) = self.waiters.borrow_mut().pop(slot, &queue) else {
+                    break;
+                };
+                let cmd = Command::Consume {
+                    queue: queue.clone(),
+                    consumer: w.consumer,
+                    max: w.max,
+                    now_ns: now_ns(),
+                };
+                let (outcome, lsn) = self.apply_local(slot, cmd);
+                if outcome == Outcome::Empty {
+                    self.waiters.borrow_mut().unpop(slot, queue.clone(), w);
+                    break;
+                }
+                (w.answer)(outcome, lsn);
+            }
+        }
+        self.serving_waiters.set(false);
+    }
+
+    /// Answers EMPTY to parked consumers whose deadline passed (all of them at shutdown).
+    pub fn expire_waiters(&self, now_ns: i64) {
+        let expired = self.waiters.borrow_mut().take_expired(now_ns);
+        for w in expired {
+            (w.answer)(Outcome::Empty, None);
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! A slot on its owner shard: its broker and, in disk mode, its command log and snapshot
+//! log. Opening a slot recovers it (newest snapshot, then the commands after it); a slot
+//! whose log has grown enough is snapshotted and the log before the snapshot dropped.
+
+use super::plane::Plane;
+use super::{snapshot, wal};
+use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
+use boltq_io::{LogRef, Store};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+pub(super) struct SlotState {
+    pub(super) broker: Broker,
+    /// Command log and snapshot log; `None` in memory mode.
+    pub(super) logs: Option<SlotLogs>,
+}
+
+pub(super) struct SlotLogs {
+    pub(super) wal: LogRef,
+    pub(super) snap: LogRef,
+    /// Command bytes logged since the last snapshot.
+    pub(super) bytes_since_snapshot: u64,
+    pub(super) last_snapshot_bytes: u64,
+    pub(super) last_snapshot_number: u64,
+    pub(super) snapshotting: bool,
+    /// Connections with a durable subscription in this slot: their disconnect changes
+    /// durable state (the subscription starts backlogging), so it is logged.
+    pub(super) durable_consumers: std::collections::HashSet<ConsumerRef>,
+}
+
+/// Keeps `durable_consumers` current; true when this command is the disconnect of one of
+/// them (which must then be logged).
+pub(super) fn track_durable_consumers(
+    logs: &mut SlotLogs,
+    cmd: &Command,
+    outcome: &Outcome,
+) -> bool {
+    match (cmd, outcome) {
+        (
+            Command::Subscribe {
+                durable: true,
+                consumer,
+                ..
+            },
+            Outcome::Subscribed { .. },
+        ) => {
+            logs.durable_consumers.insert(*consumer);
+            false
+        }
+        (Command::Disconnect { consumer }, _) => logs.durable_consumers.remove(consumer),
+        (Command::DisconnectAll, _) => {
+            let any = !logs.durable_consumers.is_empty();
+            logs.durable_consumers.clear();
+            any
+        }
+        _ => false,
+    }
+}
+
+impl SlotLogs {
+    /// Compaction rule: snapshot once the commands since the last snapshot outweigh both the
+    /// threshold and the last snapshot itself, so rewriting the state costs at most about as
+    /// much as the commands it replaces (amortised), and the log stays within about twice
+    /// the state plus the threshold.
+    fn snapshot_due(&self, threshold_bytes: u64) -> bool {
+        threshold_bytes > 0
+            && !self.snapshotting
+            && self.bytes_since_snapshot > threshold_bytes.max(self.last_snapshot_bytes)
+    }
+}
+
+fn slot_log_name(slot: u16) -> String {
+    format!("queue/slot-{slot:03}/wal")
+}
+
+impl Plane {
+    pub(super) async fn open_slot(&self, slot: u16) -> Result<(), String> {
+        let (broker, logs) = match &self.store {
+            None => (Broker::new(self.cfg.clone()), None),
+            Some(store) => {
+                let (broker, logs) = self
+                    .recover_slot(store, slot)
+                    .await
+                    .map_err(|e| format!("recover queue slot {slot}: {e}"))?;
+                (broker, Some(logs))
+            }
+        };
+        self.slots
+            .borrow_mut()
+            .insert(slot, Rc::new(RefCell::new(SlotState { broker, logs })));
+        Ok(())
+    }
+
+    /// Newest complete snapshot + every command after it.
+    pub(super) async fn recover_slot(
+        &self,
+        store: &Rc<Store>,
+        slot: u16,
+    ) -> Result<(Broker, SlotLogs), String> {
+        let open = |name: String| async move {
+            store
+                .open_log(&name)
+                .await
+                .map_err(|e| format!("open {name}: {e}"))
+        };
+        let wal = open(slot_log_name(slot)).await?;
+        let snap = open(format!("queue/slot-{slot:03}/snap")).await?;
+        let (mut broker, from, number, snapshot_bytes) =
+            match snapshot::load_newest(store, &snap, &self.cfg).await? {
+                Some((broker, wal_seq, number, bytes)) => (broker, wal_seq + 1, number, bytes),
+                None => (Broker::new(self.cfg.clone()), 1, 0, 0),
+            };
+        let replayed = wal::replay(store, &wal, from, &mut broker).await?;
+        if broker.has_live_subscriptions() {
+            // Subscriptions restored or replayed live belonged to connections of an earlier
+            // process. Logged, so that later replays see the same offline period.
+            let cmd = Command::DisconnectAll;
+            broker.apply(&cmd);
+            wal::append(store, &wal, &cmd)?;
+        }
+        Ok((
+            broker,
+            SlotLogs {
+                wal,
+                snap,
+                bytes_since_snapshot: replayed.bytes,
+                last_snapshot_bytes: snapshot_bytes,
+                last_snapshot_number: number,
+                snapshotting: false,
+                durable_consumers: Default::default(),
+            },
+        ))
+    }
+
+    /// Takes a snapshot of the slot when its command log has grown enough: the state is
+    /// copied now, between two commands (exactly the state after `wal_seq`); serialising it
+    /// runs on the shard's blocking pool, so a large state slows the shard down for a while
+    /// instead of stopping it. Once the chunks are durable, what they replace is dropped
+    /// (whole segments, in the background).
+    pub(super) fn maybe_snapshot(&self, slot: u16, cell: &Rc<RefCell<SlotState>>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        let (state, wal_seq, number, wal, snap) = {
+            let mut st = cell.borrow_mut();
+            let st = &mut *st;
+            let Some(logs) = st.logs.as_mut() else { return };
+            if !logs.snapshot_due(self.compaction_threshold_bytes) {
+                return;
+            }
+            logs.snapshotting = true;
+            logs.bytes_since_snapshot = 0;
+            logs.last_snapshot_number += 1;
+            (
+                st.broker.snapshot(),
+                logs.wal.next_seq() - 1,
+                logs.last_snapshot_number,
+                logs.wal.clone(),
+                logs.snap.clone(),
+            )
+        };
+        self.shard
+            .metrics()
+            .counter("boltq_snapshots_total", &[])
+            .inc();
+        let cell = Rc::clone(cell);
+        boltq_shards::spawn(async move {
+            let result = async {
+                let body = boltq_shards::spawn_blocking(move || snapshot::encode(&state)).await?;
+                let w = snapshot::write(&store, &snap, &body, wal_seq, number).await?;
+                if let Some(logs) = cell.borrow_mut().logs.as_mut() {
+                    logs.last_snapshot_bytes = w.bytes;
+                }
+                store.wait_durable(w.lsn).await.map_err(|e| e.to_string())?;
+                store
+                    .truncate_before(&wal, w.wal_seq + 1)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store
+                    .truncate_before(&snap, w.first_chunk_seq)
+                    .await
+                    .map_err(|e| e.to_string())
+            }
+            .await;
+            if let Err(e) = result {
+                log::warn!("snapshot of queue slot {slot} failed: {e}; the log keeps growing");
+            }
+            if let Some(logs) = cell.borrow_mut().logs.as_mut() {
+                logs.snapshotting = false;
+            }
+        })
+        .detach();
+    }
+}
