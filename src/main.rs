@@ -4,7 +4,9 @@ use boltq::config::Config;
 
 fn main() {
     boltq::logger::init(log::LevelFilter::Info);
-    let config = match Config::load(std::env::args_os().collect(), &|k| std::env::var(k).ok()) {
+    let loaded = Config::load(std::env::args_os().collect(), &|k| std::env::var(k).ok())
+        .and_then(|c| boltq::server::check_plane_settings(&c).map(|()| c));
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
             e.print();

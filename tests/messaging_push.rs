@@ -432,3 +432,24 @@ fn a_crash_before_the_2xx_sends_the_notification_again_after_restart() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(hook.calls().len(), 2, "{:?}", hook.calls());
 }
+
+/// Push validates its own settings after the config loads; the binary still refuses a
+/// bad one like any config error: exit 2, one line naming the key.
+#[test]
+fn a_short_signing_secret_stops_the_start_naming_the_key() {
+    let tmp = TempDir::new("push-config");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(
+        &path,
+        "[messaging.stream]\nenabled = true\n[messaging.push]\nenabled = true\n\
+         webhook_url = \"http://127.0.0.1:1/hook\"\nsigning_secret = \"short\"\n",
+    )
+    .unwrap();
+    let (code, out) = support::run_to_exit(&["--config", path.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("config error: messaging.push.signing_secret"),
+        "{out}"
+    );
+    assert!(out.contains("at least 32 bytes"), "{out}");
+}

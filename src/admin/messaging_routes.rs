@@ -760,7 +760,7 @@ mod tests {
 
     #[test]
     fn overview_fills_presence_signals_and_push() {
-        use crate::messaging::gateway::frame::PresenceState;
+        use crate::messaging::presence::PresenceState;
         let g = GatewayStats {
             signals_published: 3,
             signals_out: 5,

@@ -43,12 +43,14 @@
 //! Validation runs over the whole tree, including `[messaging]` when the
 //! messaging plane is off (v1 skipped it, so `gateway.enabled` alone was inert).
 
+pub(crate) mod check;
 mod cli;
 mod duration;
 mod env;
 mod error;
 mod file;
 mod messaging;
+pub mod secret;
 mod validate;
 
 #[cfg(test)]

@@ -6,111 +6,25 @@
 //! were read, under their own names). Validation is pure: it reads no files
 //! (TLS files are opened, and their errors reported, by the listeners) and
 //! only consults the environment to resolve `secret_env` references.
+//!
+//! `[messaging.push]` is not checked here: its bounds are the push dispatcher's, and
+//! config sits below the planes, so push validates its own settings
+//! (`messaging::push::settings`, called by the binary after loading).
 
 use std::time::Duration;
 
 use super::duration::format_duration;
 use boltq_io::file_budget::OPEN_SEGMENT_FILES_MIN;
 
+use super::check::{
+    at_least, host_port, non_empty, positive_duration, range, range_bytes, require, Check, GIB,
+};
 use super::{split_host_port, Config, ConfigError, EnvLookup, FsyncMode, ReplicationRole, MIB};
-
-const GIB: u64 = 1024 * MIB;
 
 /// Highest `storage.open_segment_files_max` accepted. A million descriptors
 /// per shard is already past common `ulimit -n` hard limits; a larger value
 /// is more likely a typo than a plan, and would only hide the budget.
 pub const OPEN_SEGMENT_FILES_MAX_CEILING: u64 = 1 << 20;
-
-type Check = Result<(), ConfigError>;
-
-fn range(key: &str, value: u64, lo: u64, hi: u64) -> Check {
-    if (lo..=hi).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::invalid(
-            key,
-            value,
-            format!("must be between {lo} and {hi}"),
-        ))
-    }
-}
-
-/// Like [`range`], with human sizes in the message.
-fn range_bytes(key: &str, value: u64, lo: u64, hi: u64) -> Check {
-    if (lo..=hi).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::invalid(
-            key,
-            value,
-            format!(
-                "must be between {lo} ({}) and {hi} ({})",
-                human_bytes(lo),
-                human_bytes(hi)
-            ),
-        ))
-    }
-}
-
-fn human_bytes(n: u64) -> String {
-    for (unit, size) in [("GiB", GIB), ("MiB", MIB), ("KiB", 1024)] {
-        if n >= size && n / size * size == n {
-            return format!("{} {unit}", n / size);
-        }
-    }
-    format!("{n} B")
-}
-
-fn at_least(key: &str, value: u64, lo: u64) -> Check {
-    if value >= lo {
-        Ok(())
-    } else {
-        Err(ConfigError::invalid(
-            key,
-            value,
-            format!("must be at least {lo}"),
-        ))
-    }
-}
-
-fn positive_duration(key: &str, value: Duration) -> Check {
-    if value.is_zero() {
-        Err(ConfigError::invalid(
-            key,
-            format!("\"{}\"", format_duration(value)),
-            "must be greater than zero",
-        ))
-    } else {
-        Ok(())
-    }
-}
-
-fn non_empty(key: &str, value: &str, why: &str) -> Check {
-    if value.trim().is_empty() {
-        Err(ConfigError::conflict(key, why))
-    } else {
-        Ok(())
-    }
-}
-
-fn require(cond: bool, key: &str, why: &str) -> Check {
-    if cond {
-        Ok(())
-    } else {
-        Err(ConfigError::conflict(key, why))
-    }
-}
-
-fn host_port(key: &str, value: &str) -> Check {
-    match split_host_port(value) {
-        Some((_, port)) if port >= 1 => Ok(()),
-        _ => Err(ConfigError::invalid(
-            key,
-            format!("{value:?}"),
-            "must be host:port with a port between 1 and 65535",
-        )),
-    }
-}
 
 pub(super) fn validate(c: &Config, env: EnvLookup) -> Check {
     server(c)?;
@@ -424,33 +338,6 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
     )?;
     positive_duration("messaging.chat.membership_timeout", ch.membership_timeout)?;
 
-    let p = &m.push;
-    if p.enabled {
-        require(
-            st.enabled,
-            "messaging.push.enabled",
-            "requires messaging.stream.enabled = true",
-        )?;
-        non_empty(
-            "messaging.push.webhook_url",
-            &p.webhook_url,
-            "required when messaging.push.enabled = true",
-        )?;
-        require(
-            p.signing_secret.len() >= crate::messaging::push::dispatcher::SIGNING_SECRET_BYTES_MIN,
-            "messaging.push.signing_secret",
-            "required when messaging.push.enabled = true, at least 32 bytes",
-        )?;
-    }
-    positive_duration("messaging.push.timeout", p.timeout)?;
-    range(
-        "messaging.push.max_attempts",
-        u64::from(p.max_attempts),
-        1,
-        u64::from(crate::messaging::push::dispatcher::ATTEMPTS_MAX),
-    )?;
-    positive_duration("messaging.push.scan_interval", p.scan_interval)?;
-
     positive_duration("messaging.dedup.ttl", m.dedup.ttl)?;
 
     let sg = &m.signals;
@@ -600,49 +487,4 @@ fn replication(c: &Config, env: EnvLookup) -> Check {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod push_tests {
-    use crate::config::Config;
-
-    fn push_config(extra: &str) -> String {
-        format!(
-            "[messaging.stream]\nenabled = true\n[messaging.push]\nenabled = true\n\
-             webhook_url = \"http://h/p\"\n{extra}"
-        )
-    }
-
-    fn check(toml: &str) -> Result<(), String> {
-        let c = Config::from_toml_str(toml).map_err(|e| e.to_string())?;
-        c.validate(&|_: &str| None).map_err(|e| e.to_string())
-    }
-
-    #[test]
-    fn signing_secret_is_required_and_long_when_push_is_on() {
-        let missing = check(&push_config("")).unwrap_err();
-        assert!(
-            missing.contains("messaging.push.signing_secret"),
-            "{missing}"
-        );
-        let short = check(&push_config(&format!(
-            "signing_secret = \"{}\"",
-            "s".repeat(31)
-        )));
-        assert!(short.unwrap_err().contains("at least 32 bytes"));
-        check(&push_config(&format!(
-            "signing_secret = \"{}\"",
-            "s".repeat(32)
-        )))
-        .unwrap();
-        // Off: no secret needed.
-        check("[messaging.push]\nenabled = false").unwrap();
-    }
-
-    #[test]
-    fn max_attempts_is_bounded() {
-        let many = check("[messaging.push]\nmax_attempts = 101").unwrap_err();
-        assert!(many.contains("messaging.push.max_attempts"), "{many}");
-        check("[messaging.push]\nmax_attempts = 100").unwrap();
-    }
 }

@@ -7,6 +7,7 @@
 //! - `identity/`: tokens (HS256 JWT), principals, the topic ACL.
 //! - `membership`: the operator's membership service (client and cache).
 //! - `dedup`, `cursor`: the sans-IO idempotency window and read positions.
+//! - `headers`: the caps on client-set headers (sends, publishes, signals).
 //! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
 //! - `presence`, `signals`: the ephemeral path (presence directory, typing hub), sans-IO.
 
@@ -15,6 +16,7 @@ pub mod dedup;
 pub mod engine;
 pub mod fanout;
 pub mod gateway;
+pub mod headers;
 pub mod http_client;
 pub mod identity;
 pub mod membership;

@@ -14,7 +14,6 @@
 //! per directory all have a limit; past it the call fails with [`PresenceError`] and
 //! nothing changes.
 
-use crate::messaging::gateway::frame::PresenceState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Device sessions one directory (one shard) holds.
@@ -27,6 +26,33 @@ pub const WATCHERS_PER_USER_MAX: usize = 4_096;
 pub const WATCHES_MAX: usize = 1_048_576;
 /// Users one connection may watch (the `watch_presence` list limit).
 pub const WATCHED_USERS_PER_CONNECTION_MAX: usize = 1_000;
+
+/// A device's presence state (`presence.state`, `presence_event.presence.state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresenceState {
+    Online,
+    Away,
+    Offline,
+}
+
+impl PresenceState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Online => "online",
+            Self::Away => "away",
+            Self::Offline => "offline",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "online" => Some(Self::Online),
+            "away" => Some(Self::Away),
+            "offline" => Some(Self::Offline),
+            _ => None,
+        }
+    }
+}
 
 /// The shard whose directory holds `user`: the queue plane's slot function, so ownership
 /// is spread exactly like queues and can be remapped to nodes the same way.

@@ -35,8 +35,7 @@ pub const BUCKETS_MAX: usize = 262_144;
 /// A bucket unused this long is forgotten (it would be full again anyway).
 pub const BUCKET_IDLE_NS: i64 = 5 * 60 * 1_000_000_000;
 /// Headers of one signal: pairs and total bytes (as for sends).
-pub const HEADERS_PAIRS_MAX: usize = crate::messaging::gateway::frame::HEADERS_PAIRS_MAX;
-pub const HEADERS_BYTES_MAX: usize = crate::messaging::gateway::frame::HEADERS_BYTES_MAX;
+pub use crate::messaging::headers::{HEADERS_BYTES_MAX, HEADERS_PAIRS_MAX};
 
 /// Signal kinds the gateway emits.
 pub const KIND_TYPING: &str = "typing";

@@ -49,6 +49,13 @@ pub struct Plan {
     pub gateway_listener: Option<(SharedListener, Option<TlsConfig>)>,
 }
 
+/// Checks the settings a plane validates itself because config, the lowest layer, cannot
+/// name the plane's bounds: today `[messaging.push]`. The binary runs it right after
+/// [`Config::load`], so a failure reads and exits like any other config error.
+pub fn check_plane_settings(config: &Config) -> Result<(), crate::config::ConfigError> {
+    crate::messaging::push::settings::validate(&config.messaging)
+}
+
 /// Refuses settings that ask for a feature this build does not have yet, so that nobody
 /// gets a lone node when they asked for a cluster, or a server without the messaging plane
 /// they enabled.

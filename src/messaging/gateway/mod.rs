@@ -25,10 +25,11 @@ use crate::messaging::engine::Engine;
 use crate::messaging::identity::acl::Policy;
 use crate::messaging::identity::token::Verifier;
 use crate::messaging::membership::MembershipClient;
-use crate::messaging::presence::{self, Delivery, EventKind, PresenceDirectory, PresenceMsg};
+use crate::messaging::presence::{
+    self, Delivery, EventKind, PresenceDirectory, PresenceMsg, PresenceState,
+};
 use crate::messaging::signals::{self, RateLimiter, SignalHub, SignalMsg};
 use async_tungstenite::tungstenite::Message;
-use frame::PresenceState;
 use outbound::Outbound;
 use session::SessionStore;
 use std::cell::{Cell, RefCell};

@@ -812,7 +812,7 @@ pub fn heartbeat(c: &Connection) {
 }
 
 /// The `presence` op: sets this device's state (no ACL; unbound connections are ignored).
-fn set_presence(c: &Connection, state: frame::PresenceState) {
+fn set_presence(c: &Connection, state: crate::messaging::presence::PresenceState) {
     if let Some((user, device)) = c.presence.borrow().clone() {
         let msg = PresenceMsg::State {
             user: user.clone(),

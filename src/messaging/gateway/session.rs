@@ -7,6 +7,7 @@
 //! Positions are the next sequence to deliver per subscription, advanced only when a batch
 //! was actually written to a socket.
 
+use crate::config::secret::secret_matches;
 use std::collections::HashMap;
 
 /// Sessions one shard keeps (attached and resumable); the oldest detached one is evicted
@@ -45,14 +46,8 @@ pub enum Resume {
     },
 }
 
-/// Byte equality whose time depends only on the lengths, not on where the inputs differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
+/// The upgrade's shared-key check still calls the comparison by this name.
+pub use crate::config::secret::secret_matches as constant_time_eq;
 
 fn digest(secret: &[u8]) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, secret);
@@ -112,7 +107,7 @@ impl SessionStore {
         let Some(s) = self.sessions.get_mut(id) else {
             return Resume::Fresh;
         };
-        let ok = constant_time_eq(&s.secret_digest, &digest(secret));
+        let ok = secret_matches(s.secret_digest, digest(secret));
         let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
         if !ok || s.state.user != user || expired {
             return Resume::Fresh;
@@ -136,7 +131,7 @@ impl SessionStore {
         window_ns: i64,
     ) -> Option<(SessionState, Option<u64>)> {
         let s = self.sessions.get(id)?;
-        let ok = constant_time_eq(&s.secret_digest, &digest(secret));
+        let ok = secret_matches(s.secret_digest, digest(secret));
         let expired = s.attached.is_none() && now_ns - s.detached_at_ns > window_ns;
         if !ok || s.state.user != user || expired {
             return None;

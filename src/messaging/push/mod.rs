@@ -20,6 +20,7 @@
 //! a second counts as offline (spec §18.5 G45). Without a gateway nobody is online.
 
 pub mod dispatcher;
+pub mod settings;
 
 use crate::config::PushConfig;
 use crate::messaging::cursor::{self, CursorKey, PUSH_DISPATCHER_GROUP};
