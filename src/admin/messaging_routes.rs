@@ -10,8 +10,8 @@
 //! The JSON is pretty-printed, as §11.1 asks of messaging routes. The shaping of each body is
 //! a pure function over the gathered numbers, tested below.
 
-use super::http::{Request, Response};
 use super::router::AdminCtx;
+use crate::http::{Request, Response};
 use crate::messaging::cursor::{
     CURSOR_COMPONENT_BYTES_MAX, CURSOR_TOPIC_BYTES_MAX, PUSH_DISPATCHER_GROUP,
 };

@@ -4,7 +4,7 @@
 //! and the server has spent no WebSocket state on it.
 
 use super::GatewayCtx;
-use crate::admin::http::{encode_response, Request, Response};
+use crate::http::{encode_response, Request, Response};
 use crate::messaging::identity::principal::Principal;
 use base64::Engine as _;
 use boltq_io::listener::Conn;
