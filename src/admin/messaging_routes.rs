@@ -85,12 +85,7 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
 fn pretty(status: u16, value: &Value) -> Response {
     let mut body = serde_json::to_vec_pretty(value).expect("a Value always serialises");
     body.push(b'\n');
-    Response {
-        status,
-        content_type: "application/json",
-        body,
-        headers: Vec::new(),
-    }
+    Response::text(status, "application/json", body)
 }
 
 fn unavailable(e: &StreamError) -> Response {

@@ -1,7 +1,9 @@
 //! HTTP/1.1 for every listener and outbound call, below the planes: the server codec the
 //! admin API and the gateway share (`request`, `response`, `read`), and the connection
-//! take-over hook a listener offers to whoever owns a path (`takeover`).
+//! take-over hook a listener offers to whoever owns a path (`takeover`); and the outbound
+//! client (`client`, on hyper) for the push webhook and the membership service.
 
+pub mod client;
 pub mod query;
 pub mod read;
 pub mod request;

@@ -15,12 +15,7 @@ impl Response {
     pub fn json(status: u16, value: &serde_json::Value) -> Response {
         let mut body = serde_json::to_vec(value).expect("a Value always serialises");
         body.push(b'\n');
-        Response {
-            status,
-            content_type: "application/json",
-            body,
-            headers: Vec::new(),
-        }
+        Response::text(status, "application/json", body)
     }
 
     pub fn error(status: u16, message: &str) -> Response {

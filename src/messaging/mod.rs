@@ -15,7 +15,6 @@ pub mod dedup;
 pub mod engine;
 pub mod fanout;
 pub mod gateway;
-pub mod http_client;
 pub mod identity;
 pub mod membership;
 pub mod plane;
