@@ -5,6 +5,7 @@ pub mod admin;
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod http;
 pub mod logger;
 pub mod messaging;
 pub mod queue;

@@ -1,5 +1,5 @@
 //! End-to-end limits of the admin HTTP server and exact metrics, against the real binary:
-//! slow clients are cut off by the read deadline (10 s, `admin::http::READ_TIMEOUT_MS`)
+//! slow clients are cut off by the read deadline (10 s, `http::READ_TIMEOUT_MS`)
 //! while others are served, 10,000 pipelined keep-alive requests on one connection,
 //! unambiguous request framing, and every v1 counter of `/metrics` moving by exactly what a
 //! scripted sequence of operations implies.
@@ -9,8 +9,8 @@
 
 mod support;
 
-use boltq::admin::http::READ_TIMEOUT_MS;
 use boltq::client::{Client, ClientOptions, PublishOptions};
+use boltq::http::READ_TIMEOUT_MS;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

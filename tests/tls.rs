@@ -6,80 +6,23 @@ mod support;
 use boltq::client::{
     Client, ClientCertificate, ClientError, ClientOptions, ClientTls, PublishOptions,
 };
-use boltq_io::testutil::TempDir;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use rcgen::ExtendedKeyUsagePurpose;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::pki::Pki;
 use support::{free_port, ReadyBy, Server};
 
-/// A CA and the PEM files it signed, in a temporary directory.
-struct Pki {
-    dir: TempDir,
-    ca: CertifiedIssuer<'static, KeyPair>,
-}
-
+/// What only these tests ask of the test CA: client certificates and a TLS config.
 impl Pki {
-    fn new(name: &str) -> Pki {
-        let dir = TempDir::new(name);
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        params
-            .distinguished_name
-            .push(DnType::CommonName, format!("BoltQ test CA {name}"));
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca.pem()).unwrap();
-        Pki { dir, ca }
-    }
-
-    fn ca_file(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-
-    /// Writes `<stem>.pem` and `<stem>.key` for a leaf with these names, signed by the CA.
-    fn leaf(
-        &self,
-        stem: &str,
-        names: &[&str],
-        usage: ExtendedKeyUsagePurpose,
-    ) -> (PathBuf, PathBuf) {
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, stem);
-        params.extended_key_usages = vec![usage];
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        let (cert_file, key_file) = self.paths(stem);
-        std::fs::write(&cert_file, cert.pem()).unwrap();
-        std::fs::write(&key_file, key.serialize_pem()).unwrap();
-        (cert_file, key_file)
-    }
-
-    fn server_cert(&self) -> (PathBuf, PathBuf) {
-        self.leaf(
-            "server",
-            &["localhost", "127.0.0.1"],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
-    }
-
     fn client_cert(&self, stem: &str) -> ClientCertificate {
         let (cert_file, key_file) = self.leaf(stem, &[], ExtendedKeyUsagePurpose::ClientAuth);
         ClientCertificate {
             cert_file,
             key_file,
         }
-    }
-
-    fn paths(&self, stem: &str) -> (PathBuf, PathBuf) {
-        let d = self.dir.path();
-        (d.join(format!("{stem}.pem")), d.join(format!("{stem}.key")))
     }
 
     /// A `boltq.toml` turning TLS on with the server certificate (and `ca_file` for mTLS).

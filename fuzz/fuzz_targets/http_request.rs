@@ -1,4 +1,4 @@
-//! Fuzzes the admin HTTP request parser, `boltq::admin::http::parse_request`, the way a
+//! Fuzzes the admin HTTP request parser, `boltq::http::parse_request`, the way a
 //! connection uses it: the input is the bytes a client sent, and requests are parsed one
 //! after another from the front of the buffer (pipelining) until the parser needs more
 //! bytes or refuses a request. No mode byte: every byte is client data.
@@ -22,7 +22,7 @@
 //!   HTTP/1.1 response with the right `Content-Length` and `Connection: close`.
 #![no_main]
 
-use boltq::admin::http::{
+use boltq::http::{
     encode_response, parse_request, Parsed, Request, Response, BODY_BYTES_MAX, HEADERS_MAX,
     HEAD_BYTES_MAX,
 };

@@ -2,8 +2,8 @@
 //! dial out without naming glommio.
 //!
 //! The connection comes back as the same [`Conn`] the listeners hand out: the HTTP client
-//! above reads and writes it like any accepted socket. Plain text only for now; TLS for
-//! outbound calls is a later step.
+//! above reads and writes it like any accepted socket; for `https://` it runs rustls over
+//! this same connection (`src/http/client/tls.rs`).
 //!
 //! TCP keep-alive probes are not enabled: glommio exposes no option for them and setting
 //! one by hand needs `unsafe`. Idle pooled connections are dropped by their user instead.

@@ -2,10 +2,10 @@
 //! Values are stored as their JSON text, so a string stays a string (v1 turned `"123"`
 //! into the number 123 on read).
 
-use super::http::{Request, Response};
 use super::router::AdminCtx;
 use crate::cache::service::{CacheAnswer, CacheOp};
 use crate::cache::{CacheError, Entry};
+use crate::http::{Request, Response};
 use serde_json::{json, Value};
 
 fn not_enabled() -> Response {

@@ -1,7 +1,7 @@
 //! The built-in dashboard: static files compiled into the binary, so it needs no build
 //! step and no files beside the server. It reads the same JSON routes as any client.
 
-use super::http::Response;
+use crate::http::Response;
 
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
 const APP_JS: &str = include_str!("dashboard/app.js");

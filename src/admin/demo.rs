@@ -9,8 +9,8 @@
 //! for production. The files are compiled into the binary like the dashboard: no build step,
 //! nothing beside the server.
 
-use super::http::{Request, Response};
 use crate::config::{Config, EnvLookup};
+use crate::http::{Request, Response};
 use crate::messaging::identity::token::{mint_hs256, Claims};
 use crate::messaging::topic::valid_id;
 use serde_json::{json, Value};

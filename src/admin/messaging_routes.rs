@@ -10,8 +10,8 @@
 //! The JSON is pretty-printed, as §11.1 asks of messaging routes. The shaping of each body is
 //! a pure function over the gathered numbers, tested below.
 
-use super::http::{Request, Response};
 use super::router::AdminCtx;
+use crate::http::{Request, Response};
 use crate::messaging::cursor::{
     CURSOR_COMPONENT_BYTES_MAX, CURSOR_TOPIC_BYTES_MAX, PUSH_DISPATCHER_GROUP,
 };
@@ -85,12 +85,7 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
 fn pretty(status: u16, value: &Value) -> Response {
     let mut body = serde_json::to_vec_pretty(value).expect("a Value always serialises");
     body.push(b'\n');
-    Response {
-        status,
-        content_type: "application/json",
-        body,
-        headers: Vec::new(),
-    }
+    Response::text(status, "application/json", body)
 }
 
 fn unavailable(e: &StreamError) -> Response {

@@ -6,8 +6,8 @@
 //! writes OpenMetrics, which appends `_total` to counter names, and v1 dashboards and alerts
 //! scrape `boltq_messages_published` and friends by their exact v1 names.
 
-use super::http::Response;
 use super::messaging_routes::MessagingNumbers;
+use crate::http::Response;
 use crate::messaging::engine::{SEND_DELIVERED_METRIC, SEND_DURABLE_METRIC};
 use crate::queue::server::dispatch::{CONSUME_WAIT_METRIC, PUBLISH_LATENCY_METRIC};
 use crate::queue::server::mesh::ShardReport;

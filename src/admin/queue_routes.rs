@@ -2,8 +2,8 @@
 //! through the TCP protocol's parser, so validation and error texts are the same on both
 //! front ends; HTTP maps them to 400 (bad request) and 500 (broker refusal) as v1 did.
 
-use super::http::{Request, Response};
 use super::router::AdminCtx;
+use crate::http::{Request, Response};
 use crate::queue::broker::{Command, ConsumerRef, Outcome};
 use crate::queue::message::Message;
 use crate::queue::protocol::frame::{op, Frame};
@@ -407,7 +407,7 @@ pub async fn serve_events(
         None
     };
     if let Some(r) = refusal {
-        super::http::encode_response(&r, false, true, &mut out);
+        crate::http::encode_response(&r, false, true, &mut out);
         let _ = conn.write_all(&out).await;
         return;
     }
@@ -439,7 +439,7 @@ pub async fn serve_events(
             ),
         };
         out.clear();
-        super::http::encode_response(&refusal, false, true, &mut out);
+        crate::http::encode_response(&refusal, false, true, &mut out);
         let _ = conn.write_all(&out).await;
         ctx.plane.unregister_conn(me);
         return;

@@ -1,9 +1,9 @@
 //! The admin route table (v1 spec §4.2 plus the routes v1 documented but lacked): auth,
 //! method checks, and dispatch to one handler per route.
 
-use super::http::{Request, Response};
 use super::queue_routes as q;
 use super::readiness::ServerState;
+use crate::http::{Request, Response};
 use crate::queue::server::plane::Plane;
 use serde_json::json;
 use std::future::Future;
@@ -25,8 +25,9 @@ pub struct AdminCtx {
     pub cache: Option<Rc<crate::cache::service::CacheService>>,
     pub storage_mode: &'static str,
     pub compaction_threshold_bytes: u64,
-    /// The messaging gateway mounted on this listener (`messaging.gateway.port = 0`).
-    pub gateway: Option<Rc<crate::messaging::gateway::GatewayCtx>>,
+    /// A path whose connections leave the admin routes for another protocol: the server
+    /// mounts the gateway's WebSocket here when it has no listener of its own.
+    pub takeover: Option<crate::http::Takeover>,
     /// The messaging plane's engine and gateway for the admin routes and `/metrics`,
     /// whichever listener the gateway serves on; `None` when the plane is off.
     pub messaging: Option<super::messaging_routes::MessagingAdmin>,

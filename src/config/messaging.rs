@@ -34,6 +34,7 @@ pub struct MessagingConfig {
     pub presence: PresenceConfig,
     pub chat: ChatConfig,
     pub push: PushConfig,
+    pub http_client: HttpClientConfig,
     pub dedup: DedupConfig,
     pub signals: SignalsConfig,
     pub replication: ReplicationConfig,
@@ -50,6 +51,7 @@ impl Default for MessagingConfig {
             presence: PresenceConfig::default(),
             chat: ChatConfig::default(),
             push: PushConfig::default(),
+            http_client: HttpClientConfig::default(),
             dedup: DedupConfig::default(),
             signals: SignalsConfig::default(),
             replication: ReplicationConfig::default(),
@@ -370,6 +372,15 @@ impl Default for PushConfig {
             signing_secret: String::new(),
         }
     }
+}
+
+/// `[messaging.http_client]`: the outbound calls (push webhook, membership service).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HttpClientConfig {
+    /// PEM file of CAs trusted for `https://` webhook and membership URLs, in addition to
+    /// the system's store (a private CA). Default unset: the system's store only.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `[messaging.dedup]`: idempotent sends.

@@ -338,6 +338,13 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
     )?;
     positive_duration("messaging.chat.membership_timeout", ch.membership_timeout)?;
 
+    if let Some(path) = &m.http_client.ca_file {
+        // Read now so a bad file stops the start, not the first https call hours later.
+        boltq_io::tls::root_store(path).map_err(|e| {
+            ConfigError::invalid("messaging.http_client.ca_file", path.display(), e)
+        })?;
+    }
+
     positive_duration("messaging.dedup.ttl", m.dedup.ttl)?;
 
     let sg = &m.signals;

@@ -14,8 +14,8 @@
 //!   conversations keep working.
 
 use crate::config::{ChatConfig, IdentityConfig};
-use crate::messaging::http_client::{
-    parse_url, percent_encode_query, HttpClient, HttpError, HttpRequest,
+use crate::http::client::{
+    parse_url, percent_encode_query, HttpClient, HttpError, HttpRequest, TlsOptions,
 };
 use serde::de::{Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -394,6 +394,12 @@ impl MembershipClient {
         )
     }
 
+    /// Whom `https://` membership URLs trust, and where failed handshakes are counted.
+    pub fn with_tls(mut self, tls: TlsOptions) -> MembershipClient {
+        self.http = self.http.with_tls(tls);
+        self
+    }
+
     /// The base URL in use, trailing slashes removed; `None` without a service.
     pub fn base_url(&self) -> Option<&str> {
         self.base_url.as_deref()
@@ -495,7 +501,7 @@ fn checked_base(url: &str) -> Result<String, MembershipError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::messaging::http_client::test_server::{self, Reply};
+    use crate::http::client::test_server::{self, Reply};
     use boltq_io::testutil::Rng;
     use std::time::Instant;
 
@@ -774,8 +780,10 @@ mod tests {
         assert_eq!(c.base_url(), Some("http://svc"));
         let c = MembershipClient::new("", "x", secs(1), None).unwrap();
         assert_eq!(c.base_url(), None);
+        let c = MembershipClient::new("https://svc/", "", secs(1), None).unwrap();
+        assert_eq!(c.base_url(), Some("https://svc"));
         for bad in [
-            "https://svc",
+            "ftp://svc",
             "svc:80",
             "http://svc/?a=1",
             "http://a b/",

@@ -17,7 +17,6 @@ pub mod engine;
 pub mod fanout;
 pub mod gateway;
 pub mod headers;
-pub mod http_client;
 pub mod identity;
 pub mod membership;
 pub mod plane;

@@ -2,6 +2,7 @@
 //! then the engine and (when enabled) the gateway on each shard.
 
 use crate::config::{Config, FsyncMode};
+use crate::http::client::{TlsOptions, TLS_ERRORS_METRIC};
 use crate::messaging::engine::{Engine, EngineConfig, StreamPort};
 use crate::messaging::gateway::{GatewayCtx, GatewayPort, GatewaySettings};
 use crate::messaging::identity::acl::Policy;
@@ -99,7 +100,11 @@ impl MessagingPlan {
             Engine::start(stream_port, store, self.engine.clone(), self.topics.clone()).await?;
         // The pusher lives as long as its loop (which holds it) and the engine's hook.
         let pusher = match self.config.push.enabled {
-            true => Some(Pusher::start(Rc::clone(&engine), &self.config.push)?),
+            true => Some(Pusher::start(
+                Rc::clone(&engine),
+                &self.config.push,
+                self.outbound_tls(&engine, "push"),
+            )?),
             false => None,
         };
         let Some(settings) = &self.gateway else {
@@ -109,7 +114,8 @@ impl MessagingPlan {
         let verifier = Verifier::from_config(&self.config.identity, &env)?;
         let policy = Policy::from_config(&self.config.identity.policy)?;
         let membership = MembershipClient::from_config(&self.config.chat, &self.config.identity)
-            .map_err(|e| format!("messaging.chat.membership_url: {e}"))?;
+            .map_err(|e| format!("messaging.chat.membership_url: {e}"))?
+            .with_tls(self.outbound_tls(&engine, "membership"));
         let gw = GatewayCtx::new(
             Rc::clone(&engine),
             gateway_port,
@@ -128,5 +134,19 @@ impl MessagingPlan {
             gw.set_pusher(p);
         }
         Ok((engine, Some(gw)))
+    }
+
+    /// Whom an outbound client's `https://` calls trust, its failed handshakes counted in
+    /// the shard's registry under `client`.
+    fn outbound_tls(&self, engine: &Engine, client: &str) -> TlsOptions {
+        TlsOptions {
+            ca_file: self.config.http_client.ca_file.clone(),
+            errors: Some(
+                engine
+                    .shard()
+                    .metrics()
+                    .counter(TLS_ERRORS_METRIC, &[("client", client)]),
+            ),
+        }
     }
 }

@@ -90,7 +90,10 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         storage_mode: plan.config.storage.mode.as_str(),
         compaction_threshold_bytes: plan.config.storage.compaction_threshold,
         // Mounted on the admin listener only when it has no listener of its own.
-        gateway: gateway.clone().filter(|_| plan.gateway_listener.is_none()),
+        takeover: gateway
+            .clone()
+            .filter(|_| plan.gateway_listener.is_none())
+            .map(gateway_takeover),
         messaging: engine
             .clone()
             .map(|engine| admin::messaging_routes::MessagingAdmin {
@@ -202,4 +205,18 @@ async fn drain(live: &Cell<usize>) {
             live.get()
         );
     }
+}
+
+/// The gateway's WebSocket as the admin listener's take-over path: admin serves the path
+/// without knowing what is behind it.
+fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::http::Takeover {
+    let path = gw.settings.path.clone();
+    crate::http::Takeover::new(path, move |conn, req, leftover| {
+        Box::pin(crate::messaging::gateway::upgrade::serve(
+            conn,
+            req,
+            leftover,
+            Rc::clone(&gw),
+        ))
+    })
 }

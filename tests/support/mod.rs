@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod browser;
 pub mod gateway;
+pub mod pki;
 pub mod stub;
 
 use boltq_io::testutil::TempDir;

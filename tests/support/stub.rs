@@ -9,6 +9,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+/// One TLS connection of a stand-in service.
+pub type TlsConn = rustls::StreamOwned<rustls::ServerConnection, TcpStream>;
+
 pub struct StubServer {
     pub port: u16,
     stop: Arc<AtomicBool>,
@@ -48,6 +51,19 @@ impl StubServer {
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// Like [`StubServer::start`], but the service speaks TLS with `config`: `handle` gets
+    /// the server side of the session, whose handshake runs as it first reads.
+    pub fn start_tls(
+        what: &'static str,
+        config: Arc<rustls::ServerConfig>,
+        handle: impl Fn(TlsConn) + Send + Sync + 'static,
+    ) -> StubServer {
+        StubServer::start(what, move |conn| {
+            let session = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+            handle(rustls::StreamOwned::new(session, conn))
+        })
     }
 
     /// Closes the listener: from now on connecting is refused.

@@ -2,7 +2,7 @@
 //! liveness route for load balancers, nothing of the admin API.
 
 use super::GatewayCtx;
-use crate::admin::http::{encode_response, read_request, Response};
+use crate::http::{encode_response, read_request, Response};
 use boltq_io::listener::Conn;
 use futures_lite::AsyncWriteExt;
 use std::future::Future;

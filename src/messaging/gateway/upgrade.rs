@@ -4,14 +4,11 @@
 //! and the server has spent no WebSocket state on it.
 
 use super::GatewayCtx;
-use crate::admin::http::{encode_response, Request, Response};
+use crate::http::{encode_response, Request, Response};
 use crate::messaging::identity::principal::Principal;
-use base64::Engine as _;
 use boltq_io::listener::Conn;
 use futures_lite::AsyncWriteExt;
 use std::rc::Rc;
-
-const WS_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
 fn text(status: u16, body: &str) -> Response {
     Response {
@@ -49,12 +46,9 @@ pub fn origin_allowed(allowed: &[String], origin: Option<&str>) -> bool {
     }
 }
 
-/// `Sec-WebSocket-Accept` for a client key (RFC 6455 §4.2.2).
+/// `Sec-WebSocket-Accept` for a client key (RFC 6455 §4.2.2), as tungstenite derives it.
 pub fn accept_key(client_key: &str) -> String {
-    let mut input = client_key.as_bytes().to_vec();
-    input.extend_from_slice(WS_GUID.as_bytes());
-    let d = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &input);
-    base64::engine::general_purpose::STANDARD.encode(d.as_ref())
+    async_tungstenite::tungstenite::handshake::derive_accept_key(client_key.as_bytes())
 }
 
 /// Decides who the client is, or the response refusing it.

@@ -23,10 +23,10 @@ pub mod dispatcher;
 pub mod settings;
 
 use crate::config::PushConfig;
+use crate::http::client::{parse_url, HttpClient, HttpRequest, Method, ParsedUrl, TlsOptions};
 use crate::messaging::cursor::{self, CursorKey, PUSH_DISPATCHER_GROUP};
 use crate::messaging::engine::mirror::PartitionKey;
 use crate::messaging::engine::Engine;
-use crate::messaging::http_client::{parse_url, HttpClient, HttpRequest, Method, ParsedUrl};
 use boltq_io::event::Event;
 use boltq_io::store::now_ns;
 use dispatcher::{Attempt, Candidate, Dispatcher, Outcome, PushStats, Settings, Verdict};
@@ -81,7 +81,11 @@ pub struct Pusher {
 
 impl Pusher {
     /// Hooks the engine and starts this shard's dispatcher loop.
-    pub fn start(engine: Rc<Engine>, cfg: &PushConfig) -> Result<Rc<Pusher>, String> {
+    pub fn start(
+        engine: Rc<Engine>,
+        cfg: &PushConfig,
+        tls: TlsOptions,
+    ) -> Result<Rc<Pusher>, String> {
         let url =
             parse_url(&cfg.webhook_url).map_err(|e| format!("messaging.push.webhook_url: {e}"))?;
         let settings = Settings {
@@ -109,7 +113,8 @@ impl Pusher {
             engine,
             inbox,
             http: HttpClient::new(IDLE_CONNECTIONS_MAX)
-                .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS)),
+                .with_connect_timeout(Duration::from_millis(CONNECT_TIMEOUT_MS))
+                .with_tls(tls),
             url,
             auth_header: cfg.auth_header.clone(),
             timeout: cfg.timeout,

@@ -10,8 +10,6 @@
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 
-/// The GUID RFC 6455 §1.3 appends to the key before hashing it into `Sec-WebSocket-Accept`.
-const ACCEPT_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// Longest answer head to an upgrade request; past it the answer is refused.
 pub const RESPONSE_HEAD_BYTES_MAX: usize = 16 * 1024;
 /// Most headers in the answer to an upgrade request.
@@ -110,10 +108,7 @@ pub fn upgrade_key(random: [u8; 16]) -> String {
 
 /// The `Sec-WebSocket-Accept` a server must answer to `key`.
 pub fn accept_for(key: &str) -> String {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    ctx.update(key.as_bytes());
-    ctx.update(ACCEPT_GUID.as_bytes());
-    STANDARD.encode(ctx.finish().as_ref())
+    async_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes())
 }
 
 /// The upgrade request, authenticated with `Authorization: Bearer <token>`.
