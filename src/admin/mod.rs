@@ -7,5 +7,6 @@ pub mod demo;
 pub mod http;
 pub mod messaging_routes;
 pub mod metrics;
+pub mod prometheus;
 pub mod queue_routes;
 pub mod router;
