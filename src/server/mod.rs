@@ -1,6 +1,7 @@
 //! Process startup and shutdown: lock the data directory, bind the listeners, replay the
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
+pub mod ready;
 pub mod shard_main;
 pub mod state;
 
