@@ -2,18 +2,16 @@
 //! scrape time from every shard's report: broker counters and gauges from the slots, and
 //! each shard's registry (latency histograms, HTTP and mesh counters), merged.
 //!
-//! The text exposition is written here rather than with `prometheus-client`: that crate
-//! writes OpenMetrics, which appends `_total` to counter names, and v1 dashboards and alerts
-//! scrape `boltq_messages_published` and friends by their exact v1 names.
+//! The exposition lines themselves are written by [`super::prometheus`].
 
 use super::messaging_routes::MessagingNumbers;
+use super::prometheus::{Kind, TextWriter};
 use crate::http::Response;
 use crate::messaging::engine::{SEND_DELIVERED_METRIC, SEND_DURABLE_METRIC};
 use crate::queue::server::dispatch::{CONSUME_WAIT_METRIC, PUBLISH_LATENCY_METRIC};
 use crate::queue::server::mesh::ShardReport;
 use boltq_shards::metrics::MetricsSnapshot;
 use serde_json::{json, Map, Value};
-use std::fmt::Write;
 
 /// Queues listed one by one in `boltq_queue_ready_messages{queue=…}`; beyond this the
 /// per-queue series stop (the totals stay exact), so a scrape stays bounded.
@@ -177,10 +175,11 @@ pub fn render(
         return Response::json(200, &v);
     }
     let mut text = text_form(report);
+    let mut w = TextWriter::new(&mut text);
     if let Some(m) = messaging {
-        messaging_text(&mut text, report, m);
+        messaging_text(&mut w, report, m);
     }
-    process_text(&mut text, &process_series());
+    process_text(&mut w, &process_series());
     Response::text(200, "text/plain; version=0.0.4; charset=utf-8", text)
 }
 
@@ -193,14 +192,14 @@ pub fn render(
 /// Plain std reads on the shard: procfs files are produced in memory by the kernel at read
 /// time and never wait on a device, unlike the data files the shards only touch through
 /// io_uring, and a scrape reads two small files.
-fn process_series() -> Vec<(&'static str, &'static str, &'static str, u64)> {
+fn process_series() -> Vec<(&'static str, &'static str, Kind, u64)> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let mut series = Vec::new();
     if let Some(kib) = read("/proc/self/status").and_then(|s| proc_field(&s, "VmRSS:")) {
         series.push((
             "process_resident_memory_bytes",
             "Resident memory of the server process",
-            "gauge",
+            Kind::Gauge,
             kib * 1024,
         ));
     }
@@ -208,7 +207,7 @@ fn process_series() -> Vec<(&'static str, &'static str, &'static str, u64)> {
         series.push((
             "process_disk_write_bytes_total",
             "Bytes the server process caused to be written to storage (procfs write_bytes)",
-            "counter",
+            Kind::Counter,
             bytes,
         ));
     }
@@ -222,77 +221,63 @@ fn proc_field(text: &str, key: &str) -> Option<u64> {
         .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
 }
 
-fn process_text(out: &mut String, series: &[(&str, &str, &str, u64)]) {
+fn process_text(w: &mut TextWriter, series: &[(&str, &str, Kind, u64)]) {
     for (name, help, kind, value) in series {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+        w.single(name, help, *kind, &[], value);
     }
 }
 
 fn text_form(r: &ShardReport) -> String {
     let mut out = String::with_capacity(8 * 1024);
+    let mut w = TextWriter::new(&mut out);
     for (name, help, value) in v1_counters(r) {
-        let _ = writeln!(
-            out,
-            "# HELP boltq_{name} {help}\n# TYPE boltq_{name} counter\nboltq_{name} {value}"
-        );
+        w.single(&format!("boltq_{name}"), help, Kind::Counter, &[], value);
     }
     for (name, help, value) in gauges(r) {
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+        w.single(name, help, Kind::by_name(name), &[], value);
     }
-    let _ = writeln!(out, "# HELP boltq_queue_ready_messages Ready messages per work queue\n# TYPE boltq_queue_ready_messages gauge");
+    let ready = "boltq_queue_ready_messages";
+    w.family(ready, Some("Ready messages per work queue"), Kind::Gauge);
     for (queue, n) in r.stats.queues.iter().take(QUEUE_SERIES_MAX) {
-        let _ = writeln!(
-            out,
-            "boltq_queue_ready_messages{{queue=\"{}\"}} {n}",
-            escape_label(queue)
-        );
+        w.sample(ready, &[("queue", queue)], n);
     }
-    let mut last = String::new();
-    let mut type_line = |out: &mut String, name: &str, kind: &str| {
-        if last != name {
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            last = name.to_string();
-        }
-    };
-    // Series of one name are adjacent (the maps are ordered by name, then labels), so each
-    // name gets exactly one TYPE line, as strict parsers require.
+    // The maps are ordered by name, then labels, so the series of one name are adjacent.
     for (key, value) in &r.metrics.counters {
         if key.name == "boltq_snapshots_total" || key.name.starts_with("boltq_cache_") {
             continue; // reported under their v1 names above
         }
-        type_line(&mut out, &key.name, "counter");
-        let _ = writeln!(out, "{}{} {value}", key.name, labels(&key.labels));
+        w.family(&key.name, None, Kind::Counter);
+        w.sample(&key.name, &pairs(&key.labels), value);
     }
     for (key, value) in &r.metrics.gauges {
-        type_line(&mut out, &key.name, "gauge");
-        let _ = writeln!(out, "{}{} {value}", key.name, labels(&key.labels));
+        w.family(&key.name, None, Kind::Gauge);
+        w.sample(&key.name, &pairs(&key.labels), value);
     }
     for (key, h) in &r.metrics.histograms {
         if SECONDS_HISTOGRAMS.contains(&key.name.as_str()) {
             continue; // histograms in seconds, with the messaging numbers
         }
-        type_line(&mut out, &key.name, "summary");
+        let labels = pairs(&key.labels);
+        w.family(&key.name, None, Kind::Summary);
         for q in [0.5, 0.9, 0.99, 0.999] {
-            let mut l = key.labels.clone();
-            l.push(("quantile".into(), q.to_string()));
-            let _ = writeln!(out, "{}{} {}", key.name, labels(&l), h.value_at_quantile(q));
+            let quantile = q.to_string();
+            let mut l = labels.clone();
+            l.push(("quantile", &quantile));
+            w.sample(&key.name, &l, h.value_at_quantile(q));
         }
         let sum = (h.mean() * h.len() as f64).round() as u64;
-        let _ = writeln!(out, "{}_sum{} {sum}", key.name, labels(&key.labels));
-        let _ = writeln!(out, "{}_count{} {}", key.name, labels(&key.labels), h.len());
+        w.sample(&format!("{}_sum", key.name), &labels, sum);
+        w.sample(&format!("{}_count", key.name), &labels, h.len());
     }
     out
+}
+
+/// Owned label pairs as the writer takes them.
+fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
+    labels
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
 }
 
 /// Gateway counters and gauges of spec §13.1 (and the improvements it asks for).
@@ -441,19 +426,6 @@ fn push_series(
     ]
 }
 
-/// One `node`-labelled series with its HELP and TYPE (`_total`: counter, else gauge).
-fn node_series(out: &mut String, node: &str, name: &str, help: &str, value: u64) {
-    let kind = if name.ends_with("_total") {
-        "counter"
-    } else {
-        "gauge"
-    };
-    let _ = writeln!(
-        out,
-        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{node} {value}"
-    );
-}
-
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
@@ -494,40 +466,36 @@ fn engine_shard_series(
 
 /// The messaging plane's part of the text exposition: gateway series labelled `node`,
 /// engine series labelled `shard`, process-wide gauges, and the two latency histograms.
-fn messaging_text(out: &mut String, r: &ShardReport, m: &MessagingNumbers) {
-    let node = format!("{{node=\"{}\"}}", escape_label(&m.node));
+fn messaging_text(w: &mut TextWriter, r: &ShardReport, m: &MessagingNumbers) {
+    let node = [("node", m.node.as_str())];
     if let Some(g) = &m.gateway {
         for (name, help, value) in gateway_series(g) {
-            node_series(out, &node, name, help, value);
+            w.single(name, help, Kind::by_name(name), &node, value);
         }
         if let Some(c) = &m.census {
             for (name, help, value) in presence_series(g, c) {
-                node_series(out, &node, name, help, value);
+                w.single(name, help, Kind::by_name(name), &node, value);
             }
             if let Some(p) = &c.push {
                 for (name, help, value) in push_series(p) {
-                    node_series(out, &node, name, help, value);
+                    w.single(name, help, Kind::by_name(name), &node, value);
                 }
             }
         }
     }
-    let shards: Vec<(usize, &crate::messaging::engine::stats::EngineStats)> = m
+    let shards: Vec<(String, &crate::messaging::engine::stats::EngineStats)> = m
         .engine
         .iter()
         .enumerate()
-        .filter_map(|(i, e)| e.as_ref().map(|e| (i, e)))
+        .filter_map(|(i, e)| e.as_ref().map(|e| (i.to_string(), e)))
         .collect();
-    for i in 0..engine_shard_series(&Default::default()).len() {
-        let (name, help, _) = engine_shard_series(&Default::default())[i];
-        let kind = if name.ends_with("_total") {
-            "counter"
-        } else {
-            "gauge"
-        };
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (i, (name, help, _)) in engine_shard_series(&Default::default())
+        .into_iter()
+        .enumerate()
+    {
+        w.family(name, Some(help), Kind::by_name(name));
         for (shard, e) in &shards {
-            let value = engine_shard_series(e)[i].2;
-            let _ = writeln!(out, "{name}{{shard=\"{shard}\"}} {value}");
+            w.sample(name, &[("shard", shard)], engine_shard_series(e)[i].2);
         }
     }
     let mut total = crate::messaging::engine::stats::EngineStats::default();
@@ -553,10 +521,7 @@ fn messaging_text(out: &mut String, r: &ShardReport, m: &MessagingNumbers) {
             missing as u64,
         ),
     ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-        );
+        w.single(name, help, Kind::Gauge, &[], value);
     }
     for (name, help) in [
         (
@@ -568,18 +533,19 @@ fn messaging_text(out: &mut String, r: &ShardReport, m: &MessagingNumbers) {
             "Record timestamp to its frame queued for a device, seconds",
         ),
     ] {
-        histogram_seconds(out, name, help, &r.metrics);
+        histogram_seconds(w, name, help, &r.metrics);
     }
 }
 
 /// One histogram (recorded in µs) in Prometheus histogram form, in seconds. Bucket
 /// counts are exact to the histogram's precision (1 %): a value counts in the first
 /// bucket whose bound is at or above the lowest value it is indistinguishable from.
-fn histogram_seconds(out: &mut String, name: &str, help: &str, snapshot: &MetricsSnapshot) {
+fn histogram_seconds(w: &mut TextWriter, name: &str, help: &str, snapshot: &MetricsSnapshot) {
     let Some(h) = snapshot.histogram(name, &[]) else {
         return;
     };
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    w.family(name, Some(help), Kind::Histogram);
+    let bucket = format!("{name}_bucket");
     let mut counts = [0u64; LATENCY_BUCKETS_US.len()];
     for v in h.iter_recorded() {
         let lowest = h.lowest_equivalent(v.value_iterated_to());
@@ -590,12 +556,13 @@ fn histogram_seconds(out: &mut String, name: &str, help: &str, snapshot: &Metric
     let mut cumulative = 0u64;
     for (bound, n) in LATENCY_BUCKETS_US.iter().zip(counts) {
         cumulative += n;
-        let le = *bound as f64 / 1e6;
-        let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        let le = (*bound as f64 / 1e6).to_string();
+        w.sample(&bucket, &[("le", &le)], cumulative);
     }
-    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {}", h.len());
+    w.sample(&bucket, &[("le", "+Inf")], h.len());
     let sum_s = h.mean() * h.len() as f64 / 1e6;
-    let _ = writeln!(out, "{name}_sum {sum_s}\n{name}_count {}", h.len());
+    w.sample(&format!("{name}_sum"), &[], sum_s);
+    w.sample(&format!("{name}_count"), &[], h.len());
 }
 
 fn messaging_json(r: &ShardReport, m: &MessagingNumbers) -> Value {
@@ -648,24 +615,6 @@ fn messaging_json(r: &ShardReport, m: &MessagingNumbers) -> Value {
     })
 }
 
-fn labels(l: &[(String, String)]) -> String {
-    if l.is_empty() {
-        return String::new();
-    }
-    let inner: Vec<String> = l
-        .iter()
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-        .collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-/// Label values escape `\`, `"` and newlines (Prometheus text format).
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
 fn json_form(r: &ShardReport) -> Value {
     let mut o = Map::new();
     for (name, _, value) in v1_counters(r) {
@@ -715,7 +664,7 @@ mod tests {
         assert_eq!(proc_field("VmRSS:\tlots\n", "VmRSS:"), None);
         assert_eq!(proc_field("", "VmRSS:"), None);
         let mut text = String::new();
-        process_text(&mut text, &process_series());
+        process_text(&mut TextWriter::new(&mut text), &process_series());
         // This test process is alive, so its resident memory is above zero.
         let rss = proc_field(&text, "process_resident_memory_bytes ").unwrap();
         assert!(rss > 0, "{text}");
@@ -842,5 +791,124 @@ mod tests {
             3
         );
         assert_eq!(json["messaging"]["latency"]["send_durable_us"]["count"], 4);
+    }
+
+    /// A report with every kind of series: v1 counters, gauges, labelled registry counters
+    /// and gauges, a summary, the seconds histograms and the messaging numbers.
+    fn rich_report() -> (ShardReport, MessagingNumbers) {
+        use crate::messaging::engine::stats::EngineStats;
+        use crate::messaging::gateway::GatewayStats;
+        let registry = boltq_shards::metrics::Registry::default();
+        registry
+            .counter("boltq_http_requests_total", &[("route", "/metrics")])
+            .add(3);
+        registry
+            .counter("boltq_http_requests_total", &[("route", "/q\"x")])
+            .add(1);
+        registry.counter("boltq_cache_hits", &[]).add(9);
+        registry.counter("boltq_snapshots_total", &[]).add(2);
+        registry
+            .gauge("boltq_mesh_queue_depth", &[("peer", "1")])
+            .set(-4);
+        let h = registry.histogram(PUBLISH_LATENCY_METRIC, &[("shard", "0")]);
+        for us in [10, 20, 3_000] {
+            h.record(us);
+        }
+        registry.histogram(SEND_DURABLE_METRIC, &[]).record(1_500);
+        let mut r = ShardReport {
+            metrics: registry.snapshot(),
+            storage_bytes: 4096,
+            connections: 2,
+            ..Default::default()
+        };
+        r.counters.published = 3;
+        r.counters.expired = 1;
+        r.stats.queues.insert("a\\b\nc".into(), 7);
+        r.stats.queues.insert("jobs".into(), 0);
+        let m = MessagingNumbers {
+            node: "n1".into(),
+            engine: vec![
+                None,
+                Some(EngineStats {
+                    appends: 2,
+                    topics: 1,
+                    ..Default::default()
+                }),
+            ],
+            gateway: Some(GatewayStats {
+                connections: 5,
+                ..Default::default()
+            }),
+            census: Some(super::super::messaging_routes::CensusTotals {
+                sessions: 1,
+                push: Some(crate::messaging::push::dispatcher::PushStats {
+                    scanned: 6,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        };
+        (r, m)
+    }
+
+    /// Everything but the process series (procfs numbers move between two scrapes).
+    fn without_process(text: &[u8]) -> String {
+        String::from_utf8_lossy(text)
+            .lines()
+            .filter(|l| !l.contains("process_"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn registry_series_summaries_and_histograms_are_byte_exact() {
+        let (r, m) = rich_report();
+        let text = without_process(&render(&r, Some(&m), false).body);
+        let registry = "# HELP boltq_queue_ready_messages Ready messages per work queue
+# TYPE boltq_queue_ready_messages gauge
+boltq_queue_ready_messages{queue=\"a\\\\b\\nc\"} 7
+boltq_queue_ready_messages{queue=\"jobs\"} 0
+# TYPE boltq_http_requests_total counter
+boltq_http_requests_total{route=\"/metrics\"} 3
+boltq_http_requests_total{route=\"/q\\\"x\"} 1
+# TYPE boltq_mesh_queue_depth gauge
+boltq_mesh_queue_depth{peer=\"1\"} -4
+# TYPE boltq_publish_reply_latency_us summary
+boltq_publish_reply_latency_us{shard=\"0\",quantile=\"0.5\"} 20
+boltq_publish_reply_latency_us{shard=\"0\",quantile=\"0.9\"} 3007
+boltq_publish_reply_latency_us{shard=\"0\",quantile=\"0.99\"} 3007
+boltq_publish_reply_latency_us{shard=\"0\",quantile=\"0.999\"} 3007
+boltq_publish_reply_latency_us_sum{shard=\"0\"} 3030
+boltq_publish_reply_latency_us_count{shard=\"0\"} 3
+# HELP boltq_gateway_attached Sessions holding a socket
+# TYPE boltq_gateway_attached gauge
+boltq_gateway_attached{node=\"n1\"} 0
+";
+        assert!(text.contains(registry), "{text}");
+        let engine = "# TYPE boltq_stream_tail_pending_records gauge
+boltq_stream_tail_pending_records{shard=\"1\"} 0
+# HELP boltq_stream_topics Stream topics
+# TYPE boltq_stream_topics gauge
+boltq_stream_topics 1
+";
+        assert!(text.contains(engine), "{text}");
+        let histogram = "# TYPE boltq_messaging_send_durable_seconds histogram
+boltq_messaging_send_durable_seconds_bucket{le=\"0.0005\"} 0
+boltq_messaging_send_durable_seconds_bucket{le=\"0.001\"} 0
+boltq_messaging_send_durable_seconds_bucket{le=\"0.0025\"} 1
+";
+        assert!(text.contains(histogram), "{text}");
+        let end = "boltq_messaging_send_durable_seconds_bucket{le=\"10\"} 1
+boltq_messaging_send_durable_seconds_bucket{le=\"+Inf\"} 1
+boltq_messaging_send_durable_seconds_sum 0.0015
+boltq_messaging_send_durable_seconds_count 1
+";
+        assert!(text.ends_with(end), "{text}");
+        assert!(text.starts_with(
+            "# HELP boltq_messages_published Messages published (work queues, topics, exchanges)
+# TYPE boltq_messages_published counter
+boltq_messages_published 3
+"
+        ));
     }
 }

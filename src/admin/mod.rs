@@ -7,6 +7,7 @@ pub mod demo;
 pub mod http;
 pub mod messaging_routes;
 pub mod metrics;
+pub mod prometheus;
 pub mod queue_routes;
 pub mod readiness;
 pub mod router;

@@ -39,12 +39,12 @@ pub struct CliArgs {
     #[arg(long, value_name = "N")]
     pub shards: Option<u32>,
 
-    /// Binary protocol port (server.tcp_port).
-    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    /// Binary protocol port (server.tcp_port); 0 = any free port, named in the `ready:` line.
+    #[arg(long, value_name = "PORT")]
     pub tcp_port: Option<u16>,
 
-    /// HTTP admin port (server.http_port); default TCP port − 1.
-    #[arg(long, value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    /// HTTP admin port (server.http_port); default TCP port − 1; 0 = any free port.
+    #[arg(long, value_name = "PORT")]
     pub http_port: Option<u16>,
 
     /// off, error, warn, info, debug or trace (server.log_level).
@@ -256,7 +256,7 @@ mod tests {
     #[test]
     fn clap_rejects_bad_flags_with_exit_code_2() {
         for bad in [
-            &["boltq", "--tcp-port", "0"][..],
+            &["boltq", "--tcp-port", "-1"][..],
             &["boltq", "--tcp-port", "70000"],
             &["boltq", "--storage-mode", "dsk"],
             &["boltq", "--fsync", "sometimes"],

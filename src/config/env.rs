@@ -9,8 +9,8 @@
 //!   take `yes`/`no`, because v1's messaging parser accepted `yes`.
 //! - Numbers, ports and durations must parse (surrounding spaces allowed);
 //!   v1 ignored unparsable integers and kept the file value without a word.
-//!   Ports must be 1..=65535 (except `BOLTQ_GATEWAY_PORT`, where 0 means
-//!   "on the admin listener").
+//!   Ports must be 0..=65535; 0 asks the kernel for any free port, except for
+//!   `BOLTQ_GATEWAY_PORT`, where 0 means "on the admin listener".
 //! - Comma lists are split, trimmed, and empty items dropped (v1 did not trim
 //!   messaging lists, so `"a, b"` gave an origin `" b"` that never matched).
 //! - `BOLTQ_SEEDS` replaces `cluster.seeds`; `BOLTQ_JOIN_ADDR` is put in
@@ -93,9 +93,9 @@ impl Env<'_> {
     }
 
     fn port(&self, var: &str) -> Result<Option<u16>, ConfigError> {
-        self.parse_with(var, |s| match s.parse::<u16>() {
-            Ok(p) if p >= 1 => Ok(p),
-            _ => Err("must be a port number between 1 and 65535".to_string()),
+        self.parse_with(var, |s| {
+            s.parse::<u16>()
+                .map_err(|_| "must be a port number between 0 and 65535".to_string())
         })
     }
 

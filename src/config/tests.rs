@@ -534,7 +534,7 @@ fn env_parse_errors_name_the_variable() {
         ("BOLTQ_CLUSTER_ENABLED", "yes"),
         ("BOLTQ_CACHE_ENABLED", "off"),
         ("BOLTQ_TCP_PORT", "abc"),
-        ("BOLTQ_TCP_PORT", "0"),
+        ("BOLTQ_TCP_PORT", "-1"),
         ("BOLTQ_HTTP_PORT", "65536"),
         ("BOLTQ_SHARDS", "-1"),
         ("BOLTQ_CACHE_MAX_KEYS", "1e6"),
@@ -662,12 +662,27 @@ fn validation_message_format() {
 }
 
 #[test]
+fn port_zero_means_any_free_port_from_file_env_and_flags() {
+    // Two listeners on port 0 do not collide: each gets its own port from the kernel.
+    let f = TempFile::new("toml", "[server]\ntcp_port = 0\nhttp_port = 0\n");
+    let c = Config::load(args(&["--config", f.arg()]), &no_env).unwrap();
+    assert_eq!((c.server.tcp_port, c.http_port()), (0, 0));
+    let env = env_of(&[("BOLTQ_TCP_PORT", "0"), ("BOLTQ_HTTP_PORT", "0")]);
+    let c = Config::load(args(&[]), &env).unwrap();
+    assert_eq!((c.server.tcp_port, c.http_port()), (0, 0));
+    let c = Config::load(args(&["--tcp-port", "0", "--http-port", "0"]), &no_env).unwrap();
+    assert_eq!((c.server.tcp_port, c.http_port()), (0, 0));
+    // An ephemeral TCP port leaves no `tcp_port - 1` default for HTTP.
+    let err = Config::load(args(&["--tcp-port", "0"]), &no_env).unwrap_err();
+    assert_eq!(err.key(), Some("server.http_port"), "{err}");
+}
+
+#[test]
 fn each_validation_error_names_its_key() {
     const KEY: &str = "0123456789abcdef0123456789abcdef";
     let cases: &[(&str, &str)] = &[
         ("[server]\nhost = \"\"", "server.host"),
-        ("[server]\ntcp_port = 0", "server.tcp_port"),
-        ("[server]\nhttp_port = 0", "server.http_port"),
+        ("[server]\ntcp_port = 0", "server.http_port"),
         ("[server]\ntcp_port = 1", "server.http_port"),
         ("[server]\ntcp_port = 9000\nhttp_port = 9000", "server.http_port"),
         ("[server.tls]\nenabled = true", "server.tls.cert_file"),

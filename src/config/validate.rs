@@ -42,21 +42,23 @@ fn server(c: &Config) -> Check {
         &s.host,
         "must not be empty (use 0.0.0.0 for all interfaces)",
     )?;
-    range("server.tcp_port", u64::from(s.tcp_port), 1, 65535)?;
+    // Port 0 binds any free port (the `ready:` log line names the ports bound); tests
+    // start servers that way instead of guessing free ports.
+    range("server.tcp_port", u64::from(s.tcp_port), 0, 65535)?;
     match s.http_port {
-        Some(p) => range("server.http_port", u64::from(p), 1, 65535)?,
+        Some(p) => range("server.http_port", u64::from(p), 0, 65535)?,
         None if s.tcp_port <= 1 => {
             return Err(ConfigError::conflict(
                 "server.http_port",
                 format!(
-                    "not set, and the default tcp_port - 1 = {} is not a usable port; set it explicitly",
-                    s.tcp_port.saturating_sub(1)
+                    "not set, and tcp_port = {} gives no default (tcp_port - 1); set it explicitly",
+                    s.tcp_port
                 ),
             ))
         }
         None => {}
     }
-    if c.http_port() == s.tcp_port {
+    if s.tcp_port != 0 && c.http_port() == s.tcp_port {
         return Err(ConfigError::invalid(
             "server.http_port",
             c.http_port(),
@@ -182,7 +184,7 @@ fn cluster(c: &Config) -> Check {
         ));
     }
     if let Some((_, raft_port)) = split_host_port(&cl.raft_addr) {
-        if raft_port == c.server.tcp_port || raft_port == c.http_port() {
+        if raft_port != 0 && (raft_port == c.server.tcp_port || raft_port == c.http_port()) {
             return Err(ConfigError::invalid(
                 "cluster.raft_addr",
                 format!("{:?}", cl.raft_addr),

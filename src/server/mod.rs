@@ -2,6 +2,7 @@
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
 pub mod mesh;
+pub mod ready;
 pub mod shard_main;
 
 use crate::admin::readiness::ServerState;

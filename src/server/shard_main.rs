@@ -132,7 +132,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         _ => None,
     };
     if plan.state.shard_started() {
-        log::info!("ready: {} shards", plan.state.shard_count);
+        log::info!("{}", super::ready::ready_line(&plan));
     }
     shard.shutdown_requested().await;
     plan.state.set_not_ready();

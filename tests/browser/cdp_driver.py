@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A tiny Chrome DevTools Protocol driver for BoltQ's browser tests. Standard library only.
 
-The test (tests/dashboard_browser.rs) starts Chromium itself with
+The test (tests/browser/dashboard_browser.rs) starts Chromium itself with
 `--remote-debugging-port=0`, reads the port Chromium chose from `DevToolsActivePort`, and
 runs this script with that port:
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A multi-tab Chrome DevTools Protocol driver for the chat demo's browser test
-(tests/demo_browser.rs). Standard library only; it reuses the WebSocket client, the page
+(tests/browser/demo_browser.rs). Standard library only; it reuses the WebSocket client, the page
 wrapper and the commands of cdp_driver.py (same folder) and adds tabs:
 
     python3 demo_driver.py <devtools-port>

@@ -18,8 +18,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_boltq");
 /// How long a server may take to become ready (a cold CI machine is slow).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A port that was free a moment ago (the kernel may hand it out again; tests accept that
-/// small race rather than teach the server to report an ephemeral port).
+/// A port that was free a moment ago (the kernel may hand it out again). Only for listeners
+/// that cannot take port 0: the server's TCP and HTTP ports can ([`Server::start`] passes 0
+/// and reads the bound ports from the `ready:` line), the dedicated gateway listener cannot
+/// (its port 0 means "on the HTTP listener").
 pub fn free_port() -> u16 {
     // The kernel may hand the same ephemeral port out again as soon as the probe listener
     // closes; never give a test the same port twice (a server's TCP and HTTP port collided).
@@ -38,18 +40,39 @@ pub fn free_port() -> u16 {
     }
 }
 
-/// How [`Server::start_until`] tells that the server is ready.
+/// How [`Server::start_until`] tells that the server is ready. Either way the log has the
+/// line the last shard writes once every listener accepts ([`READY_LOG_MARK`]), which names
+/// the ports bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadyBy {
-    /// `GET /readyz` over plain HTTP answers 200 (the default).
+    /// Also `GET /readyz` over plain HTTP answers 200 (the default).
     PlainReadyz,
-    /// The log has the line the last shard writes once every listener accepts
-    /// ([`READY_LOG_MARK`]); for servers whose HTTP port is not plain HTTP (TLS).
+    /// The log line alone; for servers whose HTTP port is not plain HTTP (TLS).
     LogLine,
 }
 
-/// Start of the log line written when every shard serves.
-pub const READY_LOG_MARK: &str = "ready: ";
+/// Start of the log line written when every shard serves:
+/// `ready: 2 shards, tcp 127.0.0.1:40123, http 127.0.0.1:40124`.
+pub const READY_LOG_MARK: &str = boltq::server::ready::READY_MARK;
+
+pub use boltq::server::ready::ready_port;
+
+/// `args` with a port 0 after `--tcp-port` / `--http-port` replaced by the port bound the
+/// first time, so that a restarted server comes back where its clients look for it.
+fn pin_ports(args: &[String], tcp_port: u16, http_port: u16) -> Vec<String> {
+    let mut pinned = args.to_vec();
+    for i in 1..pinned.len() {
+        let port = match pinned[i - 1].trim_start_matches('-') {
+            "tcp-port" => tcp_port,
+            "http-port" => http_port,
+            _ => continue,
+        };
+        if pinned[i] == "0" {
+            pinned[i] = port.to_string();
+        }
+    }
+    pinned
+}
 
 pub struct Server {
     child: Option<Child>,
@@ -64,8 +87,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts a server on fresh loopback ports and a fresh data dir, with 2 shards, and waits
-    /// until `/readyz` answers 200.
+    /// Starts a server on ports the kernel picks (port 0) and a fresh data dir, with 2
+    /// shards, and waits until `/readyz` answers 200.
     pub fn start(extra: &[&str]) -> Server {
         Server::start_until(extra, ReadyBy::PlainReadyz)
     }
@@ -73,26 +96,25 @@ impl Server {
     /// [`Server::start`], waiting for readiness as `ready_by` says.
     pub fn start_until(extra: &[&str], ready_by: ReadyBy) -> Server {
         let tmp = TempDir::new("server");
-        let (tcp, http) = (free_port(), free_port());
         let data = tmp.path().join("data");
         let mut args = vec![
-            "--data-dir".to_string(),
-            data.to_str().unwrap().to_string(),
-            "--tcp-port".to_string(),
-            tcp.to_string(),
-            "--http-port".to_string(),
-            http.to_string(),
-            "--shards".to_string(),
-            "2".to_string(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--tcp-port",
+            "0",
+            "--http-port",
+            "0",
+            "--shards",
+            "2",
         ];
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut s = Server::start_raw_until(&refs, tcp, http, &data, ready_by);
+        args.extend_from_slice(extra);
+        let mut s = Server::start_raw_until(&args, 0, 0, &data, ready_by);
         s._tmp = Some(tmp);
         s
     }
 
-    /// Starts with exactly `args`; the caller says which ports and data dir they imply.
+    /// Starts with exactly `args`; the caller says which ports (0: whatever the `ready:` line
+    /// says) and data dir they imply.
     pub fn start_raw(args: &[&str], tcp_port: u16, http_port: u16, data_dir: &Path) -> Server {
         Server::start_raw_until(args, tcp_port, http_port, data_dir, ReadyBy::PlainReadyz)
     }
@@ -116,7 +138,7 @@ impl Server {
             .stderr(log)
             .spawn()
             .expect("spawn boltq");
-        let server = Server {
+        let mut server = Server {
             child: Some(child),
             args: args.iter().map(|a| a.to_string()).collect(),
             tcp_port,
@@ -130,22 +152,45 @@ impl Server {
         server
     }
 
-    fn wait_ready(&self, ready_by: ReadyBy) {
+    /// Waits for the `ready:` line, takes the ports from it, then (for
+    /// [`ReadyBy::PlainReadyz`]) waits for `/readyz`.
+    fn wait_ready(&mut self, ready_by: ReadyBy) {
         let deadline = Instant::now() + READY_TIMEOUT;
-        while Instant::now() < deadline {
-            let ready = match ready_by {
-                ReadyBy::PlainReadyz => matches!(http_get(self.http_port, "/readyz"), Ok((200, _))),
-                ReadyBy::LogLine => self.log().contains(READY_LOG_MARK),
-            };
-            if ready {
-                return;
+        let (tcp, http) = loop {
+            let log = self.log();
+            if let (Some(tcp), Some(http)) = (ready_port(&log, "tcp"), ready_port(&log, "http")) {
+                break (tcp, http);
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("server exited before ready ({status}); log:\n{log}");
+            }
+            if Instant::now() > deadline {
+                self.not_ready();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for (asked, bound) in [(&mut self.tcp_port, tcp), (&mut self.http_port, http)] {
+            assert!(
+                *asked == 0 || *asked == bound,
+                "asked for port {asked}, the server bound {bound}"
+            );
+            *asked = bound;
         }
+        while ready_by == ReadyBy::PlainReadyz
+            && !matches!(http_get(self.http_port, "/readyz"), Ok((200, _)))
+        {
+            if Instant::now() > deadline {
+                self.not_ready();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn not_ready(&self) -> ! {
         panic!(
             "server not ready in {READY_TIMEOUT:?}; log:\n{}",
             self.log()
-        );
+        )
     }
 
     pub fn pid(&self) -> u32 {
@@ -164,8 +209,8 @@ impl Server {
     /// returns the new server and the old one's exit code.
     pub fn restart(mut self, signal: i32) -> (Server, Option<i32>) {
         let tmp = self._tmp.take();
-        let args = self.args.clone();
         let (tcp, http, data) = (self.tcp_port, self.http_port, self.data_dir.clone());
+        let args = pin_ports(&self.args, tcp, http);
         let (code, _) = self.stop_inner(signal);
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
         let mut next = Server::start_raw_until(&refs, tcp, http, &data, self.ready_by);
@@ -415,8 +460,8 @@ impl Server {
     /// a server started in that window fails with "Address already in use".
     pub fn restart_when_ports_free(mut self, signal: i32) -> (Server, Option<i32>) {
         let tmp = self._tmp.take();
-        let args = self.args.clone();
         let (tcp, http, data) = (self.tcp_port, self.http_port, self.data_dir.clone());
+        let args = pin_ports(&self.args, tcp, http);
         let ready_by = self.ready_by;
         let (code, _) = self.stop_inner(signal);
         wait_until_bindable(&[tcp, http]);

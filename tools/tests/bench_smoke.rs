@@ -12,7 +12,7 @@ use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::{free_port, server_binary, wait_until_pings, Pki, BENCH};
+use support::{free_port, server_binary, wait_for_ready_ports, wait_until_pings, Pki, BENCH};
 
 /// The runs share two cores and a disk with each other and with the server: one at a time
 /// keeps each bench's second of load from starving another's server.
@@ -47,32 +47,31 @@ impl Server {
 
     fn start_with(extra: &[&str], tls: Option<ClientTls>) -> Server {
         let dir = TempDir::new("bench-smoke");
-        let (tcp, http) = (free_port(), free_port());
         let data = dir.path().join("data");
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(server_binary())
             .arg("--data-dir")
             .arg(&data)
             .args(["--host", "127.0.0.1", "--shards", "2"])
-            .args([
-                "--tcp-port",
-                &tcp.to_string(),
-                "--http-port",
-                &http.to_string(),
-            ])
+            .args(["--tcp-port", "0", "--http-port", "0"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("spawn the boltq server");
-        let server = Server {
+        // Owned by `server` first, so a server that never gets ready is killed on the panic.
+        let mut server = Server {
             child,
-            addr: format!("127.0.0.1:{tcp}"),
-            http: format!("127.0.0.1:{http}"),
+            addr: String::new(),
+            http: String::new(),
             tls,
             _dir: dir,
         };
+        let (tcp, http) = wait_for_ready_ports(&log_path);
+        server.addr = format!("127.0.0.1:{tcp}");
+        server.http = format!("127.0.0.1:{http}");
         server.wait_ready();
         server
     }

@@ -9,7 +9,7 @@ use boltq_io::testutil::TempDir;
 use serde_json::Value;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use support::{free_port, server_binary, wait_until_pings, Pki, BENCH};
+use support::{free_port, server_binary, wait_for_ready_ports, wait_until_pings, Pki, BENCH};
 
 const SECRET: &str = "smoke-secret-0123456789abcdef-0123456789";
 
@@ -40,16 +40,18 @@ impl Server {
 
     fn start_with(tls: Option<&Pki>) -> Server {
         let dir = TempDir::new("gateway-bench-smoke");
-        let (tcp, http, members) = (free_port(), free_port(), free_port());
-        let (gateway, url) = match tls {
-            None => (String::new(), format!("ws://127.0.0.1:{http}/ws")),
+        let members = free_port();
+        // The gateway's own TLS listener needs a real port (its 0 means "on the HTTP
+        // listener"); the TCP and HTTP ports are the kernel's choice, read back when ready.
+        let (gateway, tls_port) = match tls {
+            None => (String::new(), None),
             Some(pki) => {
                 let port = free_port();
                 let section = format!(
                     "port = {port}\n[messaging.gateway.tls]\nenabled = true\n{}\n",
                     pki.config_lines()
                 );
-                (section, format!("wss://127.0.0.1:{port}/ws"))
+                (section, Some(port))
             }
         };
         let config = dir.path().join("boltq.toml");
@@ -64,27 +66,35 @@ impl Server {
             ),
         )
         .unwrap();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(server_binary())
             .arg("--config")
             .arg(&config)
             .arg("--data-dir")
             .arg(dir.path().join("data"))
             .args(["--host", "127.0.0.1", "--shards", "2"])
-            .args(["--tcp-port", &tcp.to_string()])
-            .args(["--http-port", &http.to_string()])
+            .args(["--tcp-port", "0", "--http-port", "0"])
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("spawn the boltq server");
-        let server = Server {
+        // Owned by `server` first, so a server that never gets ready is killed on the panic.
+        let mut server = Server {
             child,
-            tcp: format!("127.0.0.1:{tcp}"),
-            http: format!("127.0.0.1:{http}"),
-            url,
+            tcp: String::new(),
+            http: String::new(),
+            url: String::new(),
             membership: format!("127.0.0.1:{members}"),
             _dir: dir,
+        };
+        let (tcp, http) = wait_for_ready_ports(&log_path);
+        server.tcp = format!("127.0.0.1:{tcp}");
+        server.http = format!("127.0.0.1:{http}");
+        server.url = match tls_port {
+            None => format!("ws://127.0.0.1:{http}/ws"),
+            Some(port) => format!("wss://127.0.0.1:{port}/ws"),
         };
         server.wait_ready();
         server

@@ -1,5 +1,5 @@
 //! What the smoke tests of `boltq-bench` share: the server binary, free ports, waiting for
-//! a started server, and a throwaway CA for the TLS runs.
+//! a started server and the ports it bound, and a throwaway CA for the TLS runs.
 //!
 //! Finding the server binary: `cargo test -p boltq-tools` builds the `boltq` *library* (a
 //! dependency of this crate) but not the `boltq` *binary*, and `CARGO_BIN_EXE_boltq` is only
@@ -68,6 +68,26 @@ pub fn wait_until_pings(addr: &str, tls: Option<boltq::client::ClientTls>) {
     panic!("server at {addr} not ready in 30 s");
 }
 
+/// The TCP and HTTP ports of a server started with port 0, from the `ready:` line of its log
+/// file at `log`; panics after 30 s.
+pub fn wait_for_ready_ports(log: &Path) -> (u16, u16) {
+    use boltq::server::ready::ready_port;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let (Some(tcp), Some(http)) = (ready_port(&text, "tcp"), ready_port(&text, "http")) {
+            return (tcp, http);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server not ready in 30 s: {text}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A port that was free a moment ago, for listeners the tests open themselves or that cannot
+/// take port 0 (the gateway's own listener: there 0 means "on the HTTP listener").
 pub fn free_port() -> u16 {
     // Never the same port twice in this process: the kernel may hand an ephemeral port out
     // again as soon as the probe closes, and a server's two ports must differ.

@@ -8,10 +8,11 @@
 //! to carol (offline: pushed once) and to bob (online: suppressed). Every number the
 //! routes and metrics show is then the script's exactly.
 
-mod support;
+use crate::support::gateway::{connect, SECRET};
 
-use support::gateway::{connect, SECRET};
-
+use crate::support::admin::{admin, admin_json, wait_for, API_KEY};
+use crate::support::stub::StubServer;
+use crate::support::{http, Server};
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
@@ -20,9 +21,6 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::admin::{admin, admin_json, wait_for, API_KEY};
-use support::stub::StubServer;
-use support::{http, Server};
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const REGION: &str = "eu-test";

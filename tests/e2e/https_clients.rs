@@ -4,10 +4,11 @@
 //! another CA configured, the calls fail — never in plain text — with a log line naming the
 //! TLS failure and `boltq_http_client_tls_errors_total` moving.
 
-mod support;
+use crate::support::gateway::{connect, SECRET};
 
-use support::gateway::{connect, SECRET};
-
+use crate::support::pki::Pki;
+use crate::support::stub::{StubServer, TlsConn};
+use crate::support::Server;
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
@@ -15,9 +16,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::pki::Pki;
-use support::stub::{StubServer, TlsConn};
-use support::Server;
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const GROUP: &str = "team";
@@ -150,7 +148,7 @@ fn start(service: &Service, ca_file: &Path) -> (Server, TempDir) {
 
 /// `boltq_http_client_tls_errors_total` summed over its series in `/metrics`.
 fn tls_errors(s: &Server) -> u64 {
-    let (status, body) = support::http_get(s.http_port, "/metrics").unwrap();
+    let (status, body) = crate::support::http_get(s.http_port, "/metrics").unwrap();
     assert_eq!(status, 200, "{body}");
     body.lines()
         .filter(|l| l.starts_with(TLS_ERRORS))

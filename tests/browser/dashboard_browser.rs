@@ -13,14 +13,12 @@
 //! over the DevTools protocol by `tests/browser/cdp_driver.py`, a standard-library-only
 //! script. Without Chromium the test fails; `BOLTQ_SKIP_BROWSER=1` skips it instead.
 
-mod support;
-
+use crate::support::browser::{chromium_or_fail, png_ok, test_output_dir, Browser};
+use crate::support::{get, post, Server};
 use boltq::client::{Client, ClientOptions, PublishOptions};
 use boltq_io::testutil::TempDir;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use support::browser::{chromium_or_fail, png_ok, test_output_dir, Browser};
-use support::{get, post, Server};
 
 #[test]
 fn dashboard_shows_depths_and_dead_letters_and_requeues_from_the_page() {

@@ -8,15 +8,13 @@
 //! The devices here are raw sockets ([`RawWs`]), not a WebSocket library: libraries answer
 //! the server's pings on their own, which would keep a "silent" device alive.
 
-mod support;
-
+use crate::support::gateway::{token, SECRET};
+use crate::support::Server;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::gateway::{token, SECRET};
-use support::Server;
 
 /// The liveness deadline the test servers run with (the smallest the config accepts is 1 s;
 /// 3 s leaves a talking device's 300 ms cadence a wide margin on a loaded machine).
@@ -264,25 +262,24 @@ fn shutdown_sends_1001_and_refuses_upgrades_with_503() {
     let tmp = TempDir::new("liveness-shutdown");
     let cfg = config(tmp.path(), "90s");
     let data = tmp.path().join("data");
-    let (tcp, http) = (support::free_port(), support::free_port());
-    let (tcp_s, http_s) = (tcp.to_string(), http.to_string());
     let s = Server::start_raw(
         &[
             "--data-dir",
             data.to_str().unwrap(),
             "--tcp-port",
-            &tcp_s,
+            "0",
             "--http-port",
-            &http_s,
+            "0",
             "--shards",
             "1",
             "--config",
             cfg.to_str().unwrap(),
         ],
-        tcp,
-        http,
+        0,
+        0,
         &data,
     );
+    let http = s.http_port;
     let mut device = RawWs::connect(http, "alice", "phone");
 
     let upgrade = upgrade_request("bob");

@@ -1,12 +1,10 @@
 //! End-to-end: the admin HTTP API of the queue plane against the real binary.
 
-mod support;
-
+use crate::support::{get, http, post, Server};
 use boltq::client::{Client, ClientOptions, PublishOptions};
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
-use support::{get, http, post, Server};
 
 #[test]
 fn health_cors_routing_and_limits() {

@@ -4,10 +4,10 @@
 //! (a std thread HTTP/1.1 server on 127.0.0.1:0 that records every request and answers
 //! each call with the next scripted status, 200 once the script is used up).
 
-mod support;
+use crate::support::gateway::{connect, SECRET};
 
-use support::gateway::{connect, SECRET};
-
+use crate::support::stub::StubServer;
+use crate::support::Server;
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
@@ -16,8 +16,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::stub::StubServer;
-use support::Server;
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const AUTH: &str = "Bearer hook-token";
@@ -445,7 +443,7 @@ fn a_short_signing_secret_stops_the_start_naming_the_key() {
          webhook_url = \"http://127.0.0.1:1/hook\"\nsigning_secret = \"short\"\n",
     )
     .unwrap();
-    let (code, out) = support::run_to_exit(&["--config", path.to_str().unwrap()]);
+    let (code, out) = crate::support::run_to_exit(&["--config", path.to_str().unwrap()]);
     assert_eq!(code, Some(2), "{out}");
     assert!(
         out.contains("config error: messaging.push.signing_secret"),

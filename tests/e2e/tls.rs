@@ -1,8 +1,10 @@
 //! TLS on the TCP and HTTP listeners (`[server.tls]`), against the real binary, with a
 //! throwaway CA and certificates generated for each test.
 
-mod support;
+use crate::support;
 
+use crate::support::pki::Pki;
+use crate::support::{ReadyBy, Server};
 use boltq::client::{
     Client, ClientCertificate, ClientError, ClientOptions, ClientTls, PublishOptions,
 };
@@ -12,8 +14,6 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::pki::Pki;
-use support::{free_port, ReadyBy, Server};
 
 /// What only these tests ask of the test CA: client certificates and a TLS config.
 impl Pki {
@@ -380,11 +380,9 @@ fn unusable_tls_files_stop_the_start_with_a_line_naming_the_file() {
         std::fs::write(
             &config,
             format!(
-                "[server]\nhost = \"127.0.0.1\"\ntcp_port = {}\nhttp_port = {}\n\
+                "[server]\nhost = \"127.0.0.1\"\ntcp_port = 0\nhttp_port = 0\n\
                  [storage]\nmode = \"memory\"\n\
                  [server.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\n",
-                free_port(),
-                free_port(),
                 cert_file.to_str().unwrap(),
                 key_file.to_str().unwrap()
             ),

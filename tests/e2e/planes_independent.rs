@@ -2,11 +2,11 @@
 //! identically with the messaging plane off and on, and with messaging off nothing of it
 //! appears on disk.
 
-mod support;
+use crate::support;
 
+use crate::support::Server;
 use boltq::client::{Client, ClientOptions, PublishOptions};
 use boltq_io::testutil::TempDir;
-use support::Server;
 
 /// Runs a fixed queue-plane script and returns every answer with server-chosen values
 /// (ids, timestamps) blanked, so two servers can be compared.

@@ -2,16 +2,14 @@
 //! chat session over real WebSockets (`boltq::client::gateway::GatewayClient`), then the
 //! routes and `/metrics` must show exactly what the script did.
 
-mod support;
+use crate::support::gateway::{token, SECRET};
 
-use support::gateway::{token, SECRET};
-
+use crate::support::admin::{admin, admin_json, wait_for, API_KEY};
+use crate::support::{http, Server};
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::time::Duration;
-use support::admin::{admin, admin_json, wait_for, API_KEY};
-use support::{http, Server};
 
 const CONVERSATION: &str = "alice:bob";
 const TOPIC: &str = "chat.direct.alice:bob";

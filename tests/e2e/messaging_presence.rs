@@ -6,10 +6,10 @@
 //! may watch `bob` only if the membership service says they are a member of the group
 //! named `bob`. Membership answers are not cached (`membership_cache_ttl = "-1s"`).
 
-mod support;
+use crate::support::gateway::{connect, SECRET};
 
-use support::gateway::{connect, SECRET};
-
+use crate::support::stub::StubServer;
+use crate::support::Server;
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
@@ -19,8 +19,6 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use support::stub::StubServer;
-use support::Server;
 
 /// Bound on waiting for frames that must come.
 const WAIT: Duration = Duration::from_secs(5);

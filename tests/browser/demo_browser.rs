@@ -14,19 +14,19 @@
 //! - `demo-alice.png`, `demo-bob.png`: both tabs after one message each way;
 //! - `demo-bob-resumed.png`: bob's tab after a reload, with a message sent after it.
 //!
-//! Needs Chromium and python3 like tests/dashboard_browser.rs (`BOLTQ_CHROMIUM=<path>`,
+//! Needs Chromium and python3 like tests/browser/dashboard_browser.rs (`BOLTQ_CHROMIUM=<path>`,
 //! `BOLTQ_SKIP_BROWSER=1` skips the browser test only); the tabs are driven by
 //! `tests/browser/demo_driver.py`, which extends `cdp_driver.py` with tabs.
 
-mod support;
+use crate::support;
 
+use crate::support::browser::{chromium_or_fail, png_ok, test_output_dir, Browser};
+use crate::support::gateway::{connect, SECRET};
+use crate::support::{http, run_to_exit, Server};
 use boltq::messaging::identity::token::Verifier;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
 use std::path::Path;
-use support::browser::{chromium_or_fail, png_ok, test_output_dir, Browser};
-use support::gateway::{connect, SECRET};
-use support::{http, run_to_exit, Server};
 
 /// A server with the messaging plane, the gateway on the admin listener, and the demo flag.
 fn start(demo: bool) -> (Server, TempDir) {

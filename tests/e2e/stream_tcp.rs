@@ -6,10 +6,9 @@
 //! write nothing else (a custom `messaging.identity.policy` replaces the built-in chat
 //! rules), and with an API key, so backends authenticate as for every TCP command.
 
-mod support;
+use crate::support::gateway::{token, SECRET};
 
-use support::gateway::{token, SECRET};
-
+use crate::support::Server;
 use base64::Engine as _;
 use boltq::client::gateway::{payload_text, GatewayClient};
 use boltq::client::{
@@ -20,7 +19,6 @@ use boltq_io::testutil::TempDir;
 use serde_json::json;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-use support::Server;
 
 const API_KEY: &str = "backend-key";
 /// Bound on waiting for records that must come.

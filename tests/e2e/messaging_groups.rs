@@ -6,10 +6,10 @@
 //! The service's answers are not cached by the server in these tests
 //! (`membership_cache_ttl = "-1s"`), so a change to the table or an outage shows at once.
 
-mod support;
+use crate::support::gateway::{connect, SECRET};
 
-use support::gateway::{connect, SECRET};
-
+use crate::support::stub::StubServer;
+use crate::support::Server;
 use boltq::client::gateway::{payload_text, send_frame, GatewayClient};
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
@@ -18,8 +18,6 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::stub::StubServer;
-use support::Server;
 
 const GROUP: &str = "team";
 const GROUP_TOPIC: &str = "chat.group.team";

@@ -1,13 +1,11 @@
 //! End-to-end: the v1 protocol against the real binary (2 shards, so commands cross shards),
 //! driven by the Rust client and by raw frames.
 
-mod support;
-
+use crate::support::Server;
 use boltq::client::{Client, ClientError, ClientOptions, PublishOptions};
 use boltq::queue::protocol::frame::{self, op, status};
 use serde_json::json;
 use std::time::Duration;
-use support::Server;
 
 /// A server with fast retries and a short ack timeout, so retry paths run in test time.
 fn server(extra_toml: &str) -> (Server, boltq_io::testutil::TempDir) {

@@ -12,13 +12,13 @@
 //! is one of v1's four, that the payload is UTF-8 JSON (or empty), that the Node SDK's
 //! push-detection rule does not fire and that there is no top-level `subscriber_id`.
 
-mod support;
+use crate::support;
 
+use crate::support::Server;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use support::Server;
 
 // Command bytes, as the v1 clients put them on the wire.
 const PUBLISH: u8 = 0x01;

@@ -7,15 +7,13 @@
 //! The two slow-client tests take about 10 s each by design; the test harness runs them in
 //! parallel with each other and with the rest.
 
-mod support;
-
+use crate::support::{get, http, post, Server};
 use boltq::client::{Client, ClientOptions, PublishOptions};
 use boltq::http::READ_TIMEOUT_MS;
 use serde_json::{json, Value};
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use support::{get, http, post, Server};
 
 const READ_TIMEOUT: Duration = Duration::from_millis(READ_TIMEOUT_MS);
 /// Slack for the server's timer and a loaded machine, on top of the read deadline.

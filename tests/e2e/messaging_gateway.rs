@@ -2,11 +2,11 @@
 //! (tests/clients/chat_client.py, Python `websockets`; it mints its own tokens and shares no
 //! code with the server). Each test starts its own server with the messaging plane on.
 
-mod support;
+use crate::support;
 
+use crate::support::Server;
 use boltq_io::testutil::TempDir;
 use std::process::Command;
-use support::Server;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 

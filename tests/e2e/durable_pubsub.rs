@@ -1,12 +1,10 @@
 //! Durable pub/sub across restarts, end to end: the event sequences that lost acknowledged
 //! topic publishes (issue 13, failure 1) driven against the real binary.
 
-mod support;
-
+use crate::support::Server;
 use boltq::client::{Client, ClientOptions};
 use boltq::queue::protocol::frame::{self, op};
 use std::time::{Duration, Instant};
-use support::Server;
 
 fn client(s: &Server) -> Client {
     Client::connect(
