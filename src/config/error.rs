@@ -155,3 +155,17 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+impl ConfigError {
+    /// What every validation error promises, checked by the config tests and by the planes
+    /// that validate their own settings: one `config error:` line naming `key`, exit 2.
+    pub(crate) fn assert_one_line_naming(&self, key: &str, input: &str) {
+        assert_eq!(self.key(), Some(key), "for {input:?}: {self}");
+        let text = self.to_string();
+        assert!(text.starts_with("config error: "), "{text}");
+        assert!(text.contains(key), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert_eq!(self.exit_code(), 2);
+    }
+}

@@ -102,13 +102,9 @@ mod tests {
             ("[messaging.push]\nscan_interval = \"0s\"", "messaging.push.scan_interval"),
         ];
         for (toml, key) in cases {
-            let err = check_config(toml).expect_err(toml);
-            assert_eq!(err.key(), Some(*key), "for {toml:?}: {err}");
-            let text = err.to_string();
-            assert!(text.starts_with("config error: "), "{text}");
-            assert!(text.contains(key), "{text}");
-            assert!(!text.contains('\n'), "{text}");
-            assert_eq!(err.exit_code(), 2);
+            check_config(toml)
+                .expect_err(toml)
+                .assert_one_line_naming(key, toml);
         }
     }
 }
