@@ -497,3 +497,36 @@ fn replication(c: &Config, env: EnvLookup) -> Check {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod http_client_tests {
+    use crate::config::Config;
+
+    fn check(toml: &str) -> Result<(), String> {
+        let c = Config::from_toml_str(toml).map_err(|e| e.to_string())?;
+        c.validate(&|_: &str| None).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_unreadable_or_empty_ca_file_stops_the_start_naming_the_key() {
+        let dir = boltq_io::testutil::TempDir::new("http-client-ca");
+        let missing = dir.path().join("missing.pem");
+        let err = check(&format!(
+            "[messaging.http_client]\nca_file = {:?}",
+            missing.to_str().unwrap()
+        ))
+        .unwrap_err();
+        assert!(err.contains("messaging.http_client.ca_file"), "{err}");
+        assert!(err.contains("cannot read"), "{err}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no PEM here\n").unwrap();
+        let err = check(&format!(
+            "[messaging.http_client]\nca_file = {:?}",
+            empty.to_str().unwrap()
+        ))
+        .unwrap_err();
+        assert!(err.contains("messaging.http_client.ca_file"), "{err}");
+        assert!(err.contains("no certificate"), "{err}");
+        check("[messaging.http_client]").unwrap();
+    }
+}

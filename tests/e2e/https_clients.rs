@@ -4,7 +4,7 @@
 //! another CA configured, the calls fail — never in plain text — with a log line naming the
 //! TLS failure and `boltq_http_client_tls_errors_total` moving.
 
-use crate::support::gateway::{connect, SECRET};
+use crate::support::gateway::{connect, messaging_toml, start_with_toml};
 
 use crate::support::pki::Pki;
 use crate::support::stub::{StubServer, TlsConn};
@@ -123,27 +123,16 @@ fn serve(mut conn: TlsConn, seen: &Mutex<Vec<Seen>>) {
 /// A server with the gateway, push and the membership service all pointed at `service`,
 /// trusting the CAs of `ca_file`.
 fn start(service: &Service, ca_file: &Path) -> (Server, TempDir) {
-    let tmp = TempDir::new("https-clients");
-    let path = tmp.path().join("boltq.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "[messaging.stream]\nenabled = true\n\
-             [messaging.identity]\nenabled = true\nleeway = \"1s\"\n\
-             membership_cache_ttl = \"-1s\"\n\
-             keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
-             [messaging.gateway]\nenabled = true\n\
-             [messaging.chat]\nmembership_url = \"{url}\"\nmembership_timeout = \"2s\"\n\
-             [messaging.push]\nenabled = true\nwebhook_url = \"{url}/push\"\n\
-             signing_secret = \"{SIGNING_SECRET}\"\ngrace_delay = \"0s\"\ntimeout = \"2s\"\n\
-             [messaging.http_client]\nca_file = {ca:?}\n",
-            url = service.url(),
-            ca = ca_file.to_str().unwrap(),
-        ),
-    )
-    .unwrap();
-    let server = Server::start(&["--config", path.to_str().unwrap()]);
-    (server, tmp)
+    let toml = format!(
+        "{base}[messaging.chat]\nmembership_url = \"{url}\"\nmembership_timeout = \"2s\"\n\
+         [messaging.push]\nenabled = true\nwebhook_url = \"{url}/push\"\n\
+         signing_secret = \"{SIGNING_SECRET}\"\ngrace_delay = \"0s\"\ntimeout = \"2s\"\n\
+         [messaging.http_client]\nca_file = {ca:?}\n",
+        base = messaging_toml(),
+        url = service.url(),
+        ca = ca_file.to_str().unwrap(),
+    );
+    start_with_toml(&toml)
 }
 
 /// `boltq_http_client_tls_errors_total` summed over its series in `/metrics`.

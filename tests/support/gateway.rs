@@ -28,3 +28,26 @@ pub fn connect(s: &Server, user: &str, device: &str) -> GatewayClient {
     GatewayClient::connect(&url, &token(user), device, None)
         .unwrap_or_else(|e| panic!("{user}/{device} connects: {e}\nserver log:\n{}", s.log()))
 }
+
+/// The `boltq.toml` lines every messaging test server starts from: the log, identity with
+/// [`SECRET`] (no membership cache, so a service's answer shows at once), the gateway on
+/// the admin port. Tests append their own sections.
+pub fn messaging_toml() -> String {
+    format!(
+        "[messaging.stream]\nenabled = true\n\
+         [messaging.identity]\nenabled = true\nleeway = \"1s\"\n\
+         membership_cache_ttl = \"-1s\"\n\
+         keys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
+         [messaging.gateway]\nenabled = true\n"
+    )
+}
+
+/// A server started with `toml` as its config file, and the directory holding that file
+/// (it must live as long as the server).
+pub fn start_with_toml(toml: &str) -> (Server, boltq_io::testutil::TempDir) {
+    let tmp = boltq_io::testutil::TempDir::new("config");
+    let path = tmp.path().join("boltq.toml");
+    std::fs::write(&path, toml).unwrap();
+    let server = Server::start(&["--config", path.to_str().unwrap()]);
+    (server, tmp)
+}
