@@ -9,6 +9,7 @@
 //! - `dedup`, `cursor`: the sans-IO idempotency window and read positions.
 //! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
 //! - `presence`, `signals`: the ephemeral path (presence directory, typing hub), sans-IO.
+//! - `tcp/`: the stream commands backends send over the queue plane's TCP protocol.
 
 pub mod cursor;
 pub mod dedup;
@@ -22,4 +23,5 @@ pub mod plane;
 pub mod presence;
 pub mod push;
 pub mod signals;
+pub mod tcp;
 pub mod topic;
