@@ -254,6 +254,10 @@ pub struct StorageConfig {
     /// `OPEN_SEGMENT_FILES_MAX_CEILING`), default 4096 (the storage layer's
     /// `OPEN_SEGMENT_FILES_MAX_DEFAULT`).
     pub open_segment_files_max: u64,
+    /// How long a start waits, in ms, for the data directory's lock while another process
+    /// holds it (a process killed just now holds it until the kernel has released its
+    /// files); then it exits 1. 0..=600000, default 30000; 0 = do not wait.
+    pub lock_wait_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -270,6 +274,7 @@ impl Default for StorageConfig {
             retention_ms: 0,
             io_memory_bytes: 0,
             open_segment_files_max: OPEN_SEGMENT_FILES_MAX_DEFAULT as u64,
+            lock_wait_ms: 30_000,
         }
     }
 }

@@ -99,6 +99,7 @@ fn defaults() {
         c.storage.open_segment_files_max,
         boltq_io::file_budget::OPEN_SEGMENT_FILES_MAX_DEFAULT as u64
     );
+    assert_eq!(c.storage.lock_wait_ms, 30_000);
     assert_eq!(c.queue.max_retry, 5);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(30));
     assert_eq!(c.queue.capacity, 1_048_576);
@@ -198,6 +199,7 @@ fn full_toml() {
         retention_ms = 86400000
         io_memory_bytes = 33554432
         open_segment_files_max = 64
+        lock_wait_ms = 500
         [queue]
         max_retry = 3
         ack_timeout = "1m30s"
@@ -256,6 +258,7 @@ fn full_toml() {
     assert_eq!(c.messaging_fsync_policy(), FsyncPolicy::Never);
     assert_eq!(c.storage.io_memory_bytes, 32 << 20);
     assert_eq!(c.storage.open_segment_files_max, 64);
+    assert_eq!(c.storage.lock_wait_ms, 500);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(90));
     assert_eq!(c.queue.overflow, OverflowPolicy::Spill);
     assert_eq!(c.queue.retry_backoff_base_ms, 0);
@@ -686,6 +689,7 @@ fn each_validation_error_names_its_key() {
         ("[storage]\nio_memory_bytes = 4096", "storage.io_memory_bytes"),
         ("[storage]\nopen_segment_files_max = 3", "storage.open_segment_files_max"),
         ("[storage]\nopen_segment_files_max = 1048577", "storage.open_segment_files_max"),
+        ("[storage]\nlock_wait_ms = 600001", "storage.lock_wait_ms"),
         ("[queue]\nmax_retry = 0", "queue.max_retry"),
         ("[queue]\nack_timeout = \"0s\"", "queue.ack_timeout"),
         ("[queue]\ncapacity = 0", "queue.capacity"),

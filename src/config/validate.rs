@@ -216,6 +216,7 @@ fn storage(c: &Config) -> Check {
         OPEN_SEGMENT_FILES_MIN as u64,
         OPEN_SEGMENT_FILES_MAX_CEILING,
     )?;
+    range("storage.lock_wait_ms", s.lock_wait_ms, 0, 600_000)?;
     Ok(())
 }
 
