@@ -235,8 +235,9 @@ pub struct StorageConfig {
     pub fsync_interval_ms: u64,
     /// Roll a segment file at this size; 1 MiB..=1 GiB, default 64 MiB.
     pub segment_bytes: u64,
-    /// Size of each pre-zeroed per-shard journal file; 4 MiB..=1 GiB and a
-    /// multiple of 4096 (direct I/O alignment), default 64 MiB.
+    /// Size of each pre-zeroed per-shard journal file; 16 MiB + 4 KiB (twice the
+    /// largest record, `JOURNAL_FILE_BYTES_FOR_ANY_RECORD`) ..=1 GiB and a multiple of
+    /// 4096 (direct I/O alignment), default 64 MiB.
     pub journal_file_bytes: u64,
     /// Per-log size cap; whole sealed segments are removed. 0 (default) =
     /// unlimited.

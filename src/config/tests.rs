@@ -194,7 +194,7 @@ fn full_toml() {
         fsync = "interval"
         fsync_interval_ms = 5
         segment_bytes = 1048576
-        journal_file_bytes = 4194304
+        journal_file_bytes = 16781312
         retention_bytes = 1000000000
         retention_ms = 86400000
         io_memory_bytes = 33554432
@@ -686,6 +686,9 @@ fn each_validation_error_names_its_key() {
         ("[storage]\nsegment_bytes = 1073741825", "storage.segment_bytes"),
         ("[storage]\njournal_file_bytes = 1048576", "storage.journal_file_bytes"),
         ("[storage]\njournal_file_bytes = 4194305", "storage.journal_file_bytes"),
+        // A 4 MiB journal refused a 3 MiB publish after the broker had applied it.
+        ("[storage]\njournal_file_bytes = 4194304", "storage.journal_file_bytes"),
+        ("[storage]\njournal_file_bytes = 16777216", "storage.journal_file_bytes"),
         ("[storage]\nio_memory_bytes = 4096", "storage.io_memory_bytes"),
         ("[storage]\nopen_segment_files_max = 3", "storage.open_segment_files_max"),
         ("[storage]\nopen_segment_files_max = 1048577", "storage.open_segment_files_max"),

@@ -264,7 +264,7 @@ fn parse(bytes: &[u8]) -> Result<u64, String> {
 mod tests {
     use super::*;
     use crate::queue::broker::Command;
-    use crate::queue::message::{IdGenerator, Message};
+    use crate::queue::message::IdGenerator;
     use boltq_io::testutil::TempDir;
     use boltq_io::{Durability, StoreConfig};
     use std::path::Path;
@@ -305,22 +305,9 @@ mod tests {
         let mut ids = IdGenerator::new([n; 7]);
         let mut b = Broker::new(BrokerConfig::default());
         for i in 0..n {
-            let msg = Message {
-                id: ids.next(0),
-                topic: "q".into(),
-                payload: Bytes::from(vec![i; 16]),
-                headers: Default::default(),
-                timestamp_ns: 1,
-                retry: 0,
-                max_retry: 0,
-                priority: 0,
-                delay_ns: 0,
-                ttl_ns: 0,
-                deliver_at_ns: 0,
-                expires_at_ns: 0,
-                exchange: String::new(),
-                routing_key: String::new(),
-            };
+            let mut msg = crate::queue::server::wal::tests::message("q");
+            msg.id = ids.next(0);
+            msg.payload = Bytes::from(vec![i; 16]);
             b.apply(&Command::Publish { msg });
         }
         b
