@@ -93,8 +93,14 @@ fn idle_server_uses_under_one_percent_cpu() {
 #[test]
 fn second_process_on_same_data_dir_or_port_is_refused() {
     let server = Server::start(&[]);
-    // Same data directory, other ports: the flock refuses it.
+    // Same data directory, other ports: the flock refuses it (after a short wait for the
+    // lock, `storage.lock_wait_ms`).
+    let cfg_dir = boltq_io::testutil::TempDir::new("lockwait");
+    let cfg = cfg_dir.path().join("boltq.toml");
+    std::fs::write(&cfg, "[storage]\nlock_wait_ms = 300\n").unwrap();
     let out = support::run_to_exit(&[
+        "--config",
+        cfg.to_str().unwrap(),
         "--data-dir",
         server.data_dir().to_str().unwrap(),
         "--tcp-port",

@@ -4,6 +4,10 @@ use std::fs::File;
 use std::io;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How often a start that found the lock held tries again.
+const LOCK_RETRY_MS: u64 = 20;
 
 /// Holds an exclusive `flock` on `<data_dir>/LOCK` until dropped (or the process dies: the
 /// kernel releases flocks of dead processes, so a kill -9 never leaves a stale lock).
@@ -40,6 +44,34 @@ impl DirLock {
         Ok(DirLock { _file: file, path })
     }
 
+    /// As `acquire`, but while another process holds the lock, tries again for up to
+    /// `wait`: a process killed with SIGKILL holds its files (and so the lock) until the
+    /// kernel has torn it down, which in-flight io_uring requests delay past the moment it
+    /// was reaped, so a restart right after a kill would otherwise fail. Says once, in the
+    /// log, why the start waits.
+    pub fn acquire_waiting(data_dir: &Path, wait: Duration) -> io::Result<DirLock> {
+        let deadline = Instant::now() + wait;
+        let mut told = false;
+        loop {
+            match DirLock::acquire(data_dir) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && Instant::now() < deadline => {
+                    if !told {
+                        log::warn!(
+                            "data directory {} is locked by another boltq process; waiting up \
+                             to {} ms for it to exit (a process killed just now keeps the lock \
+                             until the kernel has released its files)",
+                            data_dir.display(),
+                            wait.as_millis()
+                        );
+                        told = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));
+                }
+                other => return other,
+            }
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -60,5 +92,36 @@ mod tests {
         assert!(err.to_string().contains("locked by another"));
         drop(first);
         DirLock::acquire(dir.path()).unwrap();
+    }
+
+    #[test]
+    fn a_waiting_start_gets_the_lock_once_its_holder_lets_go() {
+        let dir = crate::testutil::TempDir::new("dirlockwait");
+        let first = DirLock::acquire(dir.path()).unwrap();
+        let holder = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(first);
+        });
+        let started = Instant::now();
+        DirLock::acquire_waiting(dir.path(), Duration::from_secs(10)).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
+        holder.join().unwrap();
+    }
+
+    #[test]
+    fn a_waiting_start_gives_up_after_its_bound() {
+        let dir = crate::testutil::TempDir::new("dirlockbound");
+        let _first = DirLock::acquire(dir.path()).unwrap();
+        let started = Instant::now();
+        let err = DirLock::acquire_waiting(dir.path(), Duration::from_millis(200))
+            .err()
+            .expect("still held");
+        assert_eq!(err.kind(), io::ErrorKind::AddrInUse);
+        assert!(err.to_string().contains("locked by another"));
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
     }
 }

@@ -25,6 +25,19 @@ use std::time::Duration;
 /// may fill; the rest stays for the clients' appends (see `Store::wait_for_background_room`).
 pub const BACKGROUND_BACKLOG_PERCENT: u64 = 25;
 
+/// Room an append keeps in its journal entry beyond the record frame (the entry's own
+/// header and the declaration of the log's name).
+const JOURNAL_ENTRY_SLACK_BYTES: usize = 1024;
+
+/// Smallest journal file in which any record the codec accepts fits (`append` refuses a
+/// frame above half a file less `JOURNAL_ENTRY_SLACK_BYTES`): twice the largest frame plus
+/// slack, rounded up to the 4 KiB direct-I/O alignment. With journal files at least this
+/// large no append is ever refused for its size, so a caller that changes its state before
+/// appending (a broker applying a command) is never left ahead of its log by a large
+/// record.
+pub const JOURNAL_FILE_BYTES_FOR_ANY_RECORD: u64 =
+    (2 * (record::FRAME_BYTES_MAX + JOURNAL_ENTRY_SLACK_BYTES) as u64).next_multiple_of(4096);
+
 /// Storage settings of a shard.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -297,7 +310,7 @@ impl Store {
         let mut scratch = self.scratch.borrow_mut();
         scratch.clear();
         record::encode(record, &mut scratch).map_err(AppendError::Encode)?;
-        let limit = self.journal.entry_bytes_max() - 1024;
+        let limit = self.journal.entry_bytes_max() - JOURNAL_ENTRY_SLACK_BYTES;
         if scratch.len() > limit {
             return Err(AppendError::TooLargeForJournal {
                 frame_bytes: scratch.len(),

@@ -237,8 +237,9 @@ pub struct StorageConfig {
     pub fsync_interval_ms: u64,
     /// Roll a segment file at this size; 1 MiB..=1 GiB, default 64 MiB.
     pub segment_bytes: u64,
-    /// Size of each pre-zeroed per-shard journal file; 4 MiB..=1 GiB and a
-    /// multiple of 4096 (direct I/O alignment), default 64 MiB.
+    /// Size of each pre-zeroed per-shard journal file; 16 MiB + 4 KiB (twice the
+    /// largest record, `JOURNAL_FILE_BYTES_FOR_ANY_RECORD`) ..=1 GiB and a multiple of
+    /// 4096 (direct I/O alignment), default 64 MiB.
     pub journal_file_bytes: u64,
     /// Per-log size cap; whole sealed segments are removed. 0 (default) =
     /// unlimited.
@@ -256,6 +257,10 @@ pub struct StorageConfig {
     /// `OPEN_SEGMENT_FILES_MAX_CEILING`), default 4096 (the storage layer's
     /// `OPEN_SEGMENT_FILES_MAX_DEFAULT`).
     pub open_segment_files_max: u64,
+    /// How long a start waits, in ms, for the data directory's lock while another process
+    /// holds it (a process killed just now holds it until the kernel has released its
+    /// files); then it exits 1. 0..=600000, default 30000; 0 = do not wait.
+    pub lock_wait_ms: u64,
 }
 
 impl Default for StorageConfig {
@@ -272,6 +277,7 @@ impl Default for StorageConfig {
             retention_ms: 0,
             io_memory_bytes: 0,
             open_segment_files_max: OPEN_SEGMENT_FILES_MAX_DEFAULT as u64,
+            lock_wait_ms: 30_000,
         }
     }
 }

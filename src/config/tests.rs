@@ -99,6 +99,7 @@ fn defaults() {
         c.storage.open_segment_files_max,
         boltq_io::file_budget::OPEN_SEGMENT_FILES_MAX_DEFAULT as u64
     );
+    assert_eq!(c.storage.lock_wait_ms, 30_000);
     assert_eq!(c.queue.max_retry, 5);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(30));
     assert_eq!(c.queue.capacity, 1_048_576);
@@ -193,11 +194,12 @@ fn full_toml() {
         fsync = "interval"
         fsync_interval_ms = 5
         segment_bytes = 1048576
-        journal_file_bytes = 4194304
+        journal_file_bytes = 16781312
         retention_bytes = 1000000000
         retention_ms = 86400000
         io_memory_bytes = 33554432
         open_segment_files_max = 64
+        lock_wait_ms = 500
         [queue]
         max_retry = 3
         ack_timeout = "1m30s"
@@ -256,6 +258,7 @@ fn full_toml() {
     assert_eq!(c.messaging_fsync_policy(), FsyncPolicy::Never);
     assert_eq!(c.storage.io_memory_bytes, 32 << 20);
     assert_eq!(c.storage.open_segment_files_max, 64);
+    assert_eq!(c.storage.lock_wait_ms, 500);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(90));
     assert_eq!(c.queue.overflow, OverflowPolicy::Spill);
     assert_eq!(c.queue.retry_backoff_base_ms, 0);
@@ -698,9 +701,13 @@ fn each_validation_error_names_its_key() {
         ("[storage]\nsegment_bytes = 1073741825", "storage.segment_bytes"),
         ("[storage]\njournal_file_bytes = 1048576", "storage.journal_file_bytes"),
         ("[storage]\njournal_file_bytes = 4194305", "storage.journal_file_bytes"),
+        // A 4 MiB journal refused a 3 MiB publish after the broker had applied it.
+        ("[storage]\njournal_file_bytes = 4194304", "storage.journal_file_bytes"),
+        ("[storage]\njournal_file_bytes = 16777216", "storage.journal_file_bytes"),
         ("[storage]\nio_memory_bytes = 4096", "storage.io_memory_bytes"),
         ("[storage]\nopen_segment_files_max = 3", "storage.open_segment_files_max"),
         ("[storage]\nopen_segment_files_max = 1048577", "storage.open_segment_files_max"),
+        ("[storage]\nlock_wait_ms = 600001", "storage.lock_wait_ms"),
         ("[queue]\nmax_retry = 0", "queue.max_retry"),
         ("[queue]\nack_timeout = \"0s\"", "queue.ack_timeout"),
         ("[queue]\ncapacity = 0", "queue.capacity"),

@@ -109,10 +109,12 @@ fn storage(c: &Config) -> Check {
     )?;
     range("storage.fsync_interval_ms", s.fsync_interval_ms, 1, 10_000)?;
     range_bytes("storage.segment_bytes", s.segment_bytes, MIB, GIB)?;
+    // Twice the largest record and more: a command applied in memory must never find its
+    // append refused for its size (issue 13 item 5).
     range_bytes(
         "storage.journal_file_bytes",
         s.journal_file_bytes,
-        4 * MIB,
+        boltq_io::store::JOURNAL_FILE_BYTES_FOR_ANY_RECORD,
         GIB,
     )?;
     // 4096 is a power of two, so the low 12 bits must be clear.
@@ -132,6 +134,7 @@ fn storage(c: &Config) -> Check {
         OPEN_SEGMENT_FILES_MIN as u64,
         OPEN_SEGMENT_FILES_MAX_CEILING,
     )?;
+    range("storage.lock_wait_ms", s.lock_wait_ms, 0, 600_000)?;
     Ok(())
 }
 

@@ -107,8 +107,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     };
     let _lock = match &store {
         Some(s) => Some(
-            boltq_io::dirlock::DirLock::acquire(&s.data_dir)
-                .map_err(|e| ServerError(format!("cannot use data directory: {e}")))?,
+            boltq_io::dirlock::DirLock::acquire_waiting(
+                &s.data_dir,
+                std::time::Duration::from_millis(config.storage.lock_wait_ms),
+            )
+            .map_err(|e| ServerError(format!("cannot use data directory: {e}")))?,
         ),
         None => None,
     };

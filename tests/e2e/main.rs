@@ -3,13 +3,15 @@
 //! ports the kernel picks (port 0, read back from the `ready:` line) with its own data dir
 //! and sets no process environment, so the modules share the harness's threads safely.
 //!
-//! Three stay separate binaries, for a reason each:
+//! Four stay separate binaries, for a reason each:
 //! - `tests/browser/` drives headless Chromium (the dashboard and the chat demo); without
 //!   Chromium it fails, and this binary must not.
 //! - `tests/server_lifecycle.rs` measures an idle server's CPU and shutdown times, which the
 //!   heavier tests here distort.
 //! - `tests/queue_crash.rs` SIGKILLs and restarts a server under full load for many rounds;
 //!   alone it neither starves the timing assertions here nor is slowed by them.
+//! - `tests/command_log.rs` restarts a server right after kill -9 under load, many times,
+//!   for the same reason.
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -150,6 +150,7 @@ impl CursorStore {
     }
 }
 
+/// Appends one record and waits as `storage.fsync` says; returns its journal position.
 async fn append_durable(store: &Store, slot: &Slot, body: Vec<u8>) -> Result<u64, StreamError> {
     let mut rec = Record {
         seq: 0,
@@ -168,10 +169,13 @@ async fn append_durable(store: &Store, slot: &Slot, body: Vec<u8>) -> Result<u64
         .wait_durable(appended.lsn)
         .await
         .map_err(|e| StreamError::Internal(format!("cursor store: {e}")))?;
-    Ok(appended.seq)
+    Ok(appended.lsn)
 }
 
-/// Appends the slot's whole map again and drops the log before it once that is durable.
+/// Appends the slot's whole map again and drops the log before it once that is
+/// fdatasync'ed, whatever the policy: under `interval` and `never` `wait_durable` returns at
+/// once, and a crash after the truncation but before the copy reached the disk would lose
+/// every cursor of the slot.
 async fn compact(store: &Store, slot: &Slot) -> Result<(), StreamError> {
     let snapshot: Vec<(CursorKey, u64)> = slot
         .map
@@ -187,7 +191,11 @@ async fn compact(store: &Store, slot: &Slot) -> Result<(), StreamError> {
         cursor::encode_commit(&key, seq, &mut body);
         last = Some(append_durable(store, slot, body).await?);
     }
-    if last.is_some() {
+    if let Some(lsn) = last {
+        store
+            .wait_synced(lsn)
+            .await
+            .map_err(|e| StreamError::Internal(format!("cursor compaction: {e}")))?;
         store
             .truncate_before(&slot.log, start)
             .await
@@ -220,5 +228,60 @@ async fn replay(store: &Store, slot: &Slot) -> Result<(), String> {
             }
         }
         slot.records.set(slot.records.get() + records.len() as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq_io::testutil::TempDir;
+    use boltq_io::{Durability, StoreConfig};
+
+    /// Issue 13 item 4: compaction dropped the old records as soon as the copy was buffered
+    /// under `interval` and `never`.
+    #[test]
+    fn compaction_truncates_only_after_the_copy_is_synced_under_every_policy() {
+        for durability in [
+            Durability::Never,
+            Durability::Interval {
+                interval_ms: 10_000,
+            },
+        ] {
+            let tmp = TempDir::new("cursorsync");
+            let dir = tmp.path().to_path_buf();
+            boltq_shards::block_on("cursor-test", move || {
+                Box::pin(async move {
+                    let mut c = StoreConfig::new(&dir);
+                    c.durability = durability;
+                    c.journal_file_bytes = 4 * 1024 * 1024;
+                    boltq_io::probe::warm_iopoll(&dir).await.unwrap();
+                    boltq_io::recovery::recover(&dir, &c.log).await.unwrap();
+                    let store = Store::open(c, 0).await.unwrap();
+                    let cursors = CursorStore::load(&store, &dir, 0, 1).await.unwrap();
+                    let key = CursorKey::new("t", 0, "g", "m").unwrap();
+                    let mut compactions = 0;
+                    for seq in 1..=2_000u64 {
+                        cursors
+                            .commit(&store, key.clone(), seq, 10_000)
+                            .await
+                            .unwrap();
+                        let slot = partition_slot("t", 0);
+                        let records = cursors.slots.borrow()[&slot].records.get();
+                        if seq > 1 && records == 1 {
+                            // This commit compacted (its copy is the slot's only record
+                            // since); nothing else appended after it.
+                            compactions += 1;
+                            assert!(
+                                store.journal().synced() >= store.journal().appended(),
+                                "{durability:?}: truncated before the copy was synced"
+                            );
+                        }
+                    }
+                    assert!(compactions > 0, "the commits compacted the log");
+                    store.close().await.unwrap();
+                })
+            })
+            .unwrap();
+        }
     }
 }

@@ -73,11 +73,14 @@ impl Plane {
         };
         let wal = open(slot_log_name(slot)).await?;
         let snap = open(format!("queue/slot-{slot:03}/snap")).await?;
-        let (mut broker, from, number, snapshot_bytes) =
-            match snapshot::load_newest(store, &snap, &self.cfg).await? {
-                Some((broker, wal_seq, number, bytes)) => (broker, wal_seq + 1, number, bytes),
-                None => (Broker::new(self.cfg.clone()), 1, 0, 0),
-            };
+        // Numbering continues after the highest snapshot number seen in any chunk, not the
+        // newest complete one (issue 13 item 3: numbers stay unique across crashes).
+        let loaded = snapshot::load_newest(store, &snap, &self.cfg).await?;
+        let number = loaded.last_number;
+        let (mut broker, from, snapshot_bytes) = match loaded.restored {
+            Some(r) => (r.broker, r.wal_seq + 1, r.bytes),
+            None => (Broker::new(self.cfg.clone()), 1, 0),
+        };
         let replayed = wal::replay(store, &wal, from, &mut broker).await?;
         if broker.has_live_subscriptions() {
             // Subscriptions restored or replayed live belonged to connections of an earlier
@@ -138,15 +141,8 @@ impl Plane {
                 if let Some(logs) = cell.borrow_mut().logs.as_mut() {
                     logs.last_snapshot_bytes = w.bytes;
                 }
-                store.wait_durable(w.lsn).await.map_err(|e| e.to_string())?;
-                store
-                    .truncate_before(&wal, w.wal_seq + 1)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                store
-                    .truncate_before(&snap, w.first_chunk_seq)
-                    .await
-                    .map_err(|e| e.to_string())
+                // Truncates only once the snapshot is fdatasync'ed (issue 13 item 4).
+                snapshot::compact(&store, &wal, &snap, &w).await
             }
             .await;
             if let Err(e) = result {

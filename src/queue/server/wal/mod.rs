@@ -86,13 +86,14 @@ fn replay_record(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::queue::broker::{BrokerConfig, ConsumerRef};
     use crate::queue::message::{IdGenerator, Message};
     use boltq_io::testutil::Rng;
 
-    fn message(topic: &str) -> Message {
+    /// A message as a publish makes it, with a fixed id (snapshot tests too).
+    pub(crate) fn message(topic: &str) -> Message {
         Message {
             id: IdGenerator::new([1; 7]).next(0),
             topic: topic.into(),
@@ -247,5 +248,63 @@ mod tests {
             err,
             "record 17 of queue/slot-003/wal: truncated headers at byte 86"
         );
+    }
+
+    /// Issue 13 item 5: with `storage.journal_file_bytes` at least
+    /// `JOURNAL_FILE_BYTES_FOR_ANY_RECORD`, the store takes any record up to
+    /// `BODY_BYTES_MAX`; every command a request can produce encodes within that, so its
+    /// append is never refused for its size after the broker applied it. The worst cases:
+    /// the largest payload with the longest names, the most headers the binary form keeps,
+    /// and the JSON fallback (one header more) with a payload whose every byte escapes.
+    #[test]
+    fn the_largest_commands_a_request_can_make_fit_any_record() {
+        use crate::queue::protocol::{reply, request};
+        use std::collections::BTreeMap;
+        let body_max = reply::MESSAGE_BODY_BYTES_MAX;
+        let names = |msg: &mut Message| {
+            msg.topic = "t".repeat(request::NAME_BYTES_MAX);
+            msg.exchange = "e".repeat(request::NAME_BYTES_MAX);
+            msg.routing_key = "\"".repeat(crate::queue::broker::exchange::ROUTING_KEY_BYTES_MAX);
+        };
+        let headers = |n: usize| -> BTreeMap<String, String> {
+            (0..n).map(|i| (format!("{i:x}"), String::new())).collect()
+        };
+        let mut cases = Vec::new();
+        let mut big = message("q");
+        names(&mut big);
+        big.payload = Bytes::from("x".repeat(body_max));
+        cases.push(("payload", big));
+        for (name, n) in [
+            ("binary headers", record::HEADERS_MAX),
+            ("json headers", record::HEADERS_MAX + 1),
+        ] {
+            let mut m = message("q");
+            names(&mut m);
+            m.headers = headers(n);
+            let room = body_max - reply::headers_json_len(&m.headers);
+            // A JSON string of escaped quotes: every byte after the first escapes again.
+            let mut payload = String::from("\"");
+            while payload.len() + 3 <= room {
+                payload.push_str("\\\"");
+            }
+            payload.push('"');
+            m.payload = Bytes::from(payload);
+            cases.push((name, m));
+        }
+        let limit = boltq_io::record::BODY_BYTES_MAX - boltq_io::record::BODY_FIXED_BYTES;
+        for (name, msg) in cases {
+            for cmd in [
+                Command::Publish { msg: msg.clone() },
+                Command::PublishTopic { msg: msg.clone() },
+            ] {
+                let mut out = Vec::new();
+                record::encode(&cmd, &mut out);
+                assert!(
+                    out.len() <= limit,
+                    "{name}: {} bytes, records take {limit}",
+                    out.len()
+                );
+            }
+        }
     }
 }
