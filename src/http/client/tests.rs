@@ -289,7 +289,11 @@ fn https_to_a_plain_server_fails_as_tls_and_is_counted() {
                 ca_file: None,
                 errors: Some(errors.clone()),
             });
-            (get(&client, &base).await, errors.get())
+            // A generous deadline: the refusal must come from the handshake, not a timer,
+            // even on a loaded machine.
+            let req = HttpRequest::get(url(&base));
+            let got = client.request(&req, Duration::from_secs(60), 1 << 20).await;
+            (got, errors.get())
         })
     });
     assert!(matches!(&got, Err(HttpError::Tls(_))), "{got:?}");
