@@ -1,16 +1,18 @@
 //! Issue 13 ("the command log is the single source of truth"), end to end against the real
 //! binary: a start right after a kill -9 waits for the data directory's lock instead of
-//! failing (item 7).
+//! failing (item 7); a snapshot cut short by a crash never shares its number with the next
+//! one (item 3).
 
 mod support;
 
 use boltq::client::{Client, ClientOptions, PublishOptions};
+use boltq::queue::protocol::frame::{op, status};
 use boltq_io::dirlock::DirLock;
 use boltq_io::testutil::TempDir;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::{free_port, ReadyBy, Server};
+use support::{ReadyBy, Server};
 
 /// The log line a start writes while it waits for the lock.
 const WAITING: &str = "waiting up to";
@@ -19,9 +21,8 @@ const WAITING: &str = "waiting up to";
 /// the server becomes ready once the lock is released.
 #[test]
 fn a_start_waits_for_the_data_dir_lock_and_serves_once_it_is_free() {
-    let tmp = TempDir::new("lockwait");
-    let data = tmp.path().join("data");
-    let held = DirLock::acquire(&data).unwrap();
+    let spec = Spec::new("lockwait", &[]);
+    let held = DirLock::acquire(&spec.data).unwrap();
     let released = Arc::new(AtomicBool::new(false));
     let releaser = {
         let released = Arc::clone(&released);
@@ -31,18 +32,7 @@ fn a_start_waits_for_the_data_dir_lock_and_serves_once_it_is_free() {
             drop(held);
         })
     };
-    let (tcp, http) = (free_port(), free_port());
-    let args = [
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--tcp-port",
-        &tcp.to_string(),
-        "--http-port",
-        &http.to_string(),
-        "--shards",
-        "2",
-    ];
-    let server = Server::start_raw(&args, tcp, http, &data);
+    let server = spec.start();
     assert!(
         released.load(Ordering::SeqCst),
         "ready only after the lock was released"
@@ -61,22 +51,11 @@ fn a_start_waits_for_the_data_dir_lock_and_serves_once_it_is_free() {
 /// message it always gave.
 #[test]
 fn a_start_gives_up_after_lock_wait_ms() {
-    let tmp = TempDir::new("lockbound");
-    let data = tmp.path().join("data");
-    let _held = DirLock::acquire(&data).unwrap();
-    let cfg = tmp.path().join("boltq.toml");
-    std::fs::write(&cfg, "[storage]\nlock_wait_ms = 500\n").unwrap();
+    let spec = Spec::new("lockbound", &["[storage]", "lock_wait_ms = 500"]);
+    let _held = DirLock::acquire(&spec.data).unwrap();
     let started = Instant::now();
-    let out = support::run_to_exit(&[
-        "--config",
-        cfg.to_str().unwrap(),
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--tcp-port",
-        &free_port().to_string(),
-        "--http-port",
-        &free_port().to_string(),
-    ]);
+    let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
+    let out = support::run_to_exit(&args);
     assert_eq!(out.0, Some(1), "{}", out.1);
     assert!(out.1.contains("waiting up to 500 ms"), "{}", out.1);
     assert!(
@@ -95,22 +74,9 @@ fn a_start_gives_up_after_lock_wait_ms() {
 fn restarts_right_after_sigkill_under_load_all_succeed() {
     const KILLS: usize = 10;
     const PUBLISHERS: usize = 3;
-    let tmp = TempDir::new("killrestart");
-    let data = tmp.path().join("data");
-    let ports = support::free_ports_below_ephemeral(2);
-    let (tcp, http) = (ports[1], ports[0]);
-    let (tcp_arg, http_arg) = (tcp.to_string(), http.to_string());
-    let args = [
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--tcp-port",
-        &tcp_arg,
-        "--http-port",
-        &http_arg,
-        "--shards",
-        "2",
-    ];
-    let start = || Server::start_raw_until(&args, tcp, http, &data, ReadyBy::LogLine);
+    let spec = Spec::new("killrestart", &[]);
+    let tcp = spec.tcp;
+    let start = || spec.start();
     let mut server = start();
     let stop = Arc::new(AtomicBool::new(false));
     let published = Arc::new(AtomicU64::new(0));
@@ -175,4 +141,173 @@ fn publish_until(p: usize, port: u16, stop: &AtomicBool, published: &AtomicU64) 
             published.fetch_add(1, Ordering::SeqCst);
         }
     }
+}
+
+/// Issue 13 item 3: the snapshot after a restart was numbered "newest complete + 1", the
+/// number a snapshot cut short by a crash already had; the reader then merged the two (or
+/// fell back to an older snapshot whose commands were already truncated). Here the cut-short
+/// snapshot is planted as the previous version wrote its first chunk, the server takes one
+/// more snapshot and truncates behind it, is killed, and must come back with every message.
+#[test]
+fn a_snapshot_cut_short_by_a_crash_does_not_spoil_the_next_one() {
+    const QUEUE: &str = "snapq";
+    const BATCH: usize = 250;
+    let spec = Spec::new(
+        "snapnum",
+        // 1 MiB segments and the smallest per-slot compaction threshold (1 MiB).
+        &[
+            "[storage]",
+            "segment_bytes = 1048576",
+            "compaction_threshold = 1",
+        ],
+    );
+    let mut server = spec.start();
+    let mut published = 0;
+    // Enough for one snapshot and segments past it.
+    while published < 5_000 {
+        publish_batch(&server, QUEUE, BATCH);
+        published += BATCH;
+    }
+    assert!(snapshots_taken(&server) >= 1, "a first snapshot");
+    let (code, _) = server.stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    let planted = plant_cut_short_snapshot(&spec.data, QUEUE);
+    server = spec.start();
+    // One more snapshot, which truncates the command log behind it.
+    while snapshots_taken(&server) == 0 {
+        assert!(
+            published < 40_000,
+            "no snapshot after {published} publishes"
+        );
+        publish_batch(&server, QUEUE, BATCH);
+        published += BATCH;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let (next, _) = server.restart(libc::SIGKILL);
+    server = next;
+    let mut c = Client::connect(
+        &format!("127.0.0.1:{}", server.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        c.stats().unwrap()["Queues"][QUEUE],
+        published as u64,
+        "every publish exactly once after the restart (planted snapshot {planted})"
+    );
+    let (code, _) = server.stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+}
+
+/// A server's data dir, ports and config, to start it again after it stopped.
+struct Spec {
+    _tmp: TempDir,
+    data: std::path::PathBuf,
+    tcp: u16,
+    args: Vec<String>,
+    http: u16,
+}
+
+impl Spec {
+    /// 2 shards, ports below the ephemeral range; `config` lines become its TOML file.
+    fn new(tag: &str, config: &[&str]) -> Spec {
+        let tmp = TempDir::new(tag);
+        let data = tmp.path().join("data");
+        let cfg = tmp.path().join("boltq.toml");
+        std::fs::write(&cfg, config.join("\n")).unwrap();
+        let ports = support::free_ports_below_ephemeral(2);
+        let (tcp, http) = (ports[1], ports[0]);
+        let args = [
+            "--config",
+            cfg.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--tcp-port",
+            &tcp.to_string(),
+            "--http-port",
+            &http.to_string(),
+            "--shards",
+            "2",
+        ]
+        .map(String::from)
+        .to_vec();
+        Spec {
+            _tmp: tmp,
+            data,
+            tcp,
+            args,
+            http,
+        }
+    }
+
+    /// Ready once its own process wrote the ready line (an old process may still be dying).
+    fn start(&self) -> Server {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        Server::start_raw_until(&args, self.tcp, self.http, &self.data, ReadyBy::LogLine)
+    }
+}
+
+fn publish_batch(server: &Server, queue: &str, n: usize) {
+    let mut c = Client::connect(
+        &format!("127.0.0.1:{}", server.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    let body = format!(r#"{{"topic":"{queue}","payload":"{}"}}"#, "x".repeat(400));
+    let frames: Vec<(u8, &[u8])> = vec![(op::PUBLISH, body.as_bytes()); n];
+    for (code, _) in c.pipeline(&frames).unwrap() {
+        assert_eq!(code, status::OK);
+    }
+}
+
+/// Snapshots this process took (v1's `snapshot_count`; it starts at zero on every start).
+fn snapshots_taken(server: &Server) -> u64 {
+    let (_, body) = support::http_get(server.http_port, "/metrics").unwrap();
+    body.lines()
+        .filter(|l| !l.starts_with('#') && l.contains("snapshot_count"))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Appends, with the server down, the first chunk of two of a snapshot numbered one above
+/// the newest in the queue's slot, as a crash mid-snapshot of the previous version left it
+/// (no `first_seq` header). Returns its number.
+fn plant_cut_short_snapshot(data: &std::path::Path, queue: &str) -> u64 {
+    let slot = boltq::queue::server::dispatch::slot_of_name(queue);
+    let data = data.to_path_buf();
+    boltq_shards::block_on("plant", move || {
+        Box::pin(async move {
+            let c = boltq_io::StoreConfig::new(&data);
+            boltq_io::probe::warm_iopoll(&data).await.unwrap();
+            boltq_io::recovery::recover(&data, &c.log).await.unwrap();
+            let store = boltq_io::Store::open(c, 0).await.unwrap();
+            let snap = store
+                .open_log(&format!("queue/slot-{slot:03}/snap"))
+                .await
+                .unwrap();
+            let records = store.read(&snap, 0, usize::MAX, usize::MAX).await.unwrap();
+            let newest = records
+                .iter()
+                .filter_map(|r| std::str::from_utf8(&r.key).ok()?.parse::<u64>().ok())
+                .max()
+                .expect("the first snapshot is in the log");
+            let header = |k: &'static str, v: u64| {
+                (
+                    bytes::Bytes::from_static(k.as_bytes()),
+                    bytes::Bytes::from(v.to_string()),
+                )
+            };
+            let mut chunk = boltq_io::Record {
+                key: bytes::Bytes::from((newest + 1).to_string()),
+                headers: vec![header("part", 0), header("parts", 2), header("wal_seq", 1)],
+                payload: bytes::Bytes::from_static(b"{"),
+                ..Default::default()
+            };
+            let lsn = store.append(&snap, &mut chunk, 1).unwrap().lsn;
+            store.wait_durable(lsn).await.unwrap();
+            store.close().await.unwrap();
+            newest + 1
+        })
+    })
+    .unwrap()
 }
