@@ -197,29 +197,7 @@ impl HttpClient {
         req: &HttpRequest,
         body_bytes_max: usize,
     ) -> Result<Answer, Failed> {
-        let before_answer = |error| Failed {
-            error,
-            before_answer: true,
-        };
-        sender
-            .ready()
-            .await
-            .map_err(|e| before_answer(HttpError::from_hyper(&e)))?;
-        let hyper_req = request::to_hyper(req).map_err(Failed::during_answer)?;
-        let mut response = match sender.try_send_request(hyper_req).await {
-            Ok(r) => r,
-            Err(mut e) => {
-                let unsent = e.take_message().is_some();
-                let e = e.into_error();
-                // Unsent, or sent and the connection closed with no answer at all: what a
-                // server closing an idle connection looks like.
-                let retry = unsent || e.is_canceled() || e.is_incomplete_message();
-                return Err(Failed {
-                    error: HttpError::from_hyper(&e),
-                    before_answer: retry,
-                });
-            }
-        };
+        let mut response = send(&mut sender, req).await?;
         let status = response.status().as_u16();
         let success = (200..300).contains(&status);
         let cap = if success {
@@ -233,14 +211,7 @@ impl HttpClient {
                 bytes_max: cap,
             }));
         }
-        let headers = response
-            .headers()
-            .iter()
-            .map(|(n, v)| {
-                let value = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
-                (n.as_str().to_string(), value)
-            })
-            .collect();
+        let headers = header_pairs(response.headers());
         let reusable = pool::reusable(&response);
         let mut body = Vec::new();
         match body::read_capped(response.body_mut(), &mut body, cap).await {
@@ -257,4 +228,39 @@ impl HttpClient {
             body,
         })
     }
+}
+
+/// Sends `req` once `sender`'s connection is free, up to the answer's head.
+async fn send(
+    sender: &mut Sender,
+    req: &HttpRequest,
+) -> Result<hyper::Response<hyper::body::Incoming>, Failed> {
+    if let Err(e) = sender.ready().await {
+        return Err(Failed {
+            error: HttpError::from_hyper(&e),
+            before_answer: true,
+        });
+    }
+    let hyper_req = request::to_hyper(req).map_err(Failed::during_answer)?;
+    sender.try_send_request(hyper_req).await.map_err(|mut e| {
+        let unsent = e.take_message().is_some();
+        let e = e.into_error();
+        // Unsent, or sent and the connection closed with no answer at all: what a server
+        // closing an idle connection looks like.
+        Failed {
+            error: HttpError::from_hyper(&e),
+            before_answer: unsent || e.is_canceled() || e.is_incomplete_message(),
+        }
+    })
+}
+
+/// The answer's headers as text pairs (names lower-case, values trimmed).
+fn header_pairs(headers: &hyper::HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|(n, v)| {
+            let value = String::from_utf8_lossy(v.as_bytes()).trim().to_string();
+            (n.as_str().to_string(), value)
+        })
+        .collect()
 }

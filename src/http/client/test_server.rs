@@ -90,6 +90,22 @@ impl Drop for TestServer {
 
 /// Serves every connection on its own thread, answering each request with `handler`.
 pub fn serve(handler: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> TestServer {
+    serve_with(None, handler)
+}
+
+/// [`serve`] over TLS with `config` (the URL is still given as `http://` by [`TestServer::url`];
+/// callers say `https://`).
+pub fn serve_tls(
+    config: Arc<rustls::ServerConfig>,
+    handler: impl Fn(&Received) -> Reply + Send + Sync + 'static,
+) -> TestServer {
+    serve_with(Some(config), handler)
+}
+
+fn serve_with(
+    tls: Option<Arc<rustls::ServerConfig>>,
+    handler: impl Fn(&Received) -> Reply + Send + Sync + 'static,
+) -> TestServer {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let server = TestServer {
         addr: listener.local_addr().unwrap(),
@@ -110,9 +126,19 @@ pub fn serve(handler: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> Te
             }
             let Ok(stream) = stream else { continue };
             let connection = accepted.fetch_add(1, Ordering::SeqCst);
-            let (handler, received) = (handler.clone(), received.clone());
+            let (handler, received, tls) = (handler.clone(), received.clone(), tls.clone());
             std::thread::spawn(move || {
-                serve_connection(stream, connection, &*handler, &received);
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(30)))
+                    .unwrap();
+                match tls {
+                    None => serve_connection(stream, connection, &*handler, &received),
+                    Some(config) => {
+                        let session = rustls::ServerConnection::new(config).unwrap();
+                        let stream = rustls::StreamOwned::new(session, stream);
+                        serve_connection(stream, connection, &*handler, &received);
+                    }
+                }
             });
         }
     });
@@ -120,14 +146,11 @@ pub fn serve(handler: impl Fn(&Received) -> Reply + Send + Sync + 'static) -> Te
 }
 
 fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: impl Read + Write,
     connection: usize,
     handler: &Handler,
     received: &Mutex<Vec<Received>>,
 ) {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
     let mut buf = Vec::new();
     loop {
         let Some(request) = read_request(&mut stream, &mut buf, connection) else {
@@ -153,7 +176,7 @@ fn serve_connection(
     }
 }
 
-fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>, connection: usize) -> Option<Received> {
+fn read_request(stream: &mut impl Read, buf: &mut Vec<u8>, connection: usize) -> Option<Received> {
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;

@@ -299,3 +299,67 @@ fn https_to_a_plain_server_fails_as_tls_and_is_counted() {
     assert!(matches!(&got, Err(HttpError::Tls(_))), "{got:?}");
     assert_eq!(counted, 1);
 }
+
+/// A server certificate for 127.0.0.1, self-signed (so its PEM is also the CA file that
+/// trusts it), written to a file; and a rustls server presenting it.
+fn self_signed() -> (
+    boltq_io::testutil::TempDir,
+    std::path::PathBuf,
+    std::sync::Arc<rustls::ServerConfig>,
+) {
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let dir = boltq_io::testutil::TempDir::new("http-client-tls");
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, cert.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .unwrap();
+    (dir, ca_file, std::sync::Arc::new(config))
+}
+
+#[test]
+fn https_works_with_its_ca_file_and_fails_with_another_never_in_plain_text() {
+    let (_dir, ca_file, config) = self_signed();
+    let (_other_dir, other_ca_file, _) = self_signed();
+    let server = test_server::serve_tls(config, |_| test_server::json("{\"ok\":1}"));
+    let base = server.url().replace("http://", "https://");
+    let (trusted, reused, untrusted, counted) = run(move || {
+        Box::pin(async move {
+            let trusting = HttpClient::new(4).with_tls(TlsOptions {
+                ca_file: Some(ca_file),
+                errors: None,
+            });
+            let trusted = get(&trusting, &base).await;
+            let reused = get(&trusting, &base).await;
+            let errors = boltq_shards::metrics::Counter::default();
+            let other_ca = HttpClient::new(4).with_tls(TlsOptions {
+                ca_file: Some(other_ca_file),
+                errors: Some(errors.clone()),
+            });
+            let untrusted = get(&other_ca, &base).await;
+            (trusted, reused, untrusted, errors.get())
+        })
+    });
+    assert_eq!(trusted.unwrap().body, b"{\"ok\":1}");
+    assert_eq!(reused.unwrap().body, b"{\"ok\":1}");
+    assert!(
+        matches!(&untrusted, Err(HttpError::Tls(m)) if m.contains("certificate")),
+        "{untrusted:?}"
+    );
+    assert_eq!(counted, 1);
+    assert_eq!(
+        server.received().len(),
+        2,
+        "nothing was sent past the failed handshake"
+    );
+    assert_eq!(
+        server.connections(),
+        2,
+        "the trusted calls shared one TLS connection"
+    );
+}
