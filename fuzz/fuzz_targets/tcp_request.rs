@@ -1,6 +1,8 @@
 //! Fuzzes the v1 TCP request path of the queue plane: bytes from a client go through the
 //! frame decoder (`boltq::queue::protocol::frame::decode`) and each frame through the
-//! request parser (`request::parse`), the way a connection handles a pipelined stream.
+//! request parser (`request::parse`), or for the messaging plane's stream commands through
+//! theirs (`boltq::messaging::tcp::protocol::parse`), the way a connection handles a
+//! pipelined stream.
 //!
 //! Input: the first byte picks a mode, the rest is the candidate data.
 //! - mode even: the bytes as a client stream — frames are decoded one after another until
@@ -29,8 +31,8 @@ use boltq::queue::message::{Message, MessageId};
 use boltq::queue::protocol::frame::{self, status, Frame, PAYLOAD_BYTES_MAX};
 use boltq::queue::protocol::reply;
 use boltq::queue::protocol::request::{self, Request};
-use boltq::queue::protocol::stream::records::{self, PageHead};
-use boltq::queue::protocol::stream::{commit, publish, StreamRequest};
+use boltq::messaging::tcp::protocol::records::{self, PageHead};
+use boltq::messaging::tcp::protocol::{self as stream, commit, publish, StreamRequest};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
@@ -64,6 +66,15 @@ fn check_stream(mut data: &[u8]) {
 }
 
 fn check_request(f: Frame<'_>) {
+    // The connection hands these bytes to the messaging plane's handler before the queue
+    // plane's parser sees them.
+    if let Some(parsed) = stream::parse(f.code, f.payload) {
+        match parsed {
+            Err(e) => check_error_reply(&e.text()),
+            Ok(s) => check_stream_request(s),
+        }
+        return;
+    }
     match request::parse(f) {
         Err(e) => check_error_reply(&e.text()),
         Ok(Request::Publish(p) | Request::PublishTopic(p)) => {
@@ -73,7 +84,6 @@ fn check_request(f: Frame<'_>) {
             check_delivery(p.routing_key, p.payload, p.headers, p.priority)
         }
         Ok(Request::Auth { api_key: Err(e) }) => check_error_reply(&e.text()),
-        Ok(Request::Stream(s)) => check_stream_request(s),
         Ok(_) => {}
     }
 }

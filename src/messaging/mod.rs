@@ -10,6 +10,7 @@
 //! - `headers`: the caps on client-set headers (sends, publishes, signals).
 //! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
 //! - `presence`, `signals`: the ephemeral path (presence directory, typing hub), sans-IO.
+//! - `tcp/`: the stream commands backends send over the queue plane's TCP protocol.
 
 pub mod cursor;
 pub mod dedup;
@@ -24,4 +25,5 @@ pub mod plane;
 pub mod presence;
 pub mod push;
 pub mod signals;
+pub mod tcp;
 pub mod topic;

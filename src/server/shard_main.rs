@@ -4,6 +4,9 @@
 use super::mesh::{MeshRouter, ShardMsg};
 use super::{Plan, SHUTDOWN_DRAIN_MS};
 use crate::admin;
+use crate::messaging::engine::Engine;
+use crate::queue::protocol::frame::Frame;
+use crate::queue::server::extra::ExtraCommands;
 use crate::queue::server::plane::Plane;
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
@@ -67,15 +70,15 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let tcp = Listener::for_shard(&plan.tcp, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));
+    let extra = stream_commands(engine.clone());
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
         let plane = Rc::clone(&plane);
         let shard = shard.clone();
-        let engine = engine.clone();
         move |conn| {
             crate::queue::server::connection::serve(
                 conn,
                 Rc::clone(&plane),
-                engine.clone(),
+                Some(Rc::clone(&extra)),
                 shard.shutdown_requested(),
             )
         }
@@ -158,6 +161,15 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             .map_err(|e| format!("closing storage: {e}"))?;
     }
     Ok(())
+}
+
+/// The messaging plane's stream commands (0x1D–0x20) for the queue plane's TCP
+/// connections. Registered with the plane off too (`engine` is `None`), so a backend hears
+/// that the plane is off rather than that the command is unknown.
+fn stream_commands(engine: Option<Rc<Engine>>) -> ExtraCommands {
+    Rc::new(move |frame: Frame<'_>| {
+        crate::messaging::tcp::dispatch(engine.clone(), frame.code, frame.payload)
+    })
 }
 
 /// Accepts connections until cancelled, serving each in its own task. `live` counts the

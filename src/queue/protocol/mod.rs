@@ -3,4 +3,3 @@
 pub mod frame;
 pub mod reply;
 pub mod request;
-pub mod stream;

@@ -32,8 +32,9 @@
 //! | `0x1B` | DLQ_REQUEUE | `{"queue","limit"?}` (≥ 1, default all) | `{"queue","requeued":n}` — moved back to the tail of `queue`, `retry` reset to 0 |
 //! | `0x1C` | DLQ_PURGE | `{"queue"}` | `{"queue","purged":n}` |
 //!
-//! Stream commands (`0x1D`–`0x20`: publish, read, tail, commit on the messaging plane's
-//! stream topics) are parsed by [`super::stream`].
+//! Command bytes from [`EXTRA_CODES_FROM`] (`0x1D`) up belong to other planes (the
+//! messaging plane's stream commands, `0x1D`–`0x20`): the server registers their handler
+//! with the connection (`queue::server::extra`), and this parser refuses them as unknown.
 //!
 //! # Stricter than v1 (each closes a hole v1 has; no v1 SDK sends such requests)
 //!
@@ -47,7 +48,7 @@
 //!   4 MiB frame is refused at publish (`message too large: …`) instead of being stored and
 //!   then breaking every consumer's connection.
 
-pub(super) mod json;
+pub mod json;
 
 use super::frame::{op, Frame};
 use crate::queue::message::MessageId;
@@ -66,6 +67,10 @@ pub mod ext_op {
     pub const DLQ_REQUEUE: u8 = 0x1B;
     pub const DLQ_PURGE: u8 = 0x1C;
 }
+
+/// The first command byte the queue plane leaves to other planes: bytes from here up are
+/// served by the handler the server registers (`queue::server::extra`), if any.
+pub const EXTRA_CODES_FROM: u8 = 0x1D;
 
 /// Longest long-poll a CONSUME may ask for; larger `wait_ms` values are reduced to this.
 pub const WAIT_MS_MAX: u64 = 30_000;
@@ -137,8 +142,6 @@ pub enum Request {
     DlqRequeue { queue: String, limit: Option<u64> },
     /// 0x1C: drop every dead letter of `queue`.
     DlqPurge { queue: String },
-    /// 0x1D–0x20: stream commands for trusted backends (see [`super::stream`]).
-    Stream(super::stream::StreamRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,7 +272,6 @@ impl Request {
             Request::DlqRead { .. } => ext_op::DLQ_READ,
             Request::DlqRequeue { .. } => ext_op::DLQ_REQUEUE,
             Request::DlqPurge { .. } => ext_op::DLQ_PURGE,
-            Request::Stream(s) => s.code(),
         }
     }
 }
@@ -361,16 +363,13 @@ pub fn parse(frame: Frame<'_>) -> Result<Request, RequestError> {
         ext_op::DLQ_READ => parse_dlq_read(p),
         ext_op::DLQ_REQUEUE => parse_dlq_requeue(p),
         ext_op::DLQ_PURGE => parse_dlq_purge(p),
-        code => match super::stream::parse(code, p) {
-            Some(r) => r.map(Request::Stream),
-            None => Err(RequestError::UnknownCommand(code)),
-        },
+        code => Err(RequestError::UnknownCommand(code)),
     }
 }
 
 /// Decodes a v1 JSON object; `member` handles the keys it knows (returning `None` for the
 /// rest, which are skipped, as Go ignores unknown keys).
-pub(super) fn decode<F>(
+pub fn decode<F>(
     payload: &[u8],
     struct_name: &'static str,
     mut member: F,
@@ -384,12 +383,12 @@ where
     })
 }
 
-pub(super) fn invalid_json(detail: String) -> RequestError {
+pub fn invalid_json(detail: String) -> RequestError {
     RequestError::InvalidJson(detail)
 }
 
 /// BoltQ addition: refuses over-long names (see [`NAME_BYTES_MAX`]).
-pub(super) fn check_name(field: &str, value: &str) -> Result<(), RequestError> {
+pub fn check_name(field: &str, value: &str) -> Result<(), RequestError> {
     if value.len() > NAME_BYTES_MAX {
         return Err(RequestError::Invalid(format!(
             "{field} is too long: at most {NAME_BYTES_MAX} bytes"
@@ -527,7 +526,7 @@ fn parse_consume(payload: &[u8]) -> Result<Request, RequestError> {
 }
 
 /// An optional integer (Go: `*int`): `null` resets it to absent.
-pub(super) fn read_optional_int(
+pub fn read_optional_int(
     r: &mut Reader<'_>,
     field: &str,
     into: &mut Option<i128>,

@@ -7,6 +7,7 @@
 //! wakes for pushes, so an idle subscriber gets its deliveries.
 
 use super::dispatch::{self, ConnState, Pending};
+use super::extra::ExtraCommands;
 use super::outbound::Outbound;
 use super::plane::Plane;
 use crate::queue::protocol::frame::{self, op, FrameError};
@@ -29,19 +30,19 @@ enum Wake {
     Stop,
 }
 
-/// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves. `engine`
-/// is the shard's stream engine when the messaging plane is on (for the stream commands).
+/// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves. `extra`
+/// serves the other planes' commands, when the server registered any (see `extra.rs`).
 pub async fn serve(
     mut conn: Conn,
     plane: Rc<Plane>,
-    engine: Option<Rc<crate::messaging::engine::Engine>>,
+    extra: Option<ExtraCommands>,
     stop: impl Future<Output = ()>,
 ) {
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let out = Rc::new(Outbound::for_peer(peer));
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
-    state.set_engine(engine);
+    state.set_extra(extra);
     let mut stop = std::pin::pin!(stop);
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];

@@ -5,6 +5,7 @@
 //! then awaits each reply in request order and encodes it.
 
 use super::exchanges::ExchangeOp;
+use super::extra::{ExtraCommands, ExtraReply};
 use super::outbound::Outbound;
 use super::plane::{now_ns, Plane, StatsGather, Submitted};
 use crate::queue::broker::{Command, ConsumerRef, Outcome};
@@ -31,9 +32,9 @@ pub struct ConnState {
     consumes_in_flight: u64,
     confirm: bool,
     seq_no: u64,
-    /// The shard's stream engine for the stream commands; `None` when the messaging plane
-    /// is off (they answer [`super::stream::PLANE_OFF`]).
-    engine: Option<Rc<crate::messaging::engine::Engine>>,
+    /// The handler of command bytes from `EXTRA_CODES_FROM` up, when the server
+    /// registered one (see `extra.rs`).
+    extra: Option<ExtraCommands>,
 }
 
 impl ConnState {
@@ -46,13 +47,13 @@ impl ConnState {
             consumes_in_flight: 0,
             confirm: false,
             seq_no: 0,
-            engine: None,
+            extra: None,
         }
     }
 
-    /// Gives the connection the shard's stream engine (the messaging plane is on).
-    pub fn set_engine(&mut self, engine: Option<Rc<crate::messaging::engine::Engine>>) {
-        self.engine = engine;
+    /// Gives the connection the handler of the other planes' commands.
+    pub fn set_extra(&mut self, extra: Option<ExtraCommands>) {
+        self.extra = extra;
     }
 
     fn next_confirm_seq(&mut self) -> Option<u64> {
@@ -110,8 +111,8 @@ pub enum Pending {
         queue: String,
     },
     Stats(StatsGather),
-    /// A stream command (0x1D–0x20): the engine call, run when the reply is due.
-    Stream(super::stream::StreamReply),
+    /// Another plane's command (see `extra.rs`), run when the reply is due.
+    Extra(ExtraReply),
     Exchange(super::plane::ExchangeSubmitted),
     DlqList(super::plane::DlqListGather),
     DlqRead(super::plane::DlqReadSubmitted),
@@ -203,7 +204,7 @@ impl Pending {
                 other => error_reply(other, out),
             },
             Pending::Stats(gather) => reply::stats(&gather.merged().await.stats, out),
-            Pending::Stream(reply) => out.extend_from_slice(&reply.await),
+            Pending::Extra(reply) => out.extend_from_slice(&reply.await),
             Pending::Exchange(ex) => match ex.result(plane).await {
                 Ok(()) => reply::ok(out),
                 Err(e) => reply::error(&e, out),
@@ -256,6 +257,9 @@ pub fn slot_of_name(name: &str) -> u16 {
 
 /// Turns one frame into a pending reply.
 pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pending {
+    if let Some(pending) = dispatch_extra(st, frame) {
+        return pending;
+    }
     let mut out = Vec::new();
     let request = match request::parse(frame) {
         Ok(r) => r,
@@ -356,7 +360,6 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
                 queue,
             }
         }
-        Request::Stream(s) => Pending::Stream(super::stream::run(st.engine.clone(), s)),
         Request::DlqPurge { queue } => {
             let slot = slot_of_name(&queue);
             let cmd = Command::DeadLetterPurge {
@@ -368,6 +371,19 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             }
         }
     }
+}
+
+/// Another plane's command, when `frame`'s byte is one: behind the same AUTH gate as
+/// every command, and never consulted for the queue plane's own bytes.
+fn dispatch_extra(st: &ConnState, frame: Frame<'_>) -> Option<Pending> {
+    if frame.code < request::EXTRA_CODES_FROM {
+        return None;
+    }
+    let extra = st.extra.as_ref()?;
+    if !st.authenticated {
+        return Some(auth_required());
+    }
+    extra(frame).map(Pending::Extra)
 }
 
 fn auth_required() -> Pending {

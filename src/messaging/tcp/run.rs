@@ -1,6 +1,6 @@
 //! The stream commands (0x1D–0x20) on a TCP connection: each parsed request becomes one
 //! future that calls the shard's stream engine and yields the encoded reply. Wire shapes
-//! are in `queue::protocol::stream`; the steps here only move values between the two.
+//! are in `super::protocol`; the steps here only move values between the two.
 //!
 //! Trade-off: the futures are lazy and the connection awaits replies in request order, so
 //! pipelined STREAM_PUBLISHes run one after another (each waits for its own durability)
@@ -13,12 +13,12 @@ use crate::messaging::engine::mesh::{AppendReq, ReadOk, StreamError};
 use crate::messaging::engine::Engine;
 use crate::messaging::topic::Namespace;
 use crate::queue::protocol::reply;
-use crate::queue::protocol::stream::commit::{self, Commit};
-use crate::queue::protocol::stream::publish::{self, Publish};
-use crate::queue::protocol::stream::read::Read;
-use crate::queue::protocol::stream::records::{self, PageHead};
-use crate::queue::protocol::stream::tail::Tail;
-use crate::queue::protocol::stream::{StreamRequest, Target};
+use super::protocol::commit::{self, Commit};
+use super::protocol::publish::{self, Publish};
+use super::protocol::read::Read;
+use super::protocol::records::{self, PageHead};
+use super::protocol::tail::Tail;
+use super::protocol::{StreamRequest, Target};
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;
@@ -143,7 +143,7 @@ async fn read(engine: &Engine, r: Read, out: &mut Vec<u8>) -> Result<(), String>
 fn cursor_key(
     target: &Target,
     partition: u32,
-    c: &crate::queue::protocol::stream::Consumer,
+    c: &super::protocol::Consumer,
 ) -> Result<CursorKey, String> {
     CursorKey::new(&target.topic, partition, &c.cursor_group(), &c.member)
         .map_err(|e| format!("invalid consumer: {e}"))
@@ -295,7 +295,7 @@ mod tests {
 
     #[test]
     fn without_the_plane_every_command_says_so() {
-        let req = crate::queue::protocol::stream::parse(0x1E, br#"{"topic":"m"}"#)
+        let req = super::super::protocol::parse(0x1E, br#"{"topic":"m"}"#)
             .unwrap()
             .unwrap();
         let out = futures_lite::future::block_on(run(None, req));

@@ -1,7 +1,7 @@
 //! Stream commands of the TCP protocol (BoltQ additive, bytes `0x1D`–`0x20`): trusted
 //! backends publish to, read and tail the messaging plane's stream topics over the same
-//! binary protocol as the queue plane. Pure parsers and reply encoders; the connection
-//! runs them against the stream engine (`queue::server::stream`). Full shapes, byte by
+//! binary protocol as the queue plane. Pure parsers and reply encoders; `super::run` runs
+//! them against the stream engine. Full shapes, byte by
 //! byte: `docs/stream-publishing.md`.
 //!
 //! | Byte | Name | Request | OK reply |
@@ -25,8 +25,8 @@ pub mod read;
 pub mod records;
 pub mod tail;
 
-use super::request::json::{key_matches, IntType, Reader, Syntax};
-use super::request::{check_name, invalid_json, read_optional_int, RequestError};
+use crate::queue::protocol::request::json::{key_matches, IntType, Reader, Syntax};
+use crate::queue::protocol::request::{check_name, invalid_json, read_optional_int, RequestError};
 use crate::messaging::cursor::CURSOR_COMPONENT_BYTES_MAX;
 use crate::messaging::topic;
 
@@ -137,7 +137,7 @@ pub(crate) fn decode_fields(
     let mut f = Fields::default();
     let mut b64 = String::new();
     let mut b64_seen = false;
-    super::request::decode(payload, struct_name, |r, key| {
+    crate::queue::protocol::request::decode(payload, struct_name, |r, key| {
         member(r, key, &mut f, &mut b64, &mut b64_seen)
     })
     .map_err(invalid_json)?;
@@ -423,13 +423,18 @@ mod tests {
     }
 
     #[test]
-    fn the_request_parser_hands_stream_bytes_here() {
+    fn the_queue_parser_leaves_stream_bytes_to_this_plane() {
         use crate::queue::protocol::frame::Frame;
-        use crate::queue::protocol::request::{self, Request};
+        use crate::queue::protocol::request::{self, RequestError, EXTRA_CODES_FROM};
+        assert_eq!(stream_op::STREAM_PUBLISH, EXTRA_CODES_FROM);
         for code in stream_op::STREAM_PUBLISH..=stream_op::STREAM_COMMIT {
             let payload: &[u8] = br#"{"topic":"orders.eu","group":"g","seq":1}"#;
             match request::parse(Frame { code, payload }) {
-                Ok(r @ Request::Stream(_)) => assert_eq!(r.code(), code),
+                Err(RequestError::UnknownCommand(c)) => assert_eq!(c, code),
+                other => panic!("the queue parser took 0x{code:02x}: {other:?}"),
+            }
+            match parse(code, payload) {
+                Some(Ok(r)) => assert_eq!(r.code(), code),
                 other => panic!("0x{code:02x}: {other:?}"),
             }
         }
