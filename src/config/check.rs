@@ -12,31 +12,27 @@ pub(crate) const GIB: u64 = 1024 * MIB;
 pub(crate) type Check = Result<(), ConfigError>;
 
 pub(crate) fn range(key: &str, value: u64, lo: u64, hi: u64) -> Check {
-    if (lo..=hi).contains(&value) {
-        Ok(())
-    } else {
-        Err(ConfigError::invalid(
-            key,
-            value,
-            format!("must be between {lo} and {hi}"),
-        ))
-    }
+    within(key, value, lo, hi, || {
+        format!("must be between {lo} and {hi}")
+    })
 }
 
 /// Like [`range`], with human sizes in the message.
 pub(crate) fn range_bytes(key: &str, value: u64, lo: u64, hi: u64) -> Check {
+    within(key, value, lo, hi, || {
+        format!(
+            "must be between {lo} ({}) and {hi} ({})",
+            human_bytes(lo),
+            human_bytes(hi)
+        )
+    })
+}
+
+fn within(key: &str, value: u64, lo: u64, hi: u64, reason: impl FnOnce() -> String) -> Check {
     if (lo..=hi).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError::invalid(
-            key,
-            value,
-            format!(
-                "must be between {lo} ({}) and {hi} ({})",
-                human_bytes(lo),
-                human_bytes(hi)
-            ),
-        ))
+        Err(ConfigError::invalid(key, value, reason()))
     }
 }
 

@@ -34,9 +34,9 @@
 //! the field order of the §2.13 examples. Top-level fields that are empty, zero or false are
 //! omitted, except `partition`, which is present whenever the frame names a partition
 //! (§2.2); nested objects follow the §2.3 presence table. Strings are escaped by
-//! serde_json's string serializer straight into `out`, payloads base64-encoded straight into it
-//! (standard alphabet, padded): `record` frames are on the delivery hot path, so nothing
-//! there builds a `serde_json::Value` or an intermediate string.
+//! serde_json's string serializer straight into `out`, payloads base64-encoded straight
+//! into it (standard alphabet, padded): `record` frames are on the delivery hot path, so
+//! nothing there builds a `serde_json::Value` or an intermediate string.
 //!
 //! # Files
 //!
