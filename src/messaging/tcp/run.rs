@@ -8,17 +8,17 @@
 //! the order it sent them, whatever the partition's state, which is what a producer
 //! relying on order needs.
 
-use crate::messaging::cursor::CursorKey;
-use crate::messaging::engine::mesh::{AppendReq, ReadOk, StreamError};
-use crate::messaging::engine::Engine;
-use crate::messaging::topic::Namespace;
-use crate::queue::protocol::reply;
 use super::protocol::commit::{self, Commit};
 use super::protocol::publish::{self, Publish};
 use super::protocol::read::Read;
 use super::protocol::records::{self, PageHead};
 use super::protocol::tail::Tail;
 use super::protocol::{StreamRequest, Target};
+use crate::messaging::cursor::CursorKey;
+use crate::messaging::engine::mesh::{AppendReq, ReadOk, StreamError};
+use crate::messaging::engine::Engine;
+use crate::messaging::topic::Namespace;
+use crate::queue::protocol::reply;
 use bytes::Bytes;
 use std::future::Future;
 use std::pin::Pin;

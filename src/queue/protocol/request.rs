@@ -369,11 +369,7 @@ pub fn parse(frame: Frame<'_>) -> Result<Request, RequestError> {
 
 /// Decodes a v1 JSON object; `member` handles the keys it knows (returning `None` for the
 /// rest, which are skipped, as Go ignores unknown keys).
-pub fn decode<F>(
-    payload: &[u8],
-    struct_name: &'static str,
-    mut member: F,
-) -> Result<(), String>
+pub fn decode<F>(payload: &[u8], struct_name: &'static str, mut member: F) -> Result<(), String>
 where
     F: FnMut(&mut Reader<'_>, &str) -> Option<Result<(), Syntax>>,
 {

@@ -25,10 +25,10 @@ pub mod read;
 pub mod records;
 pub mod tail;
 
-use crate::queue::protocol::request::json::{key_matches, IntType, Reader, Syntax};
-use crate::queue::protocol::request::{check_name, invalid_json, read_optional_int, RequestError};
 use crate::messaging::cursor::CURSOR_COMPONENT_BYTES_MAX;
 use crate::messaging::topic;
+use crate::queue::protocol::request::json::{key_matches, IntType, Reader, Syntax};
+use crate::queue::protocol::request::{check_name, invalid_json, read_optional_int, RequestError};
 
 /// The command bytes, right after the DLQ commands (0x19–0x1C).
 pub mod stream_op {
