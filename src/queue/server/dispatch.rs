@@ -588,3 +588,65 @@ fn ack(plane: &Rc<Plane>, target: &request::AckTarget, nack: bool) -> Pending {
         nack,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::queue::protocol::frame::{self, status};
+    use std::cell::Cell;
+
+    /// A connection whose extra handler answers every byte it is asked about with OK
+    /// `{}` and counts the calls.
+    fn conn(requires_auth: bool, calls: &Rc<Cell<u32>>) -> ConnState {
+        let me = ConsumerRef { shard: 0, conn: 1 };
+        let mut st = ConnState::new(me, Rc::new(Outbound::default()), requires_auth);
+        let calls = Rc::clone(calls);
+        st.set_extra(Some(Rc::new(move |f: Frame<'_>| {
+            calls.set(calls.get() + 1);
+            let mut out = Vec::new();
+            frame::encode(status::OK, b"{}", &mut out);
+            (f.code != 0x30).then(|| Box::pin(std::future::ready(out)) as ExtraReply)
+        })));
+        st
+    }
+
+    fn at(code: u8) -> Frame<'static> {
+        Frame {
+            code,
+            payload: b"{}",
+        }
+    }
+
+    #[test]
+    fn the_queue_planes_own_bytes_never_reach_the_handler() {
+        let calls = Rc::new(Cell::new(0));
+        let st = conn(false, &calls);
+        for code in 0..request::EXTRA_CODES_FROM {
+            assert!(dispatch_extra(&st, at(code)).is_none(), "0x{code:02x}");
+        }
+        assert_eq!(calls.get(), 0);
+    }
+
+    #[test]
+    fn extra_bytes_go_to_the_handler_behind_the_auth_gate() {
+        let calls = Rc::new(Cell::new(0));
+        let locked = conn(true, &calls);
+        let pending = dispatch_extra(&locked, at(request::EXTRA_CODES_FROM));
+        assert!(pending.is_some_and(|p| p.closes_connection()));
+        assert_eq!(calls.get(), 0, "not asked before AUTH");
+
+        let open = conn(false, &calls);
+        let pending = dispatch_extra(&open, at(request::EXTRA_CODES_FROM));
+        assert!(matches!(pending, Some(Pending::Extra(_))));
+        assert_eq!(calls.get(), 1);
+        // A byte the handler does not know falls through to the queue parser.
+        assert!(dispatch_extra(&open, at(0x30)).is_none());
+    }
+
+    #[test]
+    fn without_a_handler_extra_bytes_are_the_queue_parsers() {
+        let me = ConsumerRef { shard: 0, conn: 1 };
+        let st = ConnState::new(me, Rc::new(Outbound::default()), false);
+        assert!(dispatch_extra(&st, at(request::EXTRA_CODES_FROM)).is_none());
+    }
+}
