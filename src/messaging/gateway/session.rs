@@ -46,9 +46,6 @@ pub enum Resume {
     },
 }
 
-/// The upgrade's shared-key check still calls the comparison by this name.
-pub use crate::config::secret::secret_matches as constant_time_eq;
-
 fn digest(secret: &[u8]) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, secret);
     let mut out = [0u8; 32];

@@ -157,12 +157,7 @@ impl Plane {
         let Some(key) = &self.api_key else {
             return true;
         };
-        let (a, b) = (key.as_bytes(), presented.as_bytes());
-        let mut diff = u8::from(a.len() != b.len());
-        for (i, x) in a.iter().enumerate() {
-            diff |= x ^ b.get(i).copied().unwrap_or(0);
-        }
-        diff == 0
+        crate::config::secret::secret_matches(key, presented)
     }
 
     pub fn config(&self) -> &BrokerConfig {
