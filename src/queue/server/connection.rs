@@ -3,7 +3,8 @@
 //! Loop: read whatever arrived, decode every complete frame in it, dispatch each (local
 //! commands answer at once; slot commands go to their owner), wait for all their replies in
 //! request order (one durable wait covers them all: they share commit rounds), write every
-//! reply with one write, then any pushes held meanwhile. Between requests the task also
+//! reply with one write, the catch-up of durable subscribes with another, then any pushes
+//! held meanwhile. Between requests the task also
 //! wakes for pushes, so an idle subscriber gets its deliveries.
 
 use super::dispatch::{self, ConnState, Pending};
@@ -125,6 +126,12 @@ pub async fn serve(
         }
         if !outbuf.is_empty() && conn.write_all(&outbuf).await.is_err() {
             break 'serve;
+        }
+        if !state.catch_up.is_empty() {
+            let catch_up = std::mem::take(&mut state.catch_up);
+            if conn.write_all(&catch_up).await.is_err() {
+                break 'serve;
+            }
         }
         if close_after {
             break;

@@ -35,6 +35,11 @@ pub struct ConnState {
     /// The handler of command bytes from `EXTRA_CODES_FROM` up, when the server
     /// registered one (see `extra.rs`).
     extra: Option<ExtraCommands>,
+    /// Catch-up pushes of durable subscribes answered in this batch: written after the
+    /// batch's replies, in a write of their own. The v1 Node SDK registers its handler
+    /// only once the `subscribed` reply resolves, so pushes read together with that reply
+    /// are emitted before anyone listens.
+    pub catch_up: Vec<u8>,
 }
 
 impl ConnState {
@@ -48,6 +53,7 @@ impl ConnState {
             confirm: false,
             seq_no: 0,
             extra: None,
+            catch_up: Vec::new(),
         }
     }
 
@@ -123,8 +129,8 @@ impl Pending {
         matches!(self, Pending::Close(_))
     }
 
-    /// Awaits the outcome and appends the reply frame (and, for a subscribe, its catch-up
-    /// pushes) to `out`.
+    /// Awaits the outcome and appends the reply frame to `out` (a subscribe's catch-up
+    /// pushes go to `st.catch_up`).
     pub async fn resolve(self, plane: &Plane, st: &mut ConnState, out: &mut Vec<u8>) {
         match self {
             Pending::Ready(bytes) | Pending::Close(bytes) => out.extend_from_slice(&bytes),
@@ -188,7 +194,7 @@ impl Pending {
                 Outcome::Subscribed { catch_up } => {
                     reply::subscribed(out);
                     for m in &catch_up {
-                        if reply::push(m, &sub_id, out).is_err() {
+                        if reply::push(m, &sub_id, &mut st.catch_up).is_err() {
                             log::warn!("catch-up message {} too large for a frame", m.id);
                         }
                     }
