@@ -1,43 +1,10 @@
 //! Durable pub/sub across restarts, end to end: the event sequences that lost acknowledged
 //! topic publishes (issue 13, failure 1) driven against the real binary.
 
+use crate::queue_plane::{client, raw, recv, send};
 use crate::support::Server;
-use boltq::client::{Client, ClientOptions};
-use boltq::queue::protocol::frame::{self, op};
+use boltq::queue::protocol::frame::op;
 use std::time::{Duration, Instant};
-
-fn client(s: &Server) -> Client {
-    Client::connect(
-        &format!("127.0.0.1:{}", s.tcp_port),
-        ClientOptions::default(),
-    )
-    .unwrap()
-}
-
-fn raw(s: &Server) -> std::net::TcpStream {
-    let c = std::net::TcpStream::connect(("127.0.0.1", s.tcp_port)).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    c
-}
-
-fn send(c: &mut std::net::TcpStream, code: u8, payload: &str) {
-    use std::io::Write;
-    let mut out = Vec::new();
-    frame::encode(code, payload.as_bytes(), &mut out);
-    c.write_all(&out).unwrap();
-}
-
-fn recv(c: &mut std::net::TcpStream) -> Option<(u8, String)> {
-    use std::io::Read;
-    let mut hdr = [0u8; 5];
-    if c.read_exact(&mut hdr).is_err() {
-        return None;
-    }
-    let len = u32::from_le_bytes(hdr[1..5].try_into().unwrap()) as usize;
-    let mut body = vec![0u8; len];
-    c.read_exact(&mut body).unwrap();
-    Some((hdr[0], String::from_utf8(body).unwrap()))
-}
 
 fn subscribe(s: &Server, durable: bool) -> std::net::TcpStream {
     let mut c = raw(s);

@@ -26,7 +26,7 @@ fn server_with_ack_timeout(
     (s, dir)
 }
 
-fn client(s: &Server) -> Client {
+pub(crate) fn client(s: &Server) -> Client {
     Client::connect(
         &format!("127.0.0.1:{}", s.tcp_port),
         ClientOptions::default(),
@@ -34,13 +34,13 @@ fn client(s: &Server) -> Client {
     .unwrap()
 }
 
-fn raw(s: &Server) -> std::net::TcpStream {
+pub(crate) fn raw(s: &Server) -> std::net::TcpStream {
     let c = std::net::TcpStream::connect(("127.0.0.1", s.tcp_port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     c
 }
 
-fn send(c: &mut std::net::TcpStream, code: u8, payload: &str) {
+pub(crate) fn send(c: &mut std::net::TcpStream, code: u8, payload: &str) {
     use std::io::Write;
     let mut out = Vec::new();
     frame::encode(code, payload.as_bytes(), &mut out);
@@ -48,7 +48,7 @@ fn send(c: &mut std::net::TcpStream, code: u8, payload: &str) {
 }
 
 /// Reads one frame; None when the server closed the connection.
-fn recv(c: &mut std::net::TcpStream) -> Option<(u8, String)> {
+pub(crate) fn recv(c: &mut std::net::TcpStream) -> Option<(u8, String)> {
     use std::io::Read;
     let mut hdr = [0u8; 5];
     if c.read_exact(&mut hdr).is_err() {
