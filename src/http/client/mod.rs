@@ -245,13 +245,36 @@ async fn send(
     sender.try_send_request(hyper_req).await.map_err(|mut e| {
         let unsent = e.take_message().is_some();
         let e = e.into_error();
-        // Unsent, or sent and the connection closed with no answer at all: what a server
-        // closing an idle connection looks like.
+        // Unsent, or sent and the connection closed or reset with no answer at all: what a
+        // server closing an idle connection looks like (a reset when our request met the
+        // closed socket).
         Failed {
             error: HttpError::from_hyper(&e),
-            before_answer: unsent || e.is_canceled() || e.is_incomplete_message(),
+            before_answer: unsent
+                || e.is_canceled()
+                || e.is_incomplete_message()
+                || e.is_closed()
+                || reset_by_peer(&e),
         }
     })
+}
+
+/// True when `e` comes from the peer closing or resetting the socket under us.
+fn reset_by_peer(e: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::BrokenPipe
+                    | std::io::ErrorKind::ConnectionAborted
+                    | std::io::ErrorKind::UnexpectedEof
+            );
+        }
+        source = cause.source();
+    }
+    false
 }
 
 /// The answer's headers as text pairs (names lower-case, values trimmed).
