@@ -21,6 +21,7 @@ pub mod journal;
 pub mod journal_entry;
 pub mod listener;
 pub mod log;
+pub mod peer_ack;
 pub mod probe;
 pub mod record;
 pub mod recovery;

@@ -137,6 +137,32 @@ impl Conn {
         }
     }
 
+    /// The mark (see [`crate::peer_ack`]) at which every byte written so far ends, counting
+    /// TLS records as sent; call it after a write and a flush. `None` when the connection is
+    /// no longer established or its TLS handshake has not completed.
+    pub fn written_mark(&self) -> io::Result<Option<u64>> {
+        match self.raw_fd() {
+            Some(fd) => crate::peer_ack::written_mark(fd),
+            None => Ok(None),
+        }
+    }
+
+    /// Bytes the peer's TCP has acknowledged, comparable with [`Conn::written_mark`];
+    /// `None` when the connection is no longer established.
+    pub fn acked_bytes(&self) -> io::Result<Option<u64>> {
+        match self.raw_fd() {
+            Some(fd) => crate::peer_ack::acked_bytes(fd),
+            None => Ok(None),
+        }
+    }
+
+    fn raw_fd(&self) -> Option<RawFd> {
+        match &self.0 {
+            Stream::Plain(s) => Some(s.as_raw_fd()),
+            Stream::Tls(s) => s.raw_fd(),
+        }
+    }
+
     /// Whether this connection came from a TLS listener.
     pub fn is_tls(&self) -> bool {
         matches!(self.0, Stream::Tls(_))

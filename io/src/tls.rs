@@ -169,6 +169,15 @@ impl TlsConn {
         }
     }
 
+    /// The socket under an established session (`None` while handshaking or failed).
+    pub(crate) fn raw_fd(&self) -> Option<std::os::unix::io::RawFd> {
+        use std::os::unix::io::AsRawFd;
+        match &self.state {
+            State::Established(s) => Some(s.get_ref().0.as_raw_fd()),
+            State::Handshaking { .. } | State::Failed => None,
+        }
+    }
+
     pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
         self.peer
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "peer address unknown"))

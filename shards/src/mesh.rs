@@ -141,6 +141,11 @@ impl<M: Send + 'static> Mesh<M> {
             })
     }
 
+    pub(crate) fn send_uncapped(&self, dest: ShardId, msg: M) {
+        self.check_dest(dest);
+        self.outboxes.push_uncapped(dest, Envelope::Message(msg));
+    }
+
     pub(crate) fn reply(&self, token: ReplyToken, msg: M) {
         self.check_dest(token.origin);
         let envelope = Envelope::Reply {

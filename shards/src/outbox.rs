@@ -65,9 +65,10 @@ impl<M> Outboxes<M> {
         Ok(())
     }
 
-    /// Queues one envelope past the cap. Only for replies: their number is
-    /// already bounded by the requesters' `requests_max`, and refusing one
-    /// would turn backpressure into a timeout on another shard.
+    /// Queues one envelope past the cap. For replies (their number is already
+    /// bounded by the requesters' `requests_max`, and refusing one would turn
+    /// backpressure into a timeout on another shard) and for messages whose
+    /// sender bounds their number itself and may neither drop nor reorder them.
     pub(crate) fn push_uncapped(&self, dest: ShardId, envelope: Envelope<M>) {
         let outbox = &self.boxes[dest];
         let was_empty = {

@@ -28,6 +28,7 @@ pub type PortReply<Rep> = Pin<Box<dyn Future<Output = Result<Rep, MeshError>>>>;
 /// What a port needs from the shard, with the server's message type erased.
 trait Erased<Req, Rep> {
     fn send(&self, dest: ShardId, msg: Req) -> Result<(), OutboxFull<Req>>;
+    fn send_uncapped(&self, dest: ShardId, msg: Req);
     fn request(&self, dest: ShardId, msg: Req, timeout_ms: u64) -> PortReply<Rep>;
     fn reply(&self, token: ReplyToken, msg: Rep);
     fn outbox_ready(&self, dest: ShardId) -> Pin<Box<dyn Future<Output = ()>>>;
@@ -47,6 +48,10 @@ where
             // The message given back is the one just wrapped: unwrapping cannot fail.
             OutboxFull(Req::try_from(m).unwrap_or_else(|_| unreachable!("own message")))
         })
+    }
+
+    fn send_uncapped(&self, dest: ShardId, msg: Req) {
+        self.0.send_uncapped(dest, M::from(msg))
     }
 
     fn request(&self, dest: ShardId, msg: Req, timeout_ms: u64) -> PortReply<Rep> {
@@ -130,6 +135,12 @@ impl<Req: 'static, Rep: 'static> Port<Req, Rep> {
     pub fn send(&self, dest: ShardId, msg: Req) -> Result<(), OutboxFull<Req>> {
         assert!(dest < self.count, "shard {dest} out of range");
         self.mesh.send(dest, msg)
+    }
+
+    /// [`Shard::send_uncapped`] for this plane's messages.
+    pub fn send_uncapped(&self, dest: ShardId, msg: Req) {
+        assert!(dest < self.count, "shard {dest} out of range");
+        self.mesh.send_uncapped(dest, msg)
     }
 
     /// [`Shard::request`] for this plane's messages; a reply of another plane's type is

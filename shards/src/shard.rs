@@ -104,6 +104,14 @@ impl<M: Send + 'static> Shard<M> {
         self.inner.mesh.send(dest, msg)
     }
 
+    /// As [`Shard::send`], but past the outbox cap instead of giving the message
+    /// back, in order with every other send to `dest`. Only for messages that
+    /// may be neither dropped nor reordered and whose number the sender bounds
+    /// itself (the cap is what bounds everything else).
+    pub fn send_uncapped(&self, dest: ShardId, msg: M) {
+        self.inner.mesh.send_uncapped(dest, msg)
+    }
+
     /// Sends a request to `dest` and waits at most `timeout_ms` for the
     /// reply. The request is queued by this call, in order with `send`s
     /// around it, not when the future is first polled. Prefer one-way

@@ -8,6 +8,7 @@ use crate::queue::broker::{Command, ConsumerRef, Outcome};
 use crate::queue::message::Message;
 use crate::queue::protocol::frame::{op, Frame};
 use crate::queue::protocol::request::{self, ext_op, Request as Cmd, RequestError};
+use crate::queue::server::delivery::{encode_catch_up, Confirmations, CONFIRM_POLL_MS};
 use crate::queue::server::dispatch::{self, slot_of_name};
 use crate::queue::server::exchanges::ExchangeOp;
 use crate::queue::server::outbound::Outbound;
@@ -430,7 +431,11 @@ pub async fn serve_events(
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
                 Access-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n";
     out.extend_from_slice(head.as_bytes());
-    let Outcome::Subscribed { catch_up } = &outcome else {
+    let Outcome::Subscribed {
+        catch_up,
+        first_delivery,
+    } = &outcome
+    else {
         let refusal = match outcome {
             Outcome::Error(e) => Response::error(500, &e),
             other => Response::error(
@@ -444,27 +449,41 @@ pub async fn serve_events(
         ctx.plane.unregister_conn(me);
         return;
     };
-    for m in catch_up {
-        let mut frame = Vec::new();
-        if crate::queue::protocol::reply::push(m, &sub_id, &mut frame).is_ok() {
-            sse_events(&frame, &mut out);
-        }
-    }
+    let mut frames = Vec::new();
+    let mut tracked = Vec::new();
+    encode_catch_up(
+        &topic,
+        &sub_id,
+        catch_up,
+        *first_delivery,
+        &mut frames,
+        &mut tracked,
+    );
+    sse_events(&frames, &mut out);
+    let mut confirms = Confirmations::default();
     let mut probe = [0u8; 64];
     loop {
         if conn.write_all(&out).await.is_err() {
             break;
         }
+        confirms
+            .written(&mut conn, std::mem::take(&mut tracked))
+            .await;
         out.clear();
+        if outbound.overrun() {
+            break; // a durable subscriber that stopped reading: it gets them again later
+        }
+        confirms.confirm(&conn, &ctx.plane, me);
         let ticket = outbound.push_event.ticket();
         if outbound.has_pushes() {
-            let mut frames = Vec::new();
-            outbound.take_pushes(&mut frames);
+            frames.clear();
+            outbound.take_pushes(&mut frames, &mut tracked);
             sse_events(&frames, &mut out);
             continue;
         }
-        // Wait for a push, the server stopping, or the client going away (a read that ends
-        // or fails): an SSE client sends nothing, so any read result but more bytes ends it.
+        // Wait for a push, the server stopping, the client going away (a read that ends
+        // or fails: an SSE client sends nothing, so any read result but more bytes ends
+        // it), or the time to confirm durable pushes.
         let wake = futures_lite::future::or(
             async {
                 outbound.push_event.wait(ticket).await;
@@ -475,13 +494,23 @@ pub async fn serve_events(
                     stop.as_mut().await;
                     SseWake::Stop
                 },
-                async {
-                    use futures_lite::AsyncReadExt;
-                    match conn.read(&mut probe).await {
-                        Ok(n) if n > 0 => SseWake::Push, // stray bytes: ignore, loop again
-                        _ => SseWake::Gone,
-                    }
-                },
+                futures_lite::future::or(
+                    async {
+                        use futures_lite::AsyncReadExt;
+                        match conn.read(&mut probe).await {
+                            Ok(n) if n > 0 => SseWake::Push, // stray bytes: ignore, loop again
+                            _ => SseWake::Gone,
+                        }
+                    },
+                    async {
+                        if !confirms.waiting() {
+                            futures_lite::future::pending::<()>().await;
+                        }
+                        boltq_shards::sleep(std::time::Duration::from_millis(CONFIRM_POLL_MS))
+                            .await;
+                        SseWake::Push
+                    },
+                ),
             ),
         )
         .await;
@@ -489,6 +518,7 @@ pub async fn serve_events(
             break;
         }
     }
+    confirms.confirm(&conn, &ctx.plane, me);
     ctx.plane.unregister_conn(me);
 }
 

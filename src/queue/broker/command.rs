@@ -60,6 +60,16 @@ pub enum Command {
     Disconnect {
         consumer: ConsumerRef,
     },
+    /// `consumer` has every push of durable registration `(topic, sub_id)` numbered up to
+    /// `delivery` (the server saw the peer's TCP acknowledge their bytes): they are no longer
+    /// handed out again after a disconnect. Ignored unless the registration is live on
+    /// `consumer`.
+    Confirm {
+        consumer: ConsumerRef,
+        topic: String,
+        sub_id: String,
+        delivery: u64,
+    },
     /// Every connection is gone: apply once after recovery (and log it), since commands
     /// replayed from the WAL re-register subscriptions of connections that no longer exist.
     /// `Broker::restore` does the same to the restored state.
@@ -86,10 +96,11 @@ pub enum Command {
 pub enum Outcome {
     Published,
     /// A pub/sub publish that changed no state outliving a connection: every copy went to a
-    /// live subscriber (or there was no subscriber, or a full backlog refused it). Nothing is
-    /// logged for it, so its reply does not wait for a disk round: live delivery is at most
-    /// once and would not survive a restart anyway, whereas a copy kept in an offline
-    /// durable subscriber's backlog makes the publish [`Outcome::Published`] (logged).
+    /// live non-durable subscriber (or there was no subscriber, or a full registration
+    /// refused it). Nothing is logged for it, so its reply does not wait for a disk round:
+    /// non-durable delivery is at most once and would not survive a restart anyway, whereas
+    /// a copy a durable registration keeps (an offline one's backlog, a live one's
+    /// unconfirmed push) makes the publish [`Outcome::Published`] (logged).
     PublishedLive,
     /// At least one message, in delivery order.
     Delivered(Vec<Message>),
@@ -97,9 +108,14 @@ pub enum Outcome {
     Acked,
     Nacked,
     /// The connection sends the `subscribed` reply first, then pushes `catch_up` in order.
+    /// `first_delivery` is set for a durable registration: `catch_up[i]` has delivery number
+    /// `first_delivery + i`, which the connection confirms once the peer has it.
     Subscribed {
         catch_up: Vec<Message>,
+        first_delivery: Option<u64>,
     },
+    /// How many pushes a `Confirm` took off their registration.
+    Confirmed(u64),
     /// How many dead letters left the dead-letter queue (ones whose TTL had passed are then
     /// discarded, like any expired message).
     Requeued(u32),
@@ -118,12 +134,15 @@ pub enum Outcome {
 #[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
-    /// Deliver `msg` to a live subscriber (at most once; the connection may drop it when its
-    /// buffer is full, as v1 does).
+    /// Deliver `msg` to a live subscriber. Without `delivery` (a non-durable registration)
+    /// at most once: the connection may drop it when its buffer is full, as v1 does. With it
+    /// (durable) the copy stays kept until the connection confirms that number, so the
+    /// connection must never skip it silently: it confirms in order or not at all.
     Push {
         to: ConsumerRef,
         sub_id: String,
         msg: Message,
+        delivery: Option<u64>,
     },
     /// A message consumed by `consumer` left pending without an ack (ack timeout or TTL):
     /// the connection releases one prefetch unit (fix of v1 §12 item 6).

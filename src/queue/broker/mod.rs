@@ -251,6 +251,12 @@ impl Broker {
                 consumer,
                 now_ns: _,
             } => self.subscribe(topic, sub_id, *durable, *consumer),
+            Command::Confirm {
+                consumer,
+                topic,
+                sub_id,
+                delivery,
+            } => Outcome::Confirmed(self.pubsub.confirm(*consumer, topic, sub_id, *delivery)),
             Command::Disconnect { consumer } => {
                 self.pubsub.disconnect(*consumer);
                 Outcome::Disconnected
@@ -290,6 +296,7 @@ impl Broker {
             (Command::Consume { .. }, Outcome::Empty) => self.counters.expired != expired_before,
             (_, Outcome::Error(_) | Outcome::Empty | Outcome::PublishedLive) => false,
             (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
+            (Command::Confirm { .. }, Outcome::Confirmed(count)) => *count > 0,
             (Command::Subscribe { topic, sub_id, .. }, _) => self.pubsub.is_durable(topic, sub_id),
             (Command::Disconnect { .. } | Command::DisconnectAll, _) => ends_durable_live,
             _ => true,
@@ -345,7 +352,7 @@ impl Broker {
         self.counters.published_topic += 1;
         self.counters.pushed += (effects.len() - pushes_before) as u64;
         self.counters.backlog_dropped += fanned.dropped;
-        if fanned.backlogged > 0 {
+        if fanned.kept > 0 {
             Outcome::Published
         } else {
             Outcome::PublishedLive
@@ -575,7 +582,10 @@ impl Broker {
             return Outcome::Error("id is required".into());
         }
         match self.pubsub.subscribe(topic, sub_id, durable, consumer) {
-            Ok(catch_up) => Outcome::Subscribed { catch_up },
+            Ok(catch_up) => Outcome::Subscribed {
+                catch_up: catch_up.messages,
+                first_delivery: catch_up.first_delivery,
+            },
             Err(e) => Outcome::Error(e),
         }
     }

@@ -10,6 +10,14 @@
 //!
 //! A durable registration is sticky: a later non-durable subscribe with the same id keeps it
 //! durable (v1 had no unsubscribe; dropping a backlog on a flag change would lose data).
+//!
+//! Durable delivery is at-least-once across disconnects (issue 13, failure 2). A copy pushed
+//! to a durable registration's live connection stays in `unconfirmed`, numbered, until that
+//! connection confirms the number (`confirm`: the server does so once the peer's TCP has
+//! acknowledged the bytes). A disconnect, however abrupt, returns every unconfirmed copy to
+//! the front of the backlog, in order, so a push written into a socket the peer had already
+//! reset is handed out again on re-subscribe. Duplicates after a reset are possible; loss is
+//! not.
 
 use super::command::Effect;
 use super::ConsumerRef;
@@ -26,16 +34,59 @@ pub(super) struct Subscription {
     pub durable: bool,
     /// The connection receiving pushes; `None` only for an offline durable registration.
     pub live: Option<ConsumerRef>,
-    /// Messages published while offline, oldest first; empty while live.
+    /// Messages published while offline (and pushes a connection never confirmed), oldest
+    /// first; empty while live.
     pub backlog: VecDeque<Message>,
+    /// Durable only: copies pushed to the live connection and not yet confirmed received,
+    /// oldest first; empty while offline.
+    pub unconfirmed: VecDeque<Message>,
+    /// Delivery number of the newest copy ever added to `unconfirmed`: the copies in it are
+    /// numbered `delivery_seq - len + 1 ..= delivery_seq`. Counts up for the registration's
+    /// whole life, across connections and restarts.
+    pub delivery_seq: u64,
+}
+
+impl Subscription {
+    /// A registration with nothing kept yet.
+    pub fn new(durable: bool, live: Option<ConsumerRef>) -> Subscription {
+        Subscription {
+            durable,
+            live,
+            backlog: VecDeque::new(),
+            unconfirmed: VecDeque::new(),
+            delivery_seq: 0,
+        }
+    }
+
+    /// Adds a copy pushed to the live connection; returns its delivery number.
+    fn track(&mut self, msg: Message) -> u64 {
+        self.unconfirmed.push_back(msg);
+        self.delivery_seq += 1;
+        self.delivery_seq
+    }
+
+    /// Copies kept for this registration (backlog and unconfirmed), bounded together.
+    fn kept(&self) -> usize {
+        self.backlog.len() + self.unconfirmed.len()
+    }
+}
+
+/// What a subscribe hands the connection before any live push: the messages kept while it
+/// was away, oldest first, and, for a durable registration, the delivery number of the first
+/// (`catch_up[i]` is number `first_delivery + i`; the connection confirms by number).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CatchUp {
+    pub messages: Vec<Message>,
+    pub first_delivery: Option<u64>,
 }
 
 /// Where the copies of one publish went besides the pushes to live subscribers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Fanned {
-    /// Copies kept in offline durable subscribers' backlogs: durable state changed.
-    pub backlogged: u64,
-    /// Copies refused because a backlog was full.
+    /// Copies a durable registration keeps until its subscriber has them (an offline one's
+    /// backlog, or a live one's unconfirmed pushes): durable state changed.
+    pub kept: u64,
+    /// Copies refused because a durable registration already kept its capacity.
     pub dropped: u64,
 }
 
@@ -48,32 +99,69 @@ pub(super) struct PubSub {
 
 impl PubSub {
     /// Registers (or replaces) `(topic, sub_id)` as live on `consumer`; returns the catch-up:
-    /// the backlog accumulated while it was offline, oldest first.
+    /// what was kept while it was offline, and what a previous connection had not confirmed,
+    /// oldest first. For a durable registration the catch-up stays unconfirmed, numbered,
+    /// until `consumer` confirms it. A re-subscribe from the connection that is already live
+    /// changes nothing it was sent.
     pub fn subscribe(
         &mut self,
         topic: &str,
         sub_id: &str,
         durable: bool,
         consumer: ConsumerRef,
-    ) -> Result<Vec<Message>, String> {
+    ) -> Result<CatchUp, String> {
         self.check_room(topic, sub_id)?;
         let subs = self.topics.entry(topic.to_string()).or_default();
         let sub = subs
             .entry(sub_id.to_string())
-            .or_insert_with(|| Subscription {
-                durable,
-                live: None,
-                backlog: VecDeque::new(),
-            });
+            .or_insert_with(|| Subscription::new(durable, None));
         sub.durable |= durable;
         let previous = sub.live.replace(consumer);
-        let catch_up: Vec<Message> = sub.backlog.drain(..).collect();
+        let mut catch_up = CatchUp::default();
+        if previous != Some(consumer) {
+            let mut kept = std::mem::take(&mut sub.unconfirmed);
+            kept.append(&mut sub.backlog);
+            if sub.durable {
+                catch_up.first_delivery = Some(sub.delivery_seq + 1);
+                for msg in &kept {
+                    sub.track(msg.clone());
+                }
+            }
+            catch_up.messages = kept.into();
+        } else if sub.durable {
+            catch_up.first_delivery = Some(sub.delivery_seq + 1);
+        }
         let key = (topic.to_string(), sub_id.to_string());
         if let Some(previous) = previous {
             unindex(&mut self.by_consumer, previous, &key);
         }
         self.by_consumer.entry(consumer).or_default().insert(key);
         Ok(catch_up)
+    }
+
+    /// `consumer` has every copy of `(topic, sub_id)` numbered up to `delivery`: they leave
+    /// the registration. Returns how many did; 0 when the registration is not live on
+    /// `consumer` any more (a confirm that crossed its disconnect or a re-subscribe elsewhere
+    /// confirms nothing: those copies were handed out again).
+    pub fn confirm(
+        &mut self,
+        consumer: ConsumerRef,
+        topic: &str,
+        sub_id: &str,
+        delivery: u64,
+    ) -> u64 {
+        let Some(sub) = self.topics.get_mut(topic).and_then(|s| s.get_mut(sub_id)) else {
+            return 0;
+        };
+        if sub.live != Some(consumer) {
+            return 0;
+        }
+        let oldest = sub.delivery_seq + 1 - sub.unconfirmed.len() as u64;
+        let count = (delivery + 1)
+            .saturating_sub(oldest)
+            .min(sub.unconfirmed.len() as u64);
+        sub.unconfirmed.drain(..count as usize);
+        count
     }
 
     fn check_room(&self, topic: &str, sub_id: &str) -> Result<(), String> {
@@ -91,9 +179,10 @@ impl PubSub {
     }
 
     /// Pushes `msg` to every live subscriber of its topic and backlogs it for every offline
-    /// durable one, in subscriber-id order. Returns how many copies were not kept because an
-    /// offline subscriber's backlog was at capacity (the newest are refused, so a catch-up
-    /// is contiguous from the moment the subscriber went offline). See [`Fanned`].
+    /// durable one, in subscriber-id order; a durable one keeps a live push unconfirmed.
+    /// A durable registration keeps at most `backlog_capacity` copies (backlog and
+    /// unconfirmed together): past that the newest are refused and counted, so a catch-up is
+    /// contiguous. See [`Fanned`].
     pub fn publish(
         &mut self,
         msg: &Message,
@@ -105,17 +194,25 @@ impl PubSub {
             return fanned;
         };
         for (sub_id, sub) in subs.iter_mut() {
+            if sub.durable && sub.kept() >= backlog_capacity {
+                fanned.dropped += 1;
+                continue;
+            }
             match sub.live {
-                Some(to) => effects.push(Effect::Push {
-                    to,
-                    sub_id: sub_id.clone(),
-                    msg: msg.clone(),
-                }),
-                None if sub.backlog.len() < backlog_capacity => {
-                    sub.backlog.push_back(msg.clone());
-                    fanned.backlogged += 1;
+                Some(to) => {
+                    let delivery = sub.durable.then(|| sub.track(msg.clone()));
+                    fanned.kept += u64::from(delivery.is_some());
+                    effects.push(Effect::Push {
+                        to,
+                        sub_id: sub_id.clone(),
+                        msg: msg.clone(),
+                        delivery,
+                    });
                 }
-                None => fanned.dropped += 1,
+                None => {
+                    sub.backlog.push_back(msg.clone());
+                    fanned.kept += 1;
+                }
             }
         }
         fanned
@@ -136,6 +233,8 @@ impl PubSub {
             );
             if sub.durable {
                 sub.live = None;
+                debug_assert!(sub.backlog.is_empty(), "live with a backlog");
+                sub.backlog = std::mem::take(&mut sub.unconfirmed);
             } else {
                 subs.remove(&sub_id);
                 if subs.is_empty() {
@@ -176,37 +275,40 @@ impl PubSub {
         assert!(self.by_consumer.is_empty());
     }
 
-    /// Restores an offline durable registration with its backlog.
+    /// Restores a registration from a snapshot, checking what a snapshot can get wrong.
     pub fn restore_subscription(
         &mut self,
         topic: &str,
         sub_id: &str,
-        durable: bool,
-        backlog: VecDeque<Message>,
-        live: Option<ConsumerRef>,
+        sub: Subscription,
     ) -> Result<(), String> {
-        if !durable && (live.is_none() || !backlog.is_empty()) {
+        if !sub.durable && (sub.live.is_none() || sub.kept() > 0) {
             return Err(format!(
-                "non-durable subscription {topic}/{sub_id} must be live with no backlog"
+                "non-durable subscription {topic}/{sub_id} must be live with nothing kept"
             ));
         }
-        if live.is_some() && !backlog.is_empty() {
+        if sub.live.is_some() && !sub.backlog.is_empty() {
             return Err(format!(
                 "durable subscription {topic}/{sub_id} is live but has a backlog"
             ));
         }
-        if let Some(consumer) = live {
+        if sub.live.is_none() && !sub.unconfirmed.is_empty() {
+            return Err(format!(
+                "durable subscription {topic}/{sub_id} is offline with unconfirmed pushes"
+            ));
+        }
+        if (sub.unconfirmed.len() as u64) > sub.delivery_seq {
+            return Err(format!(
+                "durable subscription {topic}/{sub_id} has more unconfirmed pushes than numbers"
+            ));
+        }
+        if let Some(consumer) = sub.live {
             self.by_consumer
                 .entry(consumer)
                 .or_default()
                 .insert((topic.to_string(), sub_id.to_string()));
         }
         let subs = self.topics.entry(topic.to_string()).or_default();
-        let sub = Subscription {
-            durable,
-            live,
-            backlog,
-        };
         if subs.insert(sub_id.to_string(), sub).is_some() {
             return Err(format!(
                 "durable subscription {topic}/{sub_id} appears twice"
@@ -255,6 +357,15 @@ impl PubSub {
                     sub.live.is_none() || sub.backlog.is_empty(),
                     "live with a backlog"
                 );
+                assert!(
+                    sub.live.is_some() || sub.unconfirmed.is_empty(),
+                    "offline with unconfirmed pushes"
+                );
+                assert!(
+                    sub.durable || sub.unconfirmed.is_empty(),
+                    "non-durable with unconfirmed pushes"
+                );
+                assert!(sub.unconfirmed.len() as u64 <= sub.delivery_seq);
                 if let Some(c) = sub.live {
                     live += 1;
                     let key = (topic.clone(), sub_id.clone());

@@ -9,6 +9,7 @@
 //! metrics and start again from zero.
 
 use super::pending::PendingEntry;
+use super::pubsub::Subscription;
 use super::queue::{Ready, ReadyKey, WorkQueue};
 use super::timers::{TimerKey, TimerTarget, Timers};
 use super::{queue_or_create, Broker, BrokerConfig, ConsumerRef};
@@ -88,6 +89,13 @@ pub struct DurableSnapshot {
     pub live: Option<ConsumerRef>,
     /// Oldest first.
     pub backlog: Vec<Message>,
+    /// Pushed to the live connection and not confirmed yet, oldest first (absent in
+    /// snapshots written before durable delivery was confirmed).
+    #[serde(default)]
+    pub unconfirmed: Vec<Message>,
+    /// Delivery number of the newest copy ever pushed (see `pubsub::Subscription`).
+    #[serde(default)]
+    pub delivery_seq: u64,
 }
 
 impl Broker {
@@ -126,6 +134,8 @@ impl Broker {
                     durable: sub.durable,
                     live: sub.live,
                     backlog: sub.backlog.iter().cloned().collect(),
+                    unconfirmed: sub.unconfirmed.iter().cloned().collect(),
+                    delivery_seq: sub.delivery_seq,
                 })
                 .collect(),
         }
@@ -277,13 +287,11 @@ impl Broker {
         if s.topic.is_empty() || s.sub_id.is_empty() {
             return Err("durable subscription with an empty topic or id".into());
         }
-        self.pubsub.restore_subscription(
-            &s.topic,
-            &s.sub_id,
-            s.durable,
-            VecDeque::from(s.backlog),
-            s.live,
-        )
+        let mut sub = Subscription::new(s.durable, s.live);
+        sub.backlog = VecDeque::from(s.backlog);
+        sub.unconfirmed = VecDeque::from(s.unconfirmed);
+        sub.delivery_seq = s.delivery_seq;
+        self.pubsub.restore_subscription(&s.topic, &s.sub_id, sub)
     }
 }
 

@@ -5,17 +5,21 @@
 //! request order (one durable wait covers them all: they share commit rounds), write every
 //! reply with one write, the catch-up of durable subscribes with another, then any pushes
 //! held meanwhile. Between requests the task also
-//! wakes for pushes, so an idle subscriber gets its deliveries.
+//! wakes for pushes, so an idle subscriber gets its deliveries, and, while durable pushes
+//! wait for the peer's acknowledgement, every `CONFIRM_POLL_MS` to confirm them
+//! (`delivery.rs`).
 
+use super::delivery::{Confirmations, Tracked, CONFIRM_POLL_MS};
 use super::dispatch::{self, ConnState, Pending};
 use super::extra::ExtraCommands;
-use super::outbound::Outbound;
+use super::outbound::{Outbound, PUSH_BYTES_MAX};
 use super::plane::Plane;
 use crate::queue::protocol::frame::{self, op, FrameError};
 use boltq_io::listener::Conn;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::future::Future;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// Bytes asked of the socket per read. A frame may be larger (up to 4 MiB + 5); the buffer
 /// grows to hold it, and never beyond that.
@@ -28,6 +32,8 @@ enum Wake {
     /// Complete frames are already buffered.
     Buffered,
     Pushes,
+    /// Time to ask the socket what the peer has acknowledged.
+    Confirm,
     Stop,
 }
 
@@ -48,14 +54,24 @@ pub async fn serve(
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut outbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
+    let mut confirms = Confirmations::default();
+    let mut tracked: Vec<Tracked> = Vec::new();
     'serve: loop {
+        if out.overrun() {
+            log::info!("closing a durable subscriber holding {PUSH_BYTES_MAX} bytes of unread pushes; it gets them again when it subscribes again");
+            break;
+        }
+        confirms.confirm(&conn, &plane, me);
         let ticket = out.push_event.ticket();
         if out.has_pushes() {
             outbuf.clear();
-            out.take_pushes(&mut outbuf);
+            out.take_pushes(&mut outbuf, &mut tracked);
             if conn.write_all(&outbuf).await.is_err() {
                 break;
             }
+            confirms
+                .written(&mut conn, std::mem::take(&mut tracked))
+                .await;
             continue;
         }
         // Frames left over from the last batch (a batch stops at BATCH_FRAMES_MAX or at an
@@ -71,17 +87,26 @@ pub async fn serve(
                         out.push_event.wait(ticket).await;
                         Wake::Pushes
                     },
-                    async {
-                        stop.as_mut().await;
-                        Wake::Stop
-                    },
+                    futures_lite::future::or(
+                        async {
+                            stop.as_mut().await;
+                            Wake::Stop
+                        },
+                        async {
+                            if !confirms.waiting() {
+                                futures_lite::future::pending::<()>().await;
+                            }
+                            boltq_shards::sleep(Duration::from_millis(CONFIRM_POLL_MS)).await;
+                            Wake::Confirm
+                        },
+                    ),
                 ),
             )
             .await
         };
         match wake {
             Wake::Stop | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => break,
-            Wake::Pushes => continue,
+            Wake::Pushes | Wake::Confirm => continue,
             Wake::Read(Ok(n)) => inbuf.extend_from_slice(&chunk[..n]),
             Wake::Buffered => {}
         }
@@ -127,16 +152,20 @@ pub async fn serve(
         if !outbuf.is_empty() && conn.write_all(&outbuf).await.is_err() {
             break 'serve;
         }
-        if !state.catch_up.is_empty() {
+        if !state.catch_up.is_empty() || !state.catch_up_tracked.is_empty() {
             let catch_up = std::mem::take(&mut state.catch_up);
             if conn.write_all(&catch_up).await.is_err() {
                 break 'serve;
             }
+            let catch_up_tracked = std::mem::take(&mut state.catch_up_tracked);
+            confirms.written(&mut conn, catch_up_tracked).await;
         }
         if close_after {
             break;
         }
     }
     let _ = conn.flush().await;
+    // A client that closed cleanly may have acknowledged pushes since the last look.
+    confirms.confirm(&conn, &plane, me);
     plane.unregister_conn(me);
 }

@@ -4,6 +4,7 @@
 //! answered at once, slot commands are applied (or sent to their owner) at once. `resolve`
 //! then awaits each reply in request order and encodes it.
 
+use super::delivery::{encode_catch_up, Tracked};
 use super::exchanges::ExchangeOp;
 use super::extra::{ExtraCommands, ExtraReply};
 use super::outbound::Outbound;
@@ -40,6 +41,8 @@ pub struct ConnState {
     /// only once the `subscribed` reply resolves, so pushes read together with that reply
     /// are emitted before anyone listens.
     pub catch_up: Vec<u8>,
+    /// The durable pushes among `catch_up`, in order (see `delivery.rs`).
+    pub catch_up_tracked: Vec<Tracked>,
 }
 
 impl ConnState {
@@ -54,6 +57,7 @@ impl ConnState {
             seq_no: 0,
             extra: None,
             catch_up: Vec::new(),
+            catch_up_tracked: Vec::new(),
         }
     }
 
@@ -106,6 +110,7 @@ pub enum Pending {
     },
     Subscribe {
         submitted: Submitted,
+        topic: String,
         sub_id: String,
     },
     DlqRequeue {
@@ -190,14 +195,24 @@ impl Pending {
                     error_reply(other, out)
                 }
             },
-            Pending::Subscribe { submitted, sub_id } => match submitted.outcome(plane).await {
-                Outcome::Subscribed { catch_up } => {
+            Pending::Subscribe {
+                submitted,
+                topic,
+                sub_id,
+            } => match submitted.outcome(plane).await {
+                Outcome::Subscribed {
+                    catch_up,
+                    first_delivery,
+                } => {
                     reply::subscribed(out);
-                    for m in &catch_up {
-                        if reply::push(m, &sub_id, &mut st.catch_up).is_err() {
-                            log::warn!("catch-up message {} too large for a frame", m.id);
-                        }
-                    }
+                    encode_catch_up(
+                        &topic,
+                        &sub_id,
+                        &catch_up,
+                        first_delivery,
+                        &mut st.catch_up,
+                        &mut st.catch_up_tracked,
+                    );
                 }
                 other => error_reply(other, out),
             },
@@ -287,7 +302,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
         Request::Subscribe(s) => {
             let slot = slot_of_name(&s.topic);
             let cmd = Command::Subscribe {
-                topic: s.topic,
+                topic: s.topic.clone(),
                 sub_id: s.id.clone(),
                 durable: s.durable,
                 consumer: st.me,
@@ -295,6 +310,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             };
             Pending::Subscribe {
                 submitted: plane.submit(slot, cmd),
+                topic: s.topic,
                 sub_id: s.id,
             }
         }

@@ -26,6 +26,9 @@ pub enum QueueMsg {
     },
     /// One-way: a push or prefetch release for a connection of the receiving shard.
     Effect(Effect),
+    /// One-way: apply `cmd` (a `Command::Confirm`) on the owner of `slot`; nobody waits
+    /// for the outcome.
+    Confirm { slot: u16, cmd: Command },
     /// One-way: a connection closed; end its live subscriptions on the receiving shard.
     Disconnect { consumer: ConsumerRef },
     /// Request: this shard's report.
@@ -110,6 +113,9 @@ impl Plane {
         match incoming {
             Incoming::Message(QueueMsg::Effect(e)) => self.deliver_effect(e),
             Incoming::Message(QueueMsg::Disconnect { consumer }) => self.disconnect_local(consumer),
+            Incoming::Message(QueueMsg::Confirm { slot, cmd }) => {
+                let _ = self.apply_local(slot, cmd);
+            }
             Incoming::Request {
                 msg: QueueMsg::Apply { slot, cmd, sync },
                 token,

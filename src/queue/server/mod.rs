@@ -3,6 +3,7 @@
 
 mod apply;
 pub mod connection;
+pub mod delivery;
 pub mod dispatch;
 pub mod exchanges;
 pub mod extra;

@@ -5,16 +5,23 @@
 //! for (a v1 Go client would take the push for the reply; the `subscribed` reply must precede
 //! every push of its subscription).
 
+use super::delivery::Tracked;
 use boltq_io::event::Event;
 use std::cell::{Cell, RefCell};
 
-/// Most push bytes held for one connection. Pub/sub delivery is at-most-once (v1): past this,
-/// pushes to a client that does not read are dropped and counted, never buffered without end.
+/// Most push bytes held for one connection. Non-durable pub/sub delivery is at-most-once (v1):
+/// past this, pushes to a client that does not read are dropped and counted, never buffered
+/// without end. A durable push that finds no room closes the connection instead (its
+/// registration hands everything unconfirmed out again on re-subscribe).
 pub const PUSH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
 #[derive(Default)]
 pub struct Outbound {
     pushes: RefCell<Vec<u8>>,
+    /// The durable pushes among `pushes`, in order (see `delivery.rs`).
+    tracked: RefCell<Vec<Tracked>>,
+    /// A durable push found no room: the connection must close (it cannot skip one).
+    overrun: Cell<bool>,
     pushes_dropped: Cell<u64>,
     /// Wakes the connection task when pushes arrive.
     pub push_event: Event,
@@ -66,19 +73,49 @@ impl Outbound {
         true
     }
 
+    /// Queues a durable registration's push (see `push_encoded`), remembered with `tracked`
+    /// so the connection can confirm it once the peer has it. A push that cannot be encoded
+    /// (too large for a frame) can never be delivered: it is confirmed with the next write,
+    /// loudly, rather than block its registration. One that finds no room marks the
+    /// connection overrun: it must close, since confirming later pushes would skip this one.
+    pub fn push_durable(&self, tracked: Tracked, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
+        if self.closed.get() {
+            return; // the disconnect hands it out again
+        }
+        let room_before = self.pushes_dropped.get();
+        let queued = self.push_encoded(encode);
+        if !queued && self.pushes_dropped.get() != room_before {
+            self.overrun.set(true);
+            self.push_event.notify();
+            return;
+        }
+        let mut t = self.tracked.borrow_mut();
+        t.push(tracked);
+        if t.len() == 1 {
+            self.push_event.notify();
+        }
+    }
+
     pub fn has_pushes(&self) -> bool {
-        !self.pushes.borrow().is_empty()
+        !self.pushes.borrow().is_empty() || !self.tracked.borrow().is_empty()
+    }
+
+    /// True once a durable push found no room (see `push_durable`).
+    pub fn overrun(&self) -> bool {
+        self.overrun.get()
     }
 
     /// Moves every held push frame to the end of `out` (by swapping buffers when `out` is
-    /// empty, so the bytes are not copied and both allocations are reused).
-    pub fn take_pushes(&self, out: &mut Vec<u8>) {
+    /// empty, so the bytes are not copied and both allocations are reused), and the durable
+    /// ones among them to `tracked`.
+    pub fn take_pushes(&self, out: &mut Vec<u8>, tracked: &mut Vec<Tracked>) {
         let mut p = self.pushes.borrow_mut();
         if out.is_empty() {
             std::mem::swap(out, &mut p);
         } else {
             out.append(&mut p);
         }
+        tracked.append(&mut self.tracked.borrow_mut());
     }
 
     pub fn pushes_dropped(&self) -> u64 {
@@ -103,6 +140,7 @@ impl Outbound {
     pub fn close(&self) {
         self.closed.set(true);
         self.pushes.borrow_mut().clear();
+        self.tracked.borrow_mut().clear();
     }
 }
 
@@ -123,11 +161,11 @@ mod tests {
         assert!(push_bytes(&out, b"ab"));
         assert!(push_bytes(&out, b"cd"));
         let mut buf = Vec::new();
-        out.take_pushes(&mut buf);
+        out.take_pushes(&mut buf, &mut Vec::new());
         assert_eq!(buf, b"abcd");
         assert!(!out.has_pushes());
         assert!(push_bytes(&out, b"ef"));
-        out.take_pushes(&mut buf);
+        out.take_pushes(&mut buf, &mut Vec::new());
         assert_eq!(
             buf, b"abcdef",
             "appended, not swapped, when out holds bytes"
@@ -150,10 +188,53 @@ mod tests {
             "an encode failure is not a drop for room"
         );
         let mut buf = Vec::new();
-        out.take_pushes(&mut buf);
+        out.take_pushes(&mut buf, &mut Vec::new());
         assert_eq!(buf.len(), PUSH_BYTES_MAX - 1);
         assert!(buf.iter().all(|&b| b == 1));
         out.close();
         assert!(!push_bytes(&out, b"z"), "closed");
+    }
+
+    fn tracked(n: u64) -> Tracked {
+        Tracked {
+            topic: "t".into(),
+            sub_id: "s".into(),
+            delivery: n,
+        }
+    }
+
+    #[test]
+    fn durable_pushes_are_taken_with_their_bytes_and_an_unencodable_one_still_counts() {
+        let out = Outbound::default();
+        out.push_durable(tracked(1), |b| {
+            b.extend_from_slice(b"one");
+            true
+        });
+        out.push_durable(tracked(2), |_| false);
+        assert!(out.has_pushes());
+        let (mut buf, mut t) = (Vec::new(), Vec::new());
+        out.take_pushes(&mut buf, &mut t);
+        assert_eq!(buf, b"one");
+        assert_eq!(t.iter().map(|t| t.delivery).collect::<Vec<_>>(), [1, 2]);
+        assert!(!out.has_pushes());
+        assert!(!out.overrun());
+    }
+
+    #[test]
+    fn a_durable_push_without_room_overruns_the_connection_and_is_not_tracked() {
+        let out = Outbound::default();
+        assert!(push_bytes(&out, &vec![1; PUSH_BYTES_MAX - 1]));
+        out.push_durable(tracked(7), |b| {
+            b.extend_from_slice(b"xy");
+            true
+        });
+        assert!(
+            out.overrun(),
+            "it cannot be skipped: the connection must close"
+        );
+        let (mut buf, mut t) = (Vec::new(), Vec::new());
+        out.take_pushes(&mut buf, &mut t);
+        assert!(t.is_empty());
+        assert_eq!(buf.len(), PUSH_BYTES_MAX - 1);
     }
 }

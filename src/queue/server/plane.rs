@@ -13,6 +13,7 @@
 //! letters across shards), `exchanges.rs` (the exchange table), `timer.rs` (ticks) and
 //! `mesh.rs` (what the shards send each other, and the handler).
 
+use super::delivery::Tracked;
 use super::exchanges::{self, META_SHARD};
 use super::mesh::{QueueMsg, QueuePort};
 use super::outbound::Outbound;
@@ -213,6 +214,17 @@ impl Plane {
         } else if matches!(effect, Effect::Released { .. }) {
             // A lost release would hold the connection's prefetch window shut for good.
             self.send_without_loss(dest, QueueMsg::Effect(effect));
+        } else if matches!(
+            effect,
+            Effect::Push {
+                delivery: Some(_),
+                ..
+            }
+        ) {
+            // A durable push may be neither lost nor overtaken (its connection confirms by
+            // number, in order). Bounded: its registration keeps every such copy anyway
+            // (at most the queue capacity per registration) until confirmed.
+            self.shard.send_uncapped(dest, QueueMsg::Effect(effect));
         } else if self.shard.send(dest, QueueMsg::Effect(effect)).is_err() {
             // Live pub/sub pushes are at-most-once (v1); see STATUS.md.
             log::warn!("shard {dest} outbox full: a push was dropped");
@@ -244,9 +256,15 @@ impl Plane {
     /// Hands a push or a prefetch release to a connection of this shard.
     pub fn deliver_effect(&self, effect: Effect) {
         match effect {
-            Effect::Push { to, sub_id, msg } => {
+            Effect::Push {
+                to,
+                sub_id,
+                msg,
+                delivery,
+            } => {
                 let conns = self.conns.borrow();
                 let Some(out) = conns.get(&to.conn) else {
+                    // Gone: a durable copy is handed out again by the disconnect.
                     return;
                 };
                 // The pushes of one publish come one after another: encode it once.
@@ -255,15 +273,29 @@ impl Plane {
                     *head = Some(reply::PushHead::of(&msg));
                 }
                 let head = head.as_ref().expect("set above");
-                out.push_encoded(|frame| match reply::push_from_head(head, &sub_id, frame) {
+                let encode = |frame: &mut Vec<u8>| match reply::push_from_head(head, &sub_id, frame)
+                {
                     Ok(()) => true,
-                    // A message too large for one frame cannot be pushed; v1 pub/sub is
-                    // at-most-once, so it is dropped for this subscriber, loudly.
+                    // A message too large for one frame cannot be pushed at all: dropped
+                    // for this subscriber, loudly.
                     Err(e) => {
                         log::warn!("push of {} dropped: {e:?}", msg.id);
                         false
                     }
-                });
+                };
+                match delivery {
+                    None => {
+                        out.push_encoded(encode);
+                    }
+                    Some(delivery) => {
+                        let tracked = Tracked {
+                            topic: msg.topic.clone(),
+                            sub_id: sub_id.clone(),
+                            delivery,
+                        };
+                        out.push_durable(tracked, encode);
+                    }
+                }
             }
             Effect::Released { consumer, .. } => {
                 if let Some(out) = self.conns.borrow().get(&consumer.conn) {

@@ -137,8 +137,14 @@ impl Gen {
                 consumer: *self.rng.pick(&CONSUMERS),
                 now_ns: self.now_ns,
             },
-            930..=959 => Command::Disconnect {
+            930..=949 => Command::Disconnect {
                 consumer: *self.rng.pick(&CONSUMERS),
+            },
+            950..=959 => Command::Confirm {
+                consumer: *self.rng.pick(&CONSUMERS),
+                topic: self.rng.pick(&TOPICS).to_string(),
+                sub_id: self.rng.pick(&SUB_IDS).to_string(),
+                delivery: self.rng.range(0, 12) as u64,
             },
             960..=979 => Command::DeadLetterRequeue {
                 queue: self.rng.pick(&QUEUES).to_string(),

@@ -35,6 +35,9 @@ struct Sub {
     durable: bool,
     live: Option<ConsumerRef>,
     backlog: Vec<Message>,
+    /// Durable pushes to `live` not confirmed yet, with their delivery numbers.
+    unconfirmed: Vec<(u64, Message)>,
+    delivery_seq: u64,
 }
 
 struct Model {
@@ -174,24 +177,33 @@ impl Model {
                     .filter(|s| s.topic == msg.topic)
                     .collect();
                 subs.sort_by(|a, b| a.sub_id.cmp(&b.sub_id));
-                let mut backlogged = false;
+                let mut kept = false;
                 for s in subs {
-                    if let Some(to) = s.live {
+                    if s.durable
+                        && s.backlog.len() + s.unconfirmed.len() >= self.cfg.capacity_per_queue
+                    {
+                        self.counters.backlog_dropped += 1;
+                    } else if let Some(to) = s.live {
+                        let delivery = s.durable.then(|| {
+                            s.delivery_seq += 1;
+                            s.unconfirmed.push((s.delivery_seq, msg.clone()));
+                            s.delivery_seq
+                        });
+                        kept |= delivery.is_some();
                         effects.push(Effect::Push {
                             to,
                             sub_id: s.sub_id.clone(),
                             msg: msg.clone(),
+                            delivery,
                         });
                         self.counters.pushed += 1;
-                    } else if s.backlog.len() < self.cfg.capacity_per_queue {
-                        s.backlog.push(msg.clone());
-                        backlogged = true;
                     } else {
-                        self.counters.backlog_dropped += 1;
+                        s.backlog.push(msg.clone());
+                        kept = true;
                     }
                 }
-                // Only a backlogged copy is durable state (and so logged).
-                if backlogged {
+                // Only a copy a durable registration keeps is durable state (and so logged).
+                if kept {
                     Outcome::Published
                 } else {
                     Outcome::PublishedLive
@@ -227,29 +239,60 @@ impl Model {
                 consumer,
                 ..
             } => {
-                let catch_up = match self
+                let s = match self
                     .subs
                     .iter_mut()
-                    .find(|s| &s.topic == topic && &s.sub_id == sub_id)
+                    .position(|s| &s.topic == topic && &s.sub_id == sub_id)
                 {
-                    Some(s) => {
-                        s.durable |= durable;
-                        s.live = Some(*consumer);
-                        std::mem::take(&mut s.backlog)
-                    }
+                    Some(i) => &mut self.subs[i],
                     None => {
-                        let (topic, sub_id) = (topic.clone(), sub_id.clone());
                         self.subs.push(Sub {
-                            topic,
-                            sub_id,
+                            topic: topic.clone(),
+                            sub_id: sub_id.clone(),
                             durable: *durable,
-                            live: Some(*consumer),
+                            live: None,
                             backlog: vec![],
+                            unconfirmed: vec![],
+                            delivery_seq: 0,
                         });
-                        vec![]
+                        self.subs.last_mut().unwrap()
                     }
                 };
-                Outcome::Subscribed { catch_up }
+                s.durable |= durable;
+                let first_delivery = s.durable.then_some(s.delivery_seq + 1);
+                let mut catch_up = vec![];
+                if s.live != Some(*consumer) {
+                    // What the previous connection never confirmed, then what was missed.
+                    catch_up = s.unconfirmed.drain(..).map(|(_, m)| m).collect();
+                    catch_up.append(&mut s.backlog);
+                    if s.durable {
+                        for m in &catch_up {
+                            s.delivery_seq += 1;
+                            s.unconfirmed.push((s.delivery_seq, m.clone()));
+                        }
+                    }
+                }
+                s.live = Some(*consumer);
+                Outcome::Subscribed {
+                    catch_up,
+                    first_delivery,
+                }
+            }
+            Command::Confirm {
+                consumer,
+                topic,
+                sub_id,
+                delivery,
+            } => {
+                let mut count = 0;
+                for s in self.subs.iter_mut().filter(|s| {
+                    &s.topic == topic && &s.sub_id == sub_id && s.live == Some(*consumer)
+                }) {
+                    let before = s.unconfirmed.len();
+                    s.unconfirmed.retain(|(n, _)| n > delivery);
+                    count += (before - s.unconfirmed.len()) as u64;
+                }
+                Outcome::Confirmed(count)
             }
             Command::Disconnect { consumer } => {
                 self.disconnect(|c| c == *consumer);
@@ -439,6 +482,9 @@ impl Model {
         self.subs.retain_mut(|s| match s.live {
             Some(c) if hit(c) => {
                 s.live = None;
+                let mut returned: Vec<Message> = s.unconfirmed.drain(..).map(|(_, m)| m).collect();
+                returned.append(&mut s.backlog);
+                s.backlog = returned;
                 s.durable
             }
             _ => true,

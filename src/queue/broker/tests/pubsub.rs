@@ -1,6 +1,7 @@
 //! Pub/sub and durable subscriptions (spec §3.8, §3.9 and the fixes of §12 items 7, 8).
 
 use super::*;
+use crate::queue::broker::Applied;
 
 fn subscribe(
     b: &mut Broker,
@@ -17,7 +18,7 @@ fn subscribe(
         now_ns: 0,
     };
     match run(b, cmd) {
-        (Outcome::Subscribed { catch_up }, effects) => {
+        (Outcome::Subscribed { catch_up, .. }, effects) => {
             assert!(
                 effects.is_empty(),
                 "catch-up goes in the outcome, after the reply"
@@ -46,6 +47,7 @@ fn push(to: ConsumerRef, sub_id: &str, msg: &Message) -> Effect {
         to,
         sub_id: sub_id.into(),
         msg: msg.clone(),
+        delivery: None,
     }
 }
 
@@ -57,22 +59,144 @@ fn publish_without_subscribers_is_fine_and_stores_nothing() {
     assert_eq!(b.stats(), Default::default());
 }
 
-/// Only a copy kept in an offline durable subscriber's backlog is state that outlives a
-/// connection; the plane logs (and waits for the disk on) exactly those publishes.
+fn durable_push(to: ConsumerRef, sub_id: &str, msg: &Message, delivery: u64) -> Effect {
+    Effect::Push {
+        to,
+        sub_id: sub_id.into(),
+        msg: msg.clone(),
+        delivery: Some(delivery),
+    }
+}
+
+fn confirm(b: &mut Broker, consumer: ConsumerRef, sub_id: &str, delivery: u64) -> u64 {
+    let cmd = Command::Confirm {
+        consumer,
+        topic: "news".into(),
+        sub_id: sub_id.into(),
+        delivery,
+    };
+    match b.apply_logged(&cmd) {
+        Applied {
+            outcome: Outcome::Confirmed(n),
+            logged,
+            ..
+        } => {
+            assert_eq!(logged, n > 0, "a confirm that took something is logged");
+            n
+        }
+        other => panic!("confirm: {other:?}"),
+    }
+}
+
+/// Only a copy a durable registration keeps (an offline one's backlog, a live one's
+/// unconfirmed push) is state that outlives a connection; the plane logs (and waits for the
+/// disk on) exactly those publishes.
 #[test]
-fn a_publish_is_durable_state_only_when_a_backlog_keeps_a_copy() {
+fn a_publish_is_durable_state_only_when_a_durable_registration_keeps_a_copy() {
     let mut b = Broker::new(cfg());
     let mut f = Factory::new();
-    let live_only =
-        |b: &mut Broker, f: &mut Factory| publish_topic_with_outcome(b, &f.msg("news", 0, 0)).0;
-    assert_eq!(live_only(&mut b, &mut f), Outcome::PublishedLive);
+    let publish =
+        |b: &mut Broker, f: &mut Factory| publish_topic_with_outcome(b, &f.msg("news", 0, 0));
+    assert_eq!(publish(&mut b, &mut f).0, Outcome::PublishedLive);
     subscribe(&mut b, "news", "live", false, C1);
+    assert_eq!(publish(&mut b, &mut f).0, Outcome::PublishedLive);
     subscribe(&mut b, "news", "d", true, C2);
-    assert_eq!(live_only(&mut b, &mut f), Outcome::PublishedLive);
+    let (outcome, effects) = publish(&mut b, &mut f);
+    assert_eq!(outcome, Outcome::Published, "kept unconfirmed for live d");
+    assert_eq!(effects.len(), 2, "pushed to both");
     run(&mut b, Command::Disconnect { consumer: C2 });
-    let (outcome, effects) = publish_topic_with_outcome(&mut b, &f.msg("news", 0, 0));
+    let (outcome, effects) = publish(&mut b, &mut f);
     assert_eq!(outcome, Outcome::Published, "backlogged for offline d");
     assert_eq!(effects.len(), 1, "and pushed to the live one");
+}
+
+/// Issue 13, failure 2: a push written into a socket the peer had reset is never confirmed,
+/// so the disconnect hands it out again, before what was published while offline.
+#[test]
+fn unconfirmed_pushes_return_to_the_backlog_in_order_on_disconnect() {
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    subscribe(&mut b, "news", "d", true, C1);
+    let pushed: Vec<Message> = (0..4).map(|_| f.msg("news", 0, 0)).collect();
+    for (i, m) in pushed.iter().enumerate() {
+        assert_eq!(
+            publish_topic(&mut b, m),
+            vec![durable_push(C1, "d", m, i as u64 + 1)]
+        );
+    }
+    assert_eq!(confirm(&mut b, C2, "d", 4), 0, "not live on C2: ignored");
+    assert_eq!(confirm(&mut b, C1, "d", 2), 2);
+    assert_eq!(confirm(&mut b, C1, "d", 2), 0, "already confirmed");
+    run(&mut b, Command::Disconnect { consumer: C1 });
+    assert_eq!(
+        confirm(&mut b, C1, "d", 4),
+        0,
+        "crossed the disconnect: ignored"
+    );
+    let missed = f.msg("news", 0, 0);
+    assert!(publish_topic(&mut b, &missed).is_empty());
+    assert_eq!(b.stats().queues["news:d"], 3);
+    let catch_up = subscribe(&mut b, "news", "d", true, C2);
+    assert_eq!(catch_up, vec![pushed[2].clone(), pushed[3].clone(), missed]);
+    // The catch-up is numbered on (5, 6, 7) and stays kept until C2 confirms it.
+    run(&mut b, Command::Disconnect { consumer: C2 });
+    assert_eq!(subscribe(&mut b, "news", "d", true, C1), catch_up);
+    assert_eq!(confirm(&mut b, C1, "d", 9), 2, "numbered 8, 9, 10 now");
+    assert_eq!(confirm(&mut b, C1, "d", 99), 1, "clamped to what is kept");
+    run(&mut b, Command::Disconnect { consumer: C1 });
+    assert!(subscribe(&mut b, "news", "d", true, C2).is_empty());
+}
+
+/// A second connection taking over a live durable registration gets what the first had not
+/// confirmed (duplicates are allowed, loss is not); the same connection subscribing again
+/// gets nothing twice.
+#[test]
+fn a_takeover_hands_the_unconfirmed_pushes_to_the_new_connection() {
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    subscribe(&mut b, "news", "d", true, C1);
+    let m = f.msg("news", 0, 0);
+    publish_topic(&mut b, &m);
+    assert!(
+        subscribe(&mut b, "news", "d", true, C1).is_empty(),
+        "same connection"
+    );
+    assert_eq!(subscribe(&mut b, "news", "d", false, C2), vec![m.clone()]);
+    assert_eq!(confirm(&mut b, C1, "d", 1), 0, "C1 is not live any more");
+    let next = f.msg("news", 0, 0);
+    assert_eq!(
+        publish_topic(&mut b, &next),
+        vec![durable_push(C2, "d", &next, 3)]
+    );
+    assert_eq!(confirm(&mut b, C2, "d", 3), 2);
+}
+
+/// Capacity bounds what a durable registration keeps, confirmed or not, and a snapshot
+/// keeps the unconfirmed pushes and their numbers.
+#[test]
+fn unconfirmed_pushes_count_against_capacity_and_survive_a_snapshot() {
+    let mut b = Broker::new(BrokerConfig {
+        capacity_per_queue: 2,
+        ..cfg()
+    });
+    let mut f = Factory::new();
+    subscribe(&mut b, "news", "d", true, C1);
+    let msgs: Vec<Message> = (0..3).map(|_| f.msg("news", 0, 0)).collect();
+    for m in &msgs {
+        publish_topic(&mut b, m);
+    }
+    assert_eq!(b.counters().backlog_dropped, 1, "the third found two kept");
+    let mut r = Broker::restore(b.snapshot(), cfg());
+    assert_eq!(
+        confirm(&mut r, C1, "d", 1),
+        1,
+        "numbers survive the snapshot"
+    );
+    run(&mut r, Command::DisconnectAll);
+    assert_eq!(
+        subscribe(&mut r, "news", "d", true, C2),
+        vec![msgs[1].clone()]
+    );
 }
 
 #[test]
@@ -100,12 +224,16 @@ fn durable_subscriber_receives_what_was_published_while_offline_in_order() {
     let mut f = Factory::new();
     subscribe(&mut b, "news", "d", true, C1);
     let online = f.msg("news", 0, 0);
-    assert_eq!(publish_topic(&mut b, &online), vec![push(C1, "d", &online)]);
+    assert_eq!(
+        publish_topic(&mut b, &online),
+        vec![durable_push(C1, "d", &online, 1)]
+    );
     assert_eq!(
         b.stats().queues["news:d"],
         0,
         "no backlog while online (v1 duplicated it)"
     );
+    assert_eq!(confirm(&mut b, C1, "d", 1), 1, "the subscriber has it");
 
     run(&mut b, Command::Disconnect { consumer: C1 });
     let missed: Vec<Message> = (0..3).map(|_| f.msg("news", 0, 0)).collect();
@@ -122,7 +250,11 @@ fn durable_subscriber_receives_what_was_published_while_offline_in_order() {
     assert_eq!(subscribe(&mut b, "news", "d", true, C2), missed);
     assert_eq!(b.stats().queues["news:d"], 0);
     let next = f.msg("news", 0, 0);
-    assert_eq!(publish_topic(&mut b, &next), vec![push(C2, "d", &next)]);
+    assert_eq!(
+        publish_topic(&mut b, &next),
+        vec![durable_push(C2, "d", &next, 5)],
+        "numbered after the catch-up (2, 3, 4)"
+    );
 }
 
 #[test]
@@ -181,7 +313,11 @@ fn durable_registration_is_sticky_and_survives_restore() {
         "after DisconnectAll nothing is live"
     );
     assert_eq!(r.stats().topics["news"], 1, "the non-durable one is gone");
-    assert_eq!(subscribe(&mut r, "news", "d", false, C2), vec![m]);
+    assert_eq!(
+        subscribe(&mut r, "news", "d", false, C2),
+        vec![m0, m],
+        "m0 was pushed but never confirmed: handed out again"
+    );
 }
 
 #[test]

@@ -108,7 +108,7 @@ fn a_non_durable_resubscribe_of_a_durable_registration_and_its_disconnect_are_lo
     }
     recovered.apply(&Command::DisconnectAll);
     match recovered.apply(&sub(true, C1)).0 {
-        Outcome::Subscribed { catch_up } => assert_eq!(catch_up.len(), 5),
+        Outcome::Subscribed { catch_up, .. } => assert_eq!(catch_up.len(), 5),
         other => panic!("{other:?}"),
     }
 }
