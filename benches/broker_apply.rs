@@ -15,6 +15,13 @@
 //! - `cycle`: publish one, consume one (the oldest), ack it; ns per cycle of three
 //!   commands. The backlog stays where it started: the steady state of a busy queue.
 //!
+//! - `snapshot freeze`: `Broker::freeze` of a queue holding `SNAPSHOT_MESSAGES` messages
+//!   of 1 KiB: the part of a compaction that runs on the shard, between two commands (ns
+//!   per message held; O(1), so it falls with the queue's length). `snapshot copy`:
+//!   `Frozen::snapshot`, and `snapshot encode`: serialising it, both on the blocking pool.
+//!   `snapshot load`: decoding that body and restoring a broker from it, as a restart does
+//!   (ns per message).
+//!
 //! `prio` cases give every message a priority drawn from 0..=9 (backlog and new messages
 //! alike), so the ready set spans all ten levels; the others use priority 0.
 
@@ -118,6 +125,56 @@ fn delivered_id(outcome: &Outcome) -> MessageId {
     }
 }
 
+/// Messages held by the queue the snapshot cases copy (the size of a publish-only
+/// benchmark run's queue when its snapshot stalled the shard).
+const SNAPSHOT_MESSAGES: usize = 440_000;
+
+fn snapshot_cases() {
+    let filled_1k = || {
+        let mut broker = Broker::new(BrokerConfig::default());
+        let mut messages = Messages::new(false);
+        messages.payload = Bytes::from(format!("\"{}\"", "x".repeat(1022)));
+        for _ in 0..SNAPSHOT_MESSAGES {
+            let cmd = messages.publish();
+            apply_ok(&mut broker, &cmd);
+        }
+        broker
+    };
+    bench(
+        "snapshot freeze 1KiB",
+        SNAPSHOT_MESSAGES as u64,
+        filled_1k,
+        |broker| {
+            black_box(broker.freeze());
+        },
+    );
+    bench(
+        "snapshot copy 1KiB",
+        SNAPSHOT_MESSAGES as u64,
+        || filled_1k().freeze(),
+        |frozen| {
+            black_box(frozen.snapshot());
+        },
+    );
+    bench(
+        "snapshot encode 1KiB",
+        SNAPSHOT_MESSAGES as u64,
+        || filled_1k().snapshot(),
+        |snapshot| {
+            black_box(boltq::queue::server::snapshot::encode(snapshot).unwrap());
+        },
+    );
+    bench(
+        "snapshot load 1KiB",
+        SNAPSHOT_MESSAGES as u64,
+        || boltq::queue::server::snapshot::encode(&filled_1k().snapshot()).unwrap(),
+        |body| {
+            let snapshot = boltq::queue::server::snapshot::decode(body).unwrap();
+            black_box(Broker::try_restore(snapshot, BrokerConfig::default()).unwrap());
+        },
+    );
+}
+
 fn main() {
     println!(
         "broker apply: {OPS} commands per repetition, {} repetitions, median; {PAYLOAD_BYTES} B payloads",
@@ -199,4 +256,5 @@ fn main() {
             );
         }
     }
+    snapshot_cases();
 }

@@ -164,9 +164,12 @@ mod payload_serde {
     use std::fmt;
 
     pub fn serialize<S: Serializer>(payload: &Bytes, serializer: S) -> Result<S::Ok, S::Error> {
+        if !serializer.is_human_readable() {
+            return serializer.serialize_bytes(payload);
+        }
         match std::str::from_utf8(payload) {
-            Ok(text) if serializer.is_human_readable() => serializer.serialize_str(text),
-            _ => serializer.serialize_bytes(payload),
+            Ok(text) => serializer.serialize_str(text),
+            Err(_) => serializer.serialize_bytes(payload),
         }
     }
 

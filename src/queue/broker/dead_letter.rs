@@ -6,13 +6,15 @@
 //! consumed: they can be listed, read, requeued to their source queue, or purged.
 
 use crate::queue::message::Message;
-use std::collections::{BTreeMap, VecDeque};
+use imbl::{OrdMap, Vector};
 
 /// Suffix of the stat key, literally as v1 names dead-letter queues.
 pub const DEAD_LETTER_SUFFIX: &str = "_dead_letter";
 
+/// Persistent, so a snapshot copies it in O(1) (see `queue.rs`).
+#[derive(Clone)]
 pub(super) struct DeadLetters {
-    by_queue: BTreeMap<String, VecDeque<Message>>,
+    by_queue: OrdMap<String, Vector<Message>>,
     capacity_per_queue: usize,
 }
 
@@ -20,13 +22,13 @@ impl DeadLetters {
     pub fn new(capacity_per_queue: usize) -> DeadLetters {
         assert!(capacity_per_queue > 0);
         DeadLetters {
-            by_queue: BTreeMap::new(),
+            by_queue: OrdMap::new(),
             capacity_per_queue,
         }
     }
 
     pub fn len(&self, queue: &str) -> usize {
-        self.by_queue.get(queue).map_or(0, VecDeque::len)
+        self.by_queue.get(queue).map_or(0, Vector::len)
     }
 
     pub fn has_room(&self, queue: &str) -> bool {
@@ -66,7 +68,7 @@ impl DeadLetters {
         let Some(dlq) = self.by_queue.get_mut(queue) else {
             return Vec::new();
         };
-        let taken: Vec<Message> = dlq.drain(..n.min(dlq.len())).collect();
+        let taken: Vec<Message> = dlq.slice(..n.min(dlq.len())).into_iter().collect();
         // Empty queues are forgotten, so the map is bounded by the queues that hold any.
         if dlq.is_empty() {
             self.by_queue.remove(queue);
@@ -79,7 +81,7 @@ impl DeadLetters {
         self.by_queue.iter().map(|(q, dlq)| (q, dlq.len()))
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &VecDeque<Message>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Vector<Message>)> {
         self.by_queue.iter()
     }
 }

@@ -3,8 +3,8 @@
 //! Plain structs: no sockets, files, clocks or runtime. Time comes in inside the commands
 //! (Unix ns); `apply(command)` returns the reply and the effects for the shard to carry out.
 //! Applying the same command sequence to a fresh broker always yields the same state: all
-//! maps that are iterated are ordered (`BTreeMap`), and the one hash set (`ids`) is only
-//! ever asked for membership.
+//! maps that are iterated are ordered (`BTreeMap`, or `imbl::OrdMap` where a snapshot must
+//! copy them in O(1)), and the one hash set (`ids`) is only ever asked for membership.
 //!
 //! Where the semantics differ from v1 (spec §3, §12) and why:
 //!
@@ -48,14 +48,14 @@ mod timers;
 mod waiting;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use command::{Command, Effect, Outcome};
 pub use dead_letter::DEAD_LETTER_SUFFIX;
 pub use pubsub::{SUBSCRIBERS_PER_TOPIC_MAX, TOPICS_MAX};
 pub use queue::{ReadyKey, PRIORITY_LEVELS};
 pub use snapshot::{
-    BrokerSnapshot, DeadLetterSnapshot, DurableSnapshot, PendingSnapshot, QueueSnapshot,
+    BrokerSnapshot, DeadLetterSnapshot, DurableSnapshot, Frozen, PendingSnapshot, QueueSnapshot,
     ReadySnapshot, WaitingSnapshot, BROKER_SNAPSHOT_VERSION,
 };
 pub use stats::{BrokerCounters, BrokerStats};
@@ -67,7 +67,7 @@ use pending::{Pending, PendingEntry};
 use pubsub::PubSub;
 use queue::{Ready, WorkQueue};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use timers::{TimerTarget, Timers};
 use waiting::Waiting;
 
@@ -172,7 +172,7 @@ pub struct ConsumerRef {
 
 pub struct Broker {
     cfg: BrokerConfig,
-    queues: BTreeMap<String, WorkQueue>,
+    queues: imbl::OrdMap<String, WorkQueue>,
     waiting: Waiting,
     pending: Pending,
     dead_letters: DeadLetters,
@@ -216,7 +216,7 @@ impl Broker {
         Broker {
             dead_letters: DeadLetters::new(cfg.dead_letter_capacity),
             cfg,
-            queues: BTreeMap::new(),
+            queues: imbl::OrdMap::new(),
             waiting: Waiting::default(),
             pending: Pending::default(),
             pubsub: PubSub::default(),
@@ -707,7 +707,7 @@ impl std::fmt::Debug for Broker {
 }
 
 fn queue_or_create<'a>(
-    queues: &'a mut BTreeMap<String, WorkQueue>,
+    queues: &'a mut imbl::OrdMap<String, WorkQueue>,
     name: &str,
 ) -> Result<&'a mut WorkQueue, String> {
     if !queues.contains_key(name) {

@@ -1,10 +1,12 @@
 //! Consumed, not yet acknowledged messages. Keyed by id because ACK and NACK name only the id
-//! (from any connection, v1 §2.2); a `BTreeMap` so snapshots list them in a stable order.
+//! (from any connection, v1 §2.2); an ordered map so snapshots list them in a stable order,
+//! persistent so a snapshot copies it in O(1) (see `queue.rs`).
 
 use super::timers::TimerKey;
 use super::ConsumerRef;
 use crate::queue::message::{Message, MessageId};
-use std::collections::BTreeMap;
+use imbl::OrdMap;
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub(super) struct PendingEntry {
@@ -26,9 +28,10 @@ impl PendingEntry {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Pending {
-    by_id: BTreeMap<MessageId, PendingEntry>,
+    /// Values behind an `Arc`, for the reason given in `queue.rs`.
+    by_id: OrdMap<MessageId, Arc<PendingEntry>>,
 }
 
 impl Pending {
@@ -38,12 +41,12 @@ impl Pending {
             PendingEntry::due_ns(&entry.msg, entry.ack_deadline_ns)
         );
         let id = entry.msg.id;
-        let previous = self.by_id.insert(id, entry);
+        let previous = self.by_id.insert(id, Arc::new(entry));
         assert!(previous.is_none(), "message {id} is already pending");
     }
 
     pub fn remove(&mut self, id: &MessageId) -> Option<PendingEntry> {
-        self.by_id.remove(id)
+        self.by_id.remove(id).map(super::queue::unshare)
     }
 
     pub fn len(&self) -> usize {
@@ -51,6 +54,6 @@ impl Pending {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &PendingEntry> {
-        self.by_id.values()
+        self.by_id.values().map(|entry| &**entry)
     }
 }

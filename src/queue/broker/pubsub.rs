@@ -22,7 +22,8 @@
 use super::command::Effect;
 use super::ConsumerRef;
 use crate::queue::message::Message;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use imbl::{OrdMap, Vector};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Topics one broker tracks at once (a topic exists while it has a registration).
 pub const TOPICS_MAX: usize = 65_536;
@@ -36,10 +37,10 @@ pub(super) struct Subscription {
     pub live: Option<ConsumerRef>,
     /// Messages published while offline (and pushes a connection never confirmed), oldest
     /// first; empty while live.
-    pub backlog: VecDeque<Message>,
+    pub backlog: Vector<Message>,
     /// Durable only: copies pushed to the live connection and not yet confirmed received,
     /// oldest first; empty while offline.
-    pub unconfirmed: VecDeque<Message>,
+    pub unconfirmed: Vector<Message>,
     /// Delivery number of the newest copy ever added to `unconfirmed`: the copies in it are
     /// numbered `delivery_seq - len + 1 ..= delivery_seq`. Counts up for the registration's
     /// whole life, across connections and restarts.
@@ -52,8 +53,8 @@ impl Subscription {
         Subscription {
             durable,
             live,
-            backlog: VecDeque::new(),
-            unconfirmed: VecDeque::new(),
+            backlog: Vector::new(),
+            unconfirmed: Vector::new(),
             delivery_seq: 0,
         }
     }
@@ -90,9 +91,13 @@ pub(super) struct Fanned {
     pub dropped: u64,
 }
 
+/// Every registration by topic and id; persistent, so a snapshot copies it in O(1) (see
+/// `queue.rs`).
+pub(super) type Registrations = OrdMap<String, OrdMap<String, Subscription>>;
+
 #[derive(Default)]
 pub(super) struct PubSub {
-    topics: BTreeMap<String, BTreeMap<String, Subscription>>,
+    topics: Registrations,
     /// Live registrations per connection, so a disconnect touches only its own.
     by_consumer: BTreeMap<ConsumerRef, BTreeSet<(String, String)>>,
 }
@@ -120,14 +125,14 @@ impl PubSub {
         let mut catch_up = CatchUp::default();
         if previous != Some(consumer) {
             let mut kept = std::mem::take(&mut sub.unconfirmed);
-            kept.append(&mut sub.backlog);
+            kept.append(std::mem::take(&mut sub.backlog));
             if sub.durable {
                 catch_up.first_delivery = Some(sub.delivery_seq + 1);
                 for msg in &kept {
                     sub.track(msg.clone());
                 }
             }
-            catch_up.messages = kept.into();
+            catch_up.messages = kept.into_iter().collect();
         } else if sub.durable {
             catch_up.first_delivery = Some(sub.delivery_seq + 1);
         }
@@ -160,7 +165,7 @@ impl PubSub {
         let count = (delivery + 1)
             .saturating_sub(oldest)
             .min(sub.unconfirmed.len() as u64);
-        sub.unconfirmed.drain(..count as usize);
+        sub.unconfirmed = sub.unconfirmed.skip(count as usize);
         count
     }
 
@@ -193,7 +198,9 @@ impl PubSub {
         let Some(subs) = self.topics.get_mut(&msg.topic) else {
             return fanned;
         };
-        for (sub_id, sub) in subs.iter_mut() {
+        let ids: Vec<String> = subs.keys().cloned().collect();
+        for sub_id in ids {
+            let sub = subs.get_mut(&sub_id).expect("listed above");
             if sub.durable && sub.kept() >= backlog_capacity {
                 fanned.dropped += 1;
                 continue;
@@ -204,7 +211,7 @@ impl PubSub {
                     fanned.kept += u64::from(delivery.is_some());
                     effects.push(Effect::Push {
                         to,
-                        sub_id: sub_id.clone(),
+                        sub_id,
                         msg: msg.clone(),
                         delivery,
                     });
@@ -329,10 +336,9 @@ impl PubSub {
     }
 
     /// Every registration that outlives a snapshot: durable ones and live ones.
-    pub fn all(&self) -> impl Iterator<Item = (&String, &String, &Subscription)> {
-        self.topics
-            .iter()
-            .flat_map(|(topic, subs)| subs.iter().map(move |(id, s)| (topic, id, s)))
+    /// Every registration, copied in O(1) (for `Broker::freeze`).
+    pub fn registrations(&self) -> Registrations {
+        self.topics.clone()
     }
 
     pub fn durable(&self) -> impl Iterator<Item = (&String, &String, &Subscription)> {
@@ -378,6 +384,15 @@ impl PubSub {
             self.by_consumer.values().map(BTreeSet::len).sum::<usize>()
         );
     }
+}
+
+/// `(topic, sub_id, subscription)` of every registration in `topics`, by topic and id.
+pub(super) fn all(
+    topics: &Registrations,
+) -> impl Iterator<Item = (&String, &String, &Subscription)> {
+    topics
+        .iter()
+        .flat_map(|(topic, subs)| subs.iter().map(move |(id, s)| (topic, id, s)))
 }
 
 fn unindex(

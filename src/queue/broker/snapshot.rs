@@ -8,14 +8,16 @@
 //! `Command::DisconnectAll` after the replay. Live non-durable subscriptions are not kept. Counters are process
 //! metrics and start again from zero.
 
+use super::dead_letter::DeadLetters;
+use super::pending::Pending;
 use super::pending::PendingEntry;
-use super::pubsub::Subscription;
+use super::pubsub::{all, Registrations, Subscription};
 use super::queue::{Ready, ReadyKey, WorkQueue};
 use super::timers::{TimerKey, TimerTarget, Timers};
+use super::waiting::Waiting;
 use super::{queue_or_create, Broker, BrokerConfig, ConsumerRef};
 use crate::queue::message::Message;
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
 
 pub const BROKER_SNAPSHOT_VERSION: u32 = 1;
 
@@ -98,11 +100,45 @@ pub struct DurableSnapshot {
     pub delivery_seq: u64,
 }
 
+/// A broker's durable state at one moment, copied in O(1): its maps are persistent and
+/// share every node with the broker until the broker changes one (then only that node is
+/// copied). Taken between two commands on the shard; [`Frozen::snapshot`] turns it into a
+/// [`BrokerSnapshot`] elsewhere (the blocking pool), so a slot of any size is snapshotted
+/// without stopping its shard. `Send`: the maps' nodes are reference-counted atomically.
+#[derive(Clone)]
+pub struct Frozen {
+    next_timer_seq: u64,
+    queues: imbl::OrdMap<String, WorkQueue>,
+    waiting: Waiting,
+    pending: Pending,
+    dead_letters: DeadLetters,
+    registrations: Registrations,
+}
+
 impl Broker {
+    /// The durable state now, in O(1) (see [`Frozen`]).
+    pub fn freeze(&self) -> Frozen {
+        Frozen {
+            next_timer_seq: self.timers.next_seq(),
+            queues: self.queues.clone(),
+            waiting: self.waiting.clone(),
+            pending: self.pending.clone(),
+            dead_letters: self.dead_letters.clone(),
+            registrations: self.pubsub.registrations(),
+        }
+    }
+
+    pub fn snapshot(&self) -> BrokerSnapshot {
+        self.freeze().snapshot()
+    }
+}
+
+impl Frozen {
+    /// The state as one serde value: O(state), meant for off the shard.
     pub fn snapshot(&self) -> BrokerSnapshot {
         BrokerSnapshot {
             version: BROKER_SNAPSHOT_VERSION,
-            next_timer_seq: self.timers.next_seq(),
+            next_timer_seq: self.next_timer_seq,
             queues: self
                 .queues
                 .iter()
@@ -125,9 +161,7 @@ impl Broker {
                     messages: dlq.iter().cloned().collect(),
                 })
                 .collect(),
-            durable_subscriptions: self
-                .pubsub
-                .all()
+            durable_subscriptions: all(&self.registrations)
                 .map(|(topic, sub_id, sub)| DurableSnapshot {
                     topic: topic.clone(),
                     sub_id: sub_id.clone(),
@@ -140,7 +174,9 @@ impl Broker {
                 .collect(),
         }
     }
+}
 
+impl Broker {
     /// Restores a snapshot this code wrote; panics if it is inconsistent (use `try_restore`
     /// for snapshots that may not be).
     pub fn restore(snapshot: BrokerSnapshot, cfg: BrokerConfig) -> Broker {
@@ -288,8 +324,8 @@ impl Broker {
             return Err("durable subscription with an empty topic or id".into());
         }
         let mut sub = Subscription::new(s.durable, s.live);
-        sub.backlog = VecDeque::from(s.backlog);
-        sub.unconfirmed = VecDeque::from(s.unconfirmed);
+        sub.backlog = imbl::Vector::from(s.backlog);
+        sub.unconfirmed = imbl::Vector::from(s.unconfirmed);
         sub.delivery_seq = s.delivery_seq;
         self.pubsub.restore_subscription(&s.topic, &s.sub_id, sub)
     }

@@ -6,11 +6,12 @@
 
 use super::timers::TimerKey;
 use crate::queue::message::Message;
-use std::collections::BTreeMap;
+use imbl::OrdMap;
 
-#[derive(Default)]
+/// Persistent, so a snapshot copies it in O(1) (see `queue.rs`).
+#[derive(Clone, Default)]
 pub(super) struct Waiting {
-    by_timer: BTreeMap<TimerKey, Message>,
+    by_timer: OrdMap<TimerKey, Message>,
 }
 
 impl Waiting {

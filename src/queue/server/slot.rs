@@ -103,9 +103,10 @@ impl Plane {
     }
 
     /// Takes a snapshot of the slot when its command log has grown enough: the state is
-    /// copied now, between two commands (exactly the state after `wal_seq`); serialising it
-    /// runs on the shard's blocking pool, so a large state slows the shard down for a while
-    /// instead of stopping it. Once the chunks are durable, what they replace is dropped
+    /// frozen now, between two commands (exactly the state after `wal_seq`), in O(1)
+    /// (`Broker::freeze`); turning it into a snapshot and serialising that run on the
+    /// shard's blocking pool, so a large state slows the shard down for a while instead of
+    /// stopping it. Once the chunks are durable, what they replace is dropped
     /// (whole segments, in the background).
     pub(super) fn maybe_snapshot(&self, slot: u16, cell: &Rc<RefCell<SlotState>>) {
         let Some(store) = self.store.clone() else {
@@ -122,7 +123,7 @@ impl Plane {
             logs.bytes_since_snapshot = 0;
             logs.last_snapshot_number += 1;
             (
-                st.broker.snapshot(),
+                st.broker.freeze(),
                 logs.wal.next_seq() - 1,
                 logs.last_snapshot_number,
                 logs.wal.clone(),
@@ -136,7 +137,9 @@ impl Plane {
         let cell = Rc::clone(cell);
         boltq_shards::spawn(async move {
             let result = async {
-                let body = boltq_shards::spawn_blocking(move || snapshot::encode(&state)).await?;
+                let body =
+                    boltq_shards::spawn_blocking(move || snapshot::encode(&state.snapshot()))
+                        .await?;
                 let w = snapshot::write(&store, &snap, &body, wal_seq, number).await?;
                 if let Some(logs) = cell.borrow_mut().logs.as_mut() {
                     logs.last_snapshot_bytes = w.bytes;

@@ -38,9 +38,58 @@ pub struct Written {
     pub bytes: u64,
 }
 
-/// Serialises a snapshot (off the shard's event loop: see `plane::maybe_snapshot`).
+/// The first bytes of a binary snapshot body: MessagePack with fields by name follows. A
+/// body without them is the JSON older versions wrote (read, never written).
+pub const BINARY_MAGIC: &[u8; 8] = b"BQSNAP1\n";
+
+/// Serialises a snapshot (off the shard's event loop: see `slot::maybe_snapshot`).
+///
+/// Trade-off: MessagePack through serde, not an archive read in place (rkyv, the design's
+/// format): a payload is copied once on write and once on read, but every snapshot type
+/// keeps its one serde definition, older JSON snapshots still load, and a field added later
+/// is read as its default. Writing costs ~10x less CPU than the JSON it replaces at 1 KiB
+/// payloads (`cargo bench --bench broker_apply -- snapshot`).
 pub fn encode(snapshot: &BrokerSnapshot) -> Result<Vec<u8>, String> {
-    serde_json::to_vec(snapshot).map_err(|e| format!("encode snapshot: {e}"))
+    // Sized up front: growing a buffer of hundreds of MiB by doubling copies it again and
+    // again (measured: a fifth of the encoding time).
+    let mut out = Vec::with_capacity(BINARY_MAGIC.len() + size_estimate(snapshot));
+    out.extend_from_slice(BINARY_MAGIC);
+    rmp_serde::encode::write_named(&mut out, snapshot)
+        .map_err(|e| format!("encode snapshot: {e}"))?;
+    Ok(out)
+}
+
+/// About the bytes `encode` writes: payloads and headers plus a per-message allowance for
+/// the fields around them.
+fn size_estimate(s: &BrokerSnapshot) -> usize {
+    let per = |m: &crate::queue::message::Message| {
+        m.payload.len()
+            + m.topic.len()
+            + m.headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 4)
+                .sum::<usize>()
+            + 256
+    };
+    let messages = s.queues.iter().flat_map(|q| q.ready.iter().map(|r| &r.msg));
+    let messages = messages
+        .chain(s.waiting.iter().map(|w| &w.msg))
+        .chain(s.pending.iter().map(|p| &p.msg))
+        .chain(s.dead_letters.iter().flat_map(|d| d.messages.iter()))
+        .chain(
+            s.durable_subscriptions
+                .iter()
+                .flat_map(|d| d.backlog.iter().chain(d.unconfirmed.iter())),
+        );
+    messages.map(per).sum::<usize>() + 4096
+}
+
+/// Reads a snapshot body written by [`encode`], or the JSON of older versions.
+pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
+    match body.strip_prefix(BINARY_MAGIC.as_slice()) {
+        Some(packed) => rmp_serde::from_slice(packed).map_err(|e| e.to_string()),
+        None => serde_json::from_slice(body).map_err(|e| e.to_string()),
+    }
 }
 
 /// Appends a serialised snapshot as chunk records, each once the journal has room for it
@@ -239,8 +288,7 @@ pub async fn load_newest(
     for chunk in g.chunks.values() {
         body.extend_from_slice(chunk);
     }
-    let snapshot: BrokerSnapshot = serde_json::from_slice(&body)
-        .map_err(|e| format!("snapshot {number} does not decode: {e}"))?;
+    let snapshot = decode(&body).map_err(|e| format!("snapshot {number} does not decode: {e}"))?;
     let broker = Broker::try_restore(snapshot, cfg.clone())?;
     Ok(Loaded {
         restored: Some(Restored {
@@ -359,6 +407,75 @@ mod tests {
 
     /// Issue 13 item 3: a snapshot cut short by a crash keeps its number, so the next one
     /// must take a higher number; sharing it got both merged (or refused) at the next start.
+    /// A snapshot of a random command sequence: every kind of state (ready, waiting,
+    /// pending, dead letters, durable registrations with backlogs and unconfirmed pushes).
+    fn random_snapshot(seed: u64) -> BrokerSnapshot {
+        use crate::queue::broker::tests::gen::{random_config, Gen, Rng, Step};
+        let cfg = random_config(&mut Rng::new(seed));
+        let mut gen = Gen::new(seed, &cfg);
+        let mut b = Broker::new(cfg);
+        for _ in 0..300 {
+            if let Step::Cmd(cmd) = gen.step(&[]) {
+                b.apply(&cmd);
+            }
+        }
+        b.snapshot()
+    }
+
+    #[test]
+    fn binary_and_older_json_bodies_decode_to_the_same_snapshot() {
+        for seed in 0..40 {
+            let snapshot = random_snapshot(seed);
+            let binary = encode(&snapshot).unwrap();
+            assert!(binary.starts_with(BINARY_MAGIC));
+            assert_eq!(decode(&binary).unwrap(), snapshot, "seed {seed}");
+            let json = serde_json::to_vec(&snapshot).unwrap();
+            assert_eq!(decode(&json).unwrap(), snapshot, "seed {seed}: older JSON");
+            assert!(
+                binary.len() < json.len(),
+                "seed {seed}: binary is the smaller"
+            );
+        }
+    }
+
+    /// Truncated, flipped and extended bodies get an error (or a snapshot the restore
+    /// judges), never a panic.
+    #[test]
+    fn damaged_bodies_are_refused_without_panicking() {
+        use crate::queue::broker::tests::gen::Rng;
+        let good = encode(&random_snapshot(7)).unwrap();
+        let mut rng = Rng::new(99);
+        let mut refused = 0;
+        for _ in 0..20_000 {
+            let mut body = good.clone();
+            match rng.below(3) {
+                0 => body.truncate(rng.below(body.len() as u64) as usize),
+                1 => {
+                    for _ in 0..1 + rng.below(4) {
+                        let at = rng.below(body.len() as u64) as usize;
+                        body[at] ^= 1 << rng.below(8);
+                    }
+                }
+                _ => {
+                    let at = rng.below(body.len() as u64) as usize;
+                    body.insert(at, rng.below(256) as u8);
+                }
+            }
+            match decode(&body) {
+                Err(_) => refused += 1,
+                Ok(s) => {
+                    if Broker::try_restore(s, BrokerConfig::default()).is_err() {
+                        refused += 1;
+                    }
+                }
+            }
+        }
+        assert!(
+            refused > 10_000,
+            "most damage is noticed: {refused} of 20000"
+        );
+    }
+
     #[test]
     fn a_snapshot_cut_short_by_a_crash_never_shares_its_number() {
         let tmp = TempDir::new("snapnum");

@@ -5,7 +5,7 @@
 
 mod determinism;
 mod exchange;
-mod gen;
+pub(crate) mod gen;
 mod model;
 mod pubsub;
 mod recovery;
