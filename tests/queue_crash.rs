@@ -414,50 +414,66 @@ fn run_publisher(
         let batch = 1 + rng.below(PUBLISH_BATCH_MAX) as usize;
         let sent_us = progress.now_us();
         let first = log.queue.len();
-        let mut broken = false;
-        for _ in 0..batch {
-            let seq = log.queue.len() as u64;
-            let q = rng.below(QUEUES.len() as u64) as usize;
-            // Recorded before the write: a partly written frame may still be applied.
-            log.queue.push(q);
-            log.id.push(None);
-            let body = format!(
-                r#"{{"topic":"{}","payload":{}}}"#,
-                QUEUES[q],
-                payload_json(p, seq)
-            );
-            if c.send_frame(op::PUBLISH, body.as_bytes()).is_err() {
-                broken = true;
-                break;
+        // Recorded before the write: a partly written frame may still be applied.
+        let frames: Vec<(u8, String)> = (0..batch)
+            .map(|_| {
+                let seq = log.queue.len() as u64;
+                let q = rng.below(QUEUES.len() as u64) as usize;
+                log.queue.push(q);
+                log.id.push(None);
+                let body = format!(
+                    r#"{{"topic":"{}","payload":{}}}"#,
+                    QUEUES[q],
+                    payload_json(p, seq)
+                );
+                (op::PUBLISH, body)
+            })
+            .collect();
+        let whole = pipelined(c, &frames, |i, code, payload| {
+            // Any reply counts as progress; wrong ones are reported at the end.
+            progress.mark(p as usize, sent_us);
+            let seq = first + i;
+            let reply = serde_json::from_slice::<PublishReply>(payload);
+            let wanted_topic = QUEUES[log.queue[seq]];
+            if let Some(r) = reply
+                .ok()
+                .filter(|r| code == status::OK && r.topic == wanted_topic && is_message_id(&r.id))
+            {
+                log.id[seq] = Some(r.id);
+                return;
             }
-        }
-        if !broken {
-            for seq in first..log.queue.len() {
-                let Ok((code, payload)) = c.read_frame() else {
-                    broken = true;
-                    break;
-                };
-                // Any reply counts as progress; wrong ones are reported at the end.
-                progress.mark(p as usize, sent_us);
-                let reply = serde_json::from_slice::<PublishReply>(&payload);
-                let wanted_topic = QUEUES[log.queue[seq]];
-                if let Some(r) = reply.ok().filter(|r| {
-                    code == status::OK && r.topic == wanted_topic && is_message_id(&r.id)
-                }) {
-                    log.id[seq] = Some(r.id);
-                    continue;
-                }
-                log.errors.push(format!(
-                    "publish ({p},{seq}): status {code:#04x} {}",
-                    String::from_utf8_lossy(&payload)
-                ));
-            }
-        }
-        if broken {
+            log.errors.push(format!(
+                "publish ({p},{seq}): status {code:#04x} {}",
+                String::from_utf8_lossy(payload)
+            ));
+        });
+        if !whole {
             conn.broken();
         }
     }
     log
+}
+
+/// Sends `frames` on `c` in one pipelined batch, then hands each reply, in order, to
+/// `on_reply(index, status, payload)`. False when the connection broke on the way (the
+/// frames after the break were not sent, or their replies not read).
+fn pipelined(
+    c: &mut Client,
+    frames: &[(u8, String)],
+    mut on_reply: impl FnMut(usize, u8, &[u8]),
+) -> bool {
+    for (code, body) in frames {
+        if c.send_frame(*code, body.as_bytes()).is_err() {
+            return false;
+        }
+    }
+    for i in 0..frames.len() {
+        let Ok((code, payload)) = c.read_frame() else {
+            return false;
+        };
+        on_reply(i, code, &payload);
+    }
+    true
 }
 
 /// What the topic publisher sent: whether each publish (by sequence number) was answered OK.
@@ -479,36 +495,26 @@ fn run_topic_publisher(port: u16, seed: u64, stop: &AtomicBool, progress: &Progr
         let batch = 1 + rng.below(PUBLISH_BATCH_MAX) as usize;
         let sent_us = progress.now_us();
         let first = log.acked.len();
-        let mut broken = false;
-        for _ in 0..batch {
-            let body = format!(
-                r#"{{"topic":"{STREAM}","payload":{{"t":{}}}}}"#,
-                log.acked.len()
-            );
-            log.acked.push(false);
-            if c.send_frame(op::PUBLISH_TOPIC, body.as_bytes()).is_err() {
-                broken = true;
-                break;
+        let frames: Vec<(u8, String)> = (first..first + batch)
+            .map(|seq| {
+                log.acked.push(false);
+                let body = format!(r#"{{"topic":"{STREAM}","payload":{{"t":{seq}}}}}"#);
+                (op::PUBLISH_TOPIC, body)
+            })
+            .collect();
+        let whole = pipelined(c, &frames, |i, code, payload| {
+            progress.mark(TOPIC_PUBLISHER_WORKER, sent_us);
+            if code == status::OK {
+                log.acked[first + i] = true;
+            } else {
+                log.errors.push(format!(
+                    "topic publish {}: status {code:#04x} {}",
+                    first + i,
+                    String::from_utf8_lossy(payload)
+                ));
             }
-        }
-        if !broken {
-            for seq in first..log.acked.len() {
-                let Ok((code, payload)) = c.read_frame() else {
-                    broken = true;
-                    break;
-                };
-                progress.mark(TOPIC_PUBLISHER_WORKER, sent_us);
-                if code == status::OK {
-                    log.acked[seq] = true;
-                } else {
-                    log.errors.push(format!(
-                        "topic publish {seq}: status {code:#04x} {}",
-                        String::from_utf8_lossy(&payload)
-                    ));
-                }
-            }
-        }
-        if broken {
+        });
+        if !whole {
             conn.broken();
         }
     }

@@ -8,10 +8,15 @@ use std::time::{Duration, Instant};
 
 fn subscribe(s: &Server, durable: bool) -> std::net::TcpStream {
     let mut c = raw(s);
-    let body = format!(r#"{{"topic":"news","id":"reader","durable":{durable}}}"#);
-    send(&mut c, op::CONSUME, &body);
-    assert_eq!(recv(&mut c).unwrap().1, r#"{"status":"subscribed"}"#);
+    subscribe_on(&mut c, durable);
     c
+}
+
+/// Subscribes `(news, reader)` on `c` and reads the `subscribed` reply.
+fn subscribe_on(c: &mut std::net::TcpStream, durable: bool) {
+    let body = format!(r#"{{"topic":"news","id":"reader","durable":{durable}}}"#);
+    send(c, op::CONSUME, &body);
+    assert_eq!(recv(c).unwrap().1, r#"{"status":"subscribed"}"#);
 }
 
 /// A work queue in the same slot as topic `news`, so its publishes count towards that
@@ -162,12 +167,7 @@ fn publishes_right_after_a_durable_subscriber_resets_its_connection_are_not_lost
     let mut received = Vec::new();
     for round in 0..20 {
         let mut sub = connect_on(&s, |shard| shard != owner);
-        send(
-            &mut sub,
-            op::CONSUME,
-            r#"{"topic":"news","id":"reader","durable":true}"#,
-        );
-        assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+        subscribe_on(&mut sub, true);
         drain(&mut sub, Duration::from_millis(100), &mut received);
         reset(sub);
         // Five publishes in one write, so they race the server noticing the reset.
@@ -252,12 +252,7 @@ fn connect_with_receive_buffer(s: &Server, bytes: libc::c_int) -> std::net::TcpS
 fn pushes_a_stalled_durable_subscriber_never_acknowledged_come_back_after_its_reset() {
     let s = Server::start(&[]);
     let mut sub = connect_with_receive_buffer(&s, 4096);
-    send(
-        &mut sub,
-        op::CONSUME,
-        r#"{"topic":"news","id":"reader","durable":true}"#,
-    );
-    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    subscribe_on(&mut sub, true);
     let mut p = client(&s);
     // Each push is larger than the subscriber's whole window, so not one of them can have
     // been acknowledged in full by a subscriber that reads nothing.
