@@ -142,6 +142,55 @@ fn batches_keep_per_sender_order_under_backpressure() {
     );
 }
 
+/// `send_uncapped` goes past a full outbox without giving the message back, and keeps its
+/// place in line with capped sends: the receiver sees every message in send order.
+#[test]
+fn uncapped_sends_pass_the_cap_in_order() {
+    const COUNT: u64 = 2_000;
+    let finished = Arc::new(AtomicUsize::new(0));
+    let config = RuntimeConfig {
+        outbox_messages_max: 16,
+        ..RuntimeConfig::new(2)
+    };
+    let outputs = run_within(TEST_LIMIT, move || {
+        run_shards(config, ShutdownHandle::new(), move |shard: Shard<Msg>| {
+            let finished = finished.clone();
+            async move {
+                let rx = install_forwarder(&shard);
+                let mut past_cap = 0_u64;
+                if shard.id() == 0 {
+                    let mut next = 0;
+                    loop {
+                        match rx.recv().await.unwrap() {
+                            (1, Msg::Seq(seq)) => {
+                                assert_eq!(seq, next, "out of order");
+                                next += 1;
+                            }
+                            (1, Msg::Done) => break,
+                            other => panic!("unexpected {other:?}"),
+                        }
+                    }
+                    assert_eq!(next, COUNT);
+                } else {
+                    // Within one loop iteration (no await): the outbox fills at 16, then
+                    // every other message must go uncapped, in order.
+                    for seq in 0..COUNT {
+                        if let Err(OutboxFull(back)) = shard.send(0, Msg::Seq(seq)) {
+                            past_cap += 1;
+                            shard.send_uncapped(0, back);
+                        }
+                    }
+                    shard.send_uncapped(0, Msg::Done);
+                }
+                finish(&shard, &finished).await;
+                past_cap
+            }
+        })
+        .unwrap()
+    });
+    assert!(outputs[1] > 0, "the cap was never reached: {outputs:?}");
+}
+
 /// Everything sent to one destination within one loop iteration leaves as
 /// exactly one batch, to a remote shard and to itself alike.
 #[test]
