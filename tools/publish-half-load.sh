@@ -11,7 +11,8 @@
 set -euo pipefail
 BIN=$1; BENCH=$2; SECS=${3:-10}
 W=$(mktemp -d /tmp/boltq-half.XXXXXX)
-trap 'kill $pid 2>/dev/null || true; rm -rf "$W"' EXIT
+pid=""
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null && wait $pid 2>/dev/null; rm -rf "$W"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tcp=$(port); http=$(port)
 taskset -c 0 "$BIN" --data-dir "$W/data" --host 127.0.0.1 --tcp-port "$tcp" --http-port "$http" \
