@@ -4,6 +4,10 @@
 //!
 //! Dead letters do not expire (they are kept for an operator to read), and are never
 //! consumed: they can be listed, read, requeued to their source queue, or purged.
+//!
+//! A dead-letter queue, once it held a message, stays listed (at 0) after it is purged or
+//! drained, as v1's STATS keeps `<queue>_dead_letter: 0`; their number is bounded by the
+//! work queues, which are.
 
 use crate::queue::message::Message;
 use imbl::{OrdMap, Vector};
@@ -47,6 +51,11 @@ impl DeadLetters {
             .push_back(msg);
     }
 
+    /// Restores a dead-letter queue that is listed with nothing in it.
+    pub fn restore_empty(&mut self, queue: &str) {
+        self.by_queue.entry(queue.to_string()).or_default();
+    }
+
     /// Restores one dead letter; a snapshot taken under a larger capacity may exceed ours.
     pub fn push_restored(&mut self, msg: Message) {
         self.by_queue
@@ -68,15 +77,10 @@ impl DeadLetters {
         let Some(dlq) = self.by_queue.get_mut(queue) else {
             return Vec::new();
         };
-        let taken: Vec<Message> = dlq.slice(..n.min(dlq.len())).into_iter().collect();
-        // Empty queues are forgotten, so the map is bounded by the queues that hold any.
-        if dlq.is_empty() {
-            self.by_queue.remove(queue);
-        }
-        taken
+        dlq.slice(..n.min(dlq.len())).into_iter().collect()
     }
 
-    /// `(source queue, count)` for every non-empty dead-letter queue, by name.
+    /// `(source queue, count)` for every dead-letter queue that ever held a message, by name.
     pub fn counts(&self) -> impl Iterator<Item = (&String, usize)> {
         self.by_queue.iter().map(|(q, dlq)| (q, dlq.len()))
     }

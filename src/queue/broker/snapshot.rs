@@ -297,13 +297,11 @@ impl Broker {
     }
 
     fn restore_dead_letters(&mut self, d: DeadLetterSnapshot) -> Result<(), String> {
-        if d.messages.is_empty() || self.dead_letters.len(&d.queue) > 0 {
-            return Err(format!(
-                "dead letters of {:?} are empty or appear twice",
-                d.queue
-            ));
+        if self.dead_letters.len(&d.queue) > 0 {
+            return Err(format!("dead letters of {:?} appear twice", d.queue));
         }
         queue_or_create(&mut self.queues, &d.queue)?;
+        self.dead_letters.restore_empty(&d.queue);
         for msg in d.messages {
             if msg.topic != d.queue {
                 return Err(format!(

@@ -44,6 +44,8 @@ struct Model {
     cfg: BrokerConfig,
     entries: Vec<Entry>,
     queues: std::collections::BTreeSet<String>,
+    /// Queues that ever had a dead letter: listed in STATS, at 0 once emptied.
+    dead_letter_queues: std::collections::BTreeSet<String>,
     subs: Vec<Sub>,
     seq: u64,
     counters: BrokerCounters,
@@ -55,6 +57,7 @@ impl Model {
             cfg,
             entries: Vec::new(),
             queues: Default::default(),
+            dead_letter_queues: Default::default(),
             subs: Vec::new(),
             seq: 0,
             counters: Default::default(),
@@ -148,6 +151,7 @@ impl Model {
         } else if self.dead_count(&queue) < self.cfg.dead_letter_capacity {
             self.counters.dead_lettered += 1;
             self.entries[i].state = State::Dead;
+            self.dead_letter_queues.insert(queue.clone());
             self.entries[i].order = self.next_seq();
             return;
         } else {
@@ -505,8 +509,8 @@ impl Model {
                 .filter(|e| e.state == State::Ready && &e.msg.topic == q)
                 .count();
             s.queues.insert(q.clone(), ready as u64);
-            let dead = self.dead_count(q);
-            if dead > 0 {
+            if self.dead_letter_queues.contains(q) {
+                let dead = self.dead_count(q);
                 s.dead_letters
                     .insert(format!("{q}_dead_letter"), dead as u64);
             }

@@ -447,7 +447,17 @@ fn dead_letters_are_listed_read_requeued_and_purged() {
         run(&mut b, Command::DeadLetterPurge { queue: "q".into() }).0,
         Outcome::Purged(0)
     );
-    assert!(b.stats().dead_letters.is_empty());
+    assert_eq!(
+        b.stats().dead_letters,
+        BTreeMap::from([("q_dead_letter".to_string(), 0)]),
+        "purged, still listed at 0 (v1)"
+    );
+    let restored = Broker::restore(b.snapshot(), b.config().clone());
+    assert_eq!(
+        restored.stats().dead_letters,
+        b.stats().dead_letters,
+        "and so after a restart"
+    );
     let out = run(
         &mut b,
         Command::DeadLetterRequeue {
