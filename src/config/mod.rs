@@ -328,6 +328,11 @@ pub struct QueueConfig {
     /// Upper bound of the backoff, in ms. Default 30000; must be ≥ the base
     /// when backoff is on, at most 3600000 (1 h).
     pub retry_backoff_max_ms: u64,
+    /// Payload bytes one durable subscription keeps for its subscriber (its offline
+    /// backlog and the pushes its connection has not confirmed, together), beside the
+    /// `capacity` messages: a copy that would pass either is not kept for it (the publish
+    /// still succeeds for everyone else). Default 268435456 (256 MiB); 1 MiB..=1 TiB.
+    pub durable_backlog_bytes_max: u64,
     /// `"reject"` (default) or `"spill"` (v1 behaviour); see
     /// [`OverflowPolicy`].
     pub overflow: OverflowPolicy,
@@ -345,6 +350,7 @@ impl Default for QueueConfig {
             capacity: 1 << 20,
             retry_backoff_base_ms: 1000,
             retry_backoff_max_ms: 30_000,
+            durable_backlog_bytes_max: 256 << 20,
             overflow: OverflowPolicy::Reject,
             report_unroutable: false,
         }

@@ -140,6 +140,12 @@ fn queue(c: &Config) -> Check {
     positive_duration("queue.ack_timeout", q.ack_timeout)?;
     range("queue.capacity", q.capacity, 1, 1 << 30)?;
     range(
+        "queue.durable_backlog_bytes_max",
+        q.durable_backlog_bytes_max,
+        1 << 20,
+        1 << 40,
+    )?;
+    range(
         "queue.retry_backoff_max_ms",
         q.retry_backoff_max_ms,
         0,

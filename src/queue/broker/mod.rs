@@ -100,6 +100,10 @@ pub struct BrokerConfig {
     pub retry_backoff_max_ns: i64,
     /// Dead letters kept per source queue. ≥ 1.
     pub dead_letter_capacity: usize,
+    /// Payload bytes one durable registration keeps (backlog and unconfirmed pushes
+    /// together): a copy that would pass it is not kept, as one past `capacity_per_queue`.
+    /// ≥ 1.
+    pub durable_kept_bytes_max: u64,
 }
 
 impl Default for BrokerConfig {
@@ -112,9 +116,14 @@ impl Default for BrokerConfig {
             retry_backoff_base_ns: 1_000_000_000,
             retry_backoff_max_ns: 30_000_000_000,
             dead_letter_capacity: 1 << 20,
+            durable_kept_bytes_max: DURABLE_KEPT_BYTES_MAX_DEFAULT,
         }
     }
 }
+
+/// Default of [`BrokerConfig::durable_kept_bytes_max`] (`queue.durable_backlog_bytes_max`):
+/// 256 MiB per durable registration.
+pub const DURABLE_KEPT_BYTES_MAX_DEFAULT: u64 = 256 << 20;
 
 impl BrokerConfig {
     pub fn validate(&self) -> Result<(), String> {
@@ -126,6 +135,9 @@ impl BrokerConfig {
         }
         if self.capacity_per_queue == 0 || self.dead_letter_capacity == 0 {
             return Err("capacity_per_queue and dead_letter_capacity must be ≥ 1".into());
+        }
+        if self.durable_kept_bytes_max == 0 {
+            return Err("durable_kept_bytes_max must be ≥ 1".into());
         }
         if self.retry_backoff_base_ns < 0 {
             return Err(format!(
@@ -346,9 +358,11 @@ impl Broker {
             return Outcome::Error("topic is required".into());
         }
         let pushes_before = effects.len();
-        let fanned = self
-            .pubsub
-            .publish(msg, self.cfg.capacity_per_queue, effects);
+        let limits = pubsub::KeptLimits {
+            messages: self.cfg.capacity_per_queue,
+            bytes: self.cfg.durable_kept_bytes_max,
+        };
+        let fanned = self.pubsub.publish(msg, limits, effects);
         self.counters.published_topic += 1;
         self.counters.pushed += (effects.len() - pushes_before) as u64;
         self.counters.backlog_dropped += fanned.dropped;

@@ -45,6 +45,15 @@ pub(super) struct Subscription {
     /// numbered `delivery_seq - len + 1 ..= delivery_seq`. Counts up for the registration's
     /// whole life, across connections and restarts.
     pub delivery_seq: u64,
+    /// Payload bytes in `backlog` and `unconfirmed` (derived: restored by summing).
+    pub kept_bytes: u64,
+}
+
+/// What one durable registration may keep (backlog and unconfirmed pushes together).
+#[derive(Clone, Copy, Debug)]
+pub struct KeptLimits {
+    pub messages: usize,
+    pub bytes: u64,
 }
 
 impl Subscription {
@@ -56,11 +65,28 @@ impl Subscription {
             backlog: Vector::new(),
             unconfirmed: Vector::new(),
             delivery_seq: 0,
+            kept_bytes: 0,
         }
+    }
+
+    /// Whether `msg` would pass what the registration may keep.
+    fn is_full_for(&self, msg: &Message, limits: KeptLimits) -> bool {
+        self.kept() >= limits.messages || self.kept_bytes + msg.payload.len() as u64 > limits.bytes
+    }
+
+    /// Sets `kept_bytes` from what is kept (after a restore).
+    pub fn count_kept_bytes(&mut self) {
+        self.kept_bytes = self
+            .backlog
+            .iter()
+            .chain(self.unconfirmed.iter())
+            .map(|m| m.payload.len() as u64)
+            .sum();
     }
 
     /// Adds a copy pushed to the live connection; returns its delivery number.
     fn track(&mut self, msg: Message) -> u64 {
+        self.kept_bytes += msg.payload.len() as u64;
         self.unconfirmed.push_back(msg);
         self.delivery_seq += 1;
         self.delivery_seq
@@ -126,6 +152,7 @@ impl PubSub {
         if previous != Some(consumer) {
             let mut kept = std::mem::take(&mut sub.unconfirmed);
             kept.append(std::mem::take(&mut sub.backlog));
+            sub.kept_bytes = 0; // counted again below as the catch-up is tracked
             if sub.durable {
                 catch_up.first_delivery = Some(sub.delivery_seq + 1);
                 for msg in &kept {
@@ -165,6 +192,13 @@ impl PubSub {
         let count = (delivery + 1)
             .saturating_sub(oldest)
             .min(sub.unconfirmed.len() as u64);
+        let confirmed: u64 = sub
+            .unconfirmed
+            .iter()
+            .take(count as usize)
+            .map(|m| m.payload.len() as u64)
+            .sum();
+        sub.kept_bytes -= confirmed;
         sub.unconfirmed = sub.unconfirmed.skip(count as usize);
         count
     }
@@ -185,13 +219,13 @@ impl PubSub {
 
     /// Pushes `msg` to every live subscriber of its topic and backlogs it for every offline
     /// durable one, in subscriber-id order; a durable one keeps a live push unconfirmed.
-    /// A durable registration keeps at most `backlog_capacity` copies (backlog and
-    /// unconfirmed together): past that the newest are refused and counted, so a catch-up is
-    /// contiguous. See [`Fanned`].
+    /// A durable registration keeps at most `limits` (messages and payload bytes, backlog
+    /// and unconfirmed together): past that the newest are refused and counted, so a
+    /// catch-up is contiguous. See [`Fanned`].
     pub fn publish(
         &mut self,
         msg: &Message,
-        backlog_capacity: usize,
+        limits: KeptLimits,
         effects: &mut Vec<Effect>,
     ) -> Fanned {
         let mut fanned = Fanned::default();
@@ -201,7 +235,7 @@ impl PubSub {
         let ids: Vec<String> = subs.keys().cloned().collect();
         for sub_id in ids {
             let sub = subs.get_mut(&sub_id).expect("listed above");
-            if sub.durable && sub.kept() >= backlog_capacity {
+            if sub.durable && sub.is_full_for(msg, limits) {
                 fanned.dropped += 1;
                 continue;
             }
@@ -217,6 +251,7 @@ impl PubSub {
                     });
                 }
                 None => {
+                    sub.kept_bytes += msg.payload.len() as u64;
                     sub.backlog.push_back(msg.clone());
                     fanned.kept += 1;
                 }
@@ -372,6 +407,12 @@ impl PubSub {
                     "non-durable with unconfirmed pushes"
                 );
                 assert!(sub.unconfirmed.len() as u64 <= sub.delivery_seq);
+                let mut counted = sub.clone();
+                counted.count_kept_bytes();
+                assert_eq!(
+                    sub.kept_bytes, counted.kept_bytes,
+                    "kept bytes of {topic}/{sub_id}"
+                );
                 if let Some(c) = sub.live {
                     live += 1;
                     let key = (topic.clone(), sub_id.clone());

@@ -325,6 +325,7 @@ impl Broker {
         sub.backlog = imbl::Vector::from(s.backlog);
         sub.unconfirmed = imbl::Vector::from(s.unconfirmed);
         sub.delivery_seq = s.delivery_seq;
+        sub.count_kept_bytes();
         self.pubsub.restore_subscription(&s.topic, &s.sub_id, sub)
     }
 }

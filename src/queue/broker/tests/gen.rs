@@ -67,8 +67,9 @@ pub(crate) struct Gen {
     ack_timeout_ns: i64,
 }
 
-/// A random small config, so every limit is reached: capacity, dead-letter capacity,
-/// backoff on or off, short ack timeout.
+/// A random small config, so every limit is reached: capacity, dead-letter capacity, the
+/// bytes a durable registration keeps (payloads here are 7–9 bytes), backoff on or off,
+/// short ack timeout.
 pub(crate) fn random_config(rng: &mut Rng) -> BrokerConfig {
     let base = if rng.chance(50) { 0 } else { rng.range(10, 80) };
     BrokerConfig {
@@ -82,6 +83,11 @@ pub(crate) fn random_config(rng: &mut Rng) -> BrokerConfig {
             base * rng.range(1, 5)
         },
         dead_letter_capacity: rng.range(1, 4) as usize,
+        durable_kept_bytes_max: if rng.chance(50) {
+            rng.range(8, 40) as u64
+        } else {
+            1 << 20
+        },
     }
 }
 

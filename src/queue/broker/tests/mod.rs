@@ -29,6 +29,7 @@ pub(super) fn cfg() -> BrokerConfig {
         retry_backoff_base_ns: 0,
         retry_backoff_max_ns: 0,
         dead_letter_capacity: 100,
+        durable_kept_bytes_max: 1 << 20,
     }
 }
 

@@ -183,8 +183,16 @@ impl Model {
                 subs.sort_by(|a, b| a.sub_id.cmp(&b.sub_id));
                 let mut kept = false;
                 for s in subs {
+                    let kept_bytes: u64 = s
+                        .backlog
+                        .iter()
+                        .chain(s.unconfirmed.iter().map(|(_, m)| m))
+                        .map(|m| m.payload.len() as u64)
+                        .sum();
                     if s.durable
-                        && s.backlog.len() + s.unconfirmed.len() >= self.cfg.capacity_per_queue
+                        && (s.backlog.len() + s.unconfirmed.len() >= self.cfg.capacity_per_queue
+                            || kept_bytes + msg.payload.len() as u64
+                                > self.cfg.durable_kept_bytes_max)
                     {
                         self.counters.backlog_dropped += 1;
                     } else if let Some(to) = s.live {

@@ -356,3 +356,58 @@ fn subscribe_validates_its_names() {
         Outcome::Error("id is required".into())
     );
 }
+
+/// Issue 13 item 5: a durable registration keeps at most `durable_kept_bytes_max` payload
+/// bytes, backlog and unconfirmed pushes together; the copy that would pass it is not kept
+/// (counted), the publish itself succeeds, and a confirm makes room again.
+#[test]
+fn a_durable_registration_keeps_at_most_its_byte_cap() {
+    let mut b = Broker::new(BrokerConfig {
+        durable_kept_bytes_max: 100,
+        ..cfg()
+    });
+    let mut f = Factory::new();
+    let sized = |f: &mut Factory, bytes: usize| {
+        let mut m = f.msg("news", 0, 0);
+        m.payload = bytes::Bytes::from(vec![b'x'; bytes]);
+        m
+    };
+    subscribe(&mut b, "news", "d", true, C1);
+    let first = sized(&mut f, 60);
+    assert_eq!(
+        publish_topic(&mut b, &first).len(),
+        1,
+        "pushed, 60 of 100 kept"
+    );
+    let too_big = sized(&mut f, 41);
+    let (outcome, effects) = publish_topic_with_outcome(&mut b, &too_big);
+    assert!(
+        effects.is_empty(),
+        "60 + 41 would pass 100: not kept, not pushed"
+    );
+    assert_eq!(
+        outcome,
+        Outcome::PublishedLive,
+        "the publish itself succeeds"
+    );
+    assert_eq!(b.counters().backlog_dropped, 1);
+    run(&mut b, Command::Disconnect { consumer: C1 });
+    let fits = sized(&mut f, 40);
+    publish_topic(&mut b, &fits);
+    assert_eq!(b.stats().queues["news:d"], 2, "60 + 40 = 100 kept offline");
+    assert_eq!(
+        subscribe(&mut b, "news", "d", true, C2),
+        vec![first, fits.clone()]
+    );
+    assert_eq!(
+        confirm(&mut b, C2, "d", 2),
+        1,
+        "the first of the catch-up confirmed"
+    );
+    let again = sized(&mut f, 60);
+    assert_eq!(
+        publish_topic(&mut b, &again).len(),
+        1,
+        "room again: 40 + 60 kept"
+    );
+}
