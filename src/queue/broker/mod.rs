@@ -687,11 +687,13 @@ impl Broker {
         self.counters
     }
 
-    /// `(source queue, dead letters)` for every queue that ever had any, by name (0 after a
-    /// purge, as v1). The v1 stat key of each is `<queue>_dead_letter`.
+    /// `(source queue, dead letters)` for every queue that has any, by name (DLQ_LIST and
+    /// the dashboard: nothing to read or requeue in an empty one, which only STATS lists, at
+    /// 0, as v1). The v1 stat key of each is `<queue>_dead_letter`.
     pub fn dead_letter_queues(&self) -> Vec<(String, u64)> {
         self.dead_letters
             .counts()
+            .filter(|(_, n)| *n > 0)
             .map(|(q, n)| (q.clone(), n as u64))
             .collect()
     }

@@ -452,6 +452,10 @@ fn dead_letters_are_listed_read_requeued_and_purged() {
         BTreeMap::from([("q_dead_letter".to_string(), 0)]),
         "purged, still listed at 0 (v1)"
     );
+    assert!(
+        b.dead_letter_queues().is_empty(),
+        "DLQ_LIST lists only queues with dead letters"
+    );
     let restored = Broker::restore(b.snapshot(), b.config().clone());
     assert_eq!(
         restored.stats().dead_letters,
