@@ -15,6 +15,13 @@ use std::cell::{Cell, RefCell};
 /// registration hands everything unconfirmed out again on re-subscribe).
 pub const PUSH_BYTES_MAX: usize = 16 * 1024 * 1024;
 
+/// Why a push frame was not queued.
+enum Refused {
+    Closed,
+    NotEncoded,
+    NoRoom,
+}
+
 #[derive(Default)]
 pub struct Outbound {
     pushes: RefCell<Vec<u8>>,
@@ -52,25 +59,7 @@ impl Outbound {
     /// saves a copy per push); `encode` returns false when it could not encode, and then
     /// nothing is queued. False if dropped for lack of room, a closed client or `encode`.
     pub fn push_encoded(&self, encode: impl FnOnce(&mut Vec<u8>) -> bool) -> bool {
-        if self.closed.get() {
-            return false;
-        }
-        let mut p = self.pushes.borrow_mut();
-        let start = p.len();
-        if !encode(&mut p) {
-            p.truncate(start);
-            return false;
-        }
-        if p.len() > PUSH_BYTES_MAX {
-            p.truncate(start);
-            self.pushes_dropped.set(self.pushes_dropped.get() + 1);
-            return false;
-        }
-        drop(p);
-        if start == 0 {
-            self.push_event.notify();
-        }
-        true
+        self.queue_frame(encode).is_ok()
     }
 
     /// Queues a durable registration's push (see `push_encoded`), remembered with `tracked`
@@ -79,21 +68,43 @@ impl Outbound {
     /// loudly, rather than block its registration. One that finds no room marks the
     /// connection overrun: it must close, since confirming later pushes would skip this one.
     pub fn push_durable(&self, tracked: Tracked, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
-        if self.closed.get() {
-            return; // the disconnect hands it out again
-        }
-        let room_before = self.pushes_dropped.get();
-        let queued = self.push_encoded(encode);
-        if !queued && self.pushes_dropped.get() != room_before {
-            self.overrun.set(true);
-            self.push_event.notify();
-            return;
+        match self.queue_frame(encode) {
+            // Closed: the disconnect hands it out again.
+            Err(Refused::Closed) => return,
+            Err(Refused::NoRoom) => {
+                self.overrun.set(true);
+                self.push_event.notify();
+                return;
+            }
+            Ok(()) | Err(Refused::NotEncoded) => {}
         }
         let mut t = self.tracked.borrow_mut();
         t.push(tracked);
         if t.len() == 1 {
             self.push_event.notify();
         }
+    }
+
+    fn queue_frame(&self, encode: impl FnOnce(&mut Vec<u8>) -> bool) -> Result<(), Refused> {
+        if self.closed.get() {
+            return Err(Refused::Closed);
+        }
+        let mut p = self.pushes.borrow_mut();
+        let start = p.len();
+        if !encode(&mut p) {
+            p.truncate(start);
+            return Err(Refused::NotEncoded);
+        }
+        if p.len() > PUSH_BYTES_MAX {
+            p.truncate(start);
+            self.pushes_dropped.set(self.pushes_dropped.get() + 1);
+            return Err(Refused::NoRoom);
+        }
+        drop(p);
+        if start == 0 {
+            self.push_event.notify();
+        }
+        Ok(())
     }
 
     pub fn has_pushes(&self) -> bool {
