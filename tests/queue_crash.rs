@@ -9,9 +9,10 @@
 //! pending record before it) is on disk. Pending survives restarts and, with a 10-minute ack
 //! timeout, never times out here. From that the test derives exact expectations:
 //!
-//! - A consumer whose ACK got no reply (the server died) re-sends the ACK after reconnecting
-//!   until it gets a definite answer: OK (the first ACK was lost) or `not found in pending`
-//!   (the first ACK was applied, or the kill undid the delivery). So every delivery the
+//! - A consumer whose ACK got no reply (the server died), or whose connection broke after
+//!   the delivery and before the ACK was sent, sends the ACK after reconnecting until it
+//!   gets a definite answer: OK (no earlier ACK was applied) or `not found in pending` (an
+//!   earlier ACK was applied, or the kill undid the delivery). So every delivery the
 //!   consumer saw ends acked, and a message is delivered twice only when its first delivery
 //!   was followed by a kill before an ACK was answered — once at most; at-least-once would
 //!   otherwise allow a redelivery only after an ack timeout or a NACK, and neither happens
@@ -161,16 +162,20 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     for _ in 0..KILLS_UNDER_LOAD {
         // Every worker has had a reply to a request sent after the last restart: the load
         // is running against this server generation.
-        progress.wait_all_since(since);
+        progress.wait_all_since(since, &server);
         let load_ms = LOAD_MS.0 + rng.below(LOAD_MS.1 - LOAD_MS.0 + 1);
         std::thread::sleep(Duration::from_millis(load_ms));
         server = server.restart_when_ports_free(libc::SIGKILL).0;
+        // Taken before the workers are told: a request sent after this moment went to the
+        // new server (the old one is dead). Taken after telling them, a worker that
+        // reconnected in between would have its only progress mark counted as too early
+        // (the durable reader marks once per subscribe), and the wait below would stall.
+        since = progress.now_us();
         progress.server_restarted();
         kills += 1;
-        since = progress.now_us();
         check_durable_metadata(port, kills, &mut metadata_acked);
     }
-    progress.wait_all_since(since);
+    progress.wait_all_since(since, &server);
     stop.store(true, Ordering::SeqCst);
     let publisher_logs: Vec<PublisherLog> = publishers
         .into_iter()
@@ -208,6 +213,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
         reader_log.final_catch_up,
     );
     let violations = &ledger.violations;
+    print_traces(violations, &consumer_log);
     assert!(
         violations.is_empty(),
         "seed {seed}: {} violations (first 50):\n{}\n{report:?}\nserver log tail:\n{}",
@@ -287,20 +293,25 @@ impl Progress {
         self.last_ok_sent_us[worker].fetch_max(sent_us, Ordering::SeqCst);
     }
 
-    /// Waits until every worker got a reply to a request sent after `since_us`, which (when
-    /// `since_us` was taken after a restart) can only have come from the new server.
-    fn wait_all_since(&self, since_us: u64) {
+    /// Waits until every worker got a reply to a request sent at or after `since_us`, which
+    /// (when `since_us` was taken once the old server was dead) can only have come from the
+    /// new server.
+    /// On a stall it panics with the server's log tail, which says what the server was
+    /// doing meanwhile.
+    fn wait_all_since(&self, since_us: u64, server: &Server) {
         let deadline = Instant::now() + PROGRESS_DEADLINE;
         loop {
             let behind: Vec<usize> = (0..self.last_ok_sent_us.len())
-                .filter(|&w| self.last_ok_sent_us[w].load(Ordering::SeqCst) <= since_us)
+                .filter(|&w| self.last_ok_sent_us[w].load(Ordering::SeqCst) < since_us)
                 .collect();
             if behind.is_empty() {
                 return;
             }
             assert!(
                 Instant::now() < deadline,
-                "workers {behind:?} made no progress within {PROGRESS_DEADLINE:?}"
+                "workers {behind:?} made no progress within {PROGRESS_DEADLINE:?}; server log \
+                 tail:\n{}",
+                tail(&server.log(), 40)
             );
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -355,6 +366,16 @@ impl Conn {
     /// The connection broke (the server died): reconnect only to a newer generation.
     fn broken(&mut self) {
         self.client = None;
+    }
+
+    /// The server closed the connection while no kill had happened (it may close a durable
+    /// subscriber, e.g. one that fell 16 MiB behind): connect again to the same server now.
+    /// If a kill raced with it, that connect fails and the wait is for the next generation.
+    fn closed_by_server(&mut self, progress: &Progress) {
+        self.client = None;
+        if progress.server_generation.load(Ordering::SeqCst) == self.generation {
+            self.generation -= 1;
+        }
     }
 }
 
@@ -559,8 +580,11 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
         };
         if !subscribed {
             let sent_us = progress.now_us();
-            if c.subscribe(STREAM, STREAM_READER, true).is_err() {
-                conn.broken();
+            if let Err(e) = c.subscribe(STREAM, STREAM_READER, true) {
+                // Printed now: a refused re-subscribe stalls the whole test, and this
+                // line is what explains the stall.
+                eprintln!("durable reader: subscribe failed: {e}");
+                conn.closed_by_server(progress);
                 continue;
             }
             progress.mark(READER_WORKER, sent_us);
@@ -581,8 +605,9 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
                     return log;
                 }
             }
-            Err(_) => {
-                conn.broken();
+            Err(e) => {
+                eprintln!("durable reader: connection ended: {e}");
+                conn.closed_by_server(progress);
                 subscribed = false;
             }
         }
@@ -622,6 +647,32 @@ fn verify_topic_deliveries(
     }
 }
 
+/// The consumer's trace of every message id a violation names, by id or by key.
+fn print_traces(violations: &[String], consumer: &ConsumerLog) {
+    if violations.is_empty() {
+        return;
+    }
+    let keys: HashMap<&str, String> = consumer
+        .trace
+        .iter()
+        .filter_map(|(id, line)| {
+            let key = line.split(" delivered ").nth(1)?.split(" retry").next()?;
+            let key = key.strip_prefix("Some(")?.strip_suffix(')')?;
+            Some((id.as_str(), key.to_string()))
+        })
+        .collect();
+    let named = |id: &str| {
+        violations
+            .iter()
+            .any(|v| v.contains(id) || keys.get(id).is_some_and(|key| v.contains(key.as_str())))
+    };
+    for (id, line) in &consumer.trace {
+        if named(id) {
+            println!("trace {id}: {line}");
+        }
+    }
+}
+
 fn is_message_id(id: &str) -> bool {
     id.len() == 32
         && id
@@ -633,12 +684,13 @@ fn is_message_id(id: &str) -> bool {
 enum AckHow {
     /// OK to the first ACK.
     Answered,
-    /// The first ACK got no reply; the re-sent one got OK (the first was not applied).
-    AnsweredOnResend,
-    /// The first ACK got no reply; the re-sent one got `not found in pending`: either the
-    /// first was applied (and, since it was recovered, durable), or the kill came before the
-    /// delivery's pending record was durable and the message is ready again (it may then be
-    /// delivered once more).
+    /// A kill came between the delivery and the ACK's answer (the ACK went unanswered, or
+    /// the connection broke before it was sent); the ACK on a new connection got OK.
+    AnsweredAfterKill,
+    /// A kill came between the delivery and the ACK's answer; the ACK on a new connection
+    /// got `not found in pending`: either an earlier ACK was applied (and, since it was
+    /// recovered, durable), or the kill came before the delivery's pending record was
+    /// durable and the message is ready again (it may then be delivered once more).
     GoneAfterKill,
 }
 
@@ -657,11 +709,15 @@ struct ConsumerLog {
     /// ACKs sent whose reply never came (each was re-sent until answered).
     lost_acks: u64,
     errors: Vec<String>,
+    /// (message id, what happened to it), printed for the ids and keys a violation names:
+    /// which server generation and which batch delivered or answered it.
+    trace: Vec<(String, String)>,
 }
 
 /// Consumes in pipelined batches (one CONSUME per queue, round robin, up to
 /// `CONSUME_BATCH_MAX`), then ACKs the batch's deliveries pipelined. ACKs whose reply did not
-/// come are re-sent on the next connection until answered, before anything else.
+/// come are re-sent on the next connection until answered, before anything else; so are the
+/// ACKs of a batch whose connection broke before every CONSUME was answered.
 fn run_consumer(
     port: u16,
     seed: u64,
@@ -672,7 +728,8 @@ fn run_consumer(
     let mut rng = Rng::new(seed);
     let mut log = ConsumerLog::default();
     let mut conn = Conn::new();
-    // Delivered messages still to ack, and whether an ACK for each already went unanswered.
+    // Delivered messages still to ack, and whether a kill came since the delivery (its ACK
+    // went unanswered, or the connection broke before the ACK was sent).
     let mut to_ack: Vec<(String, bool)> = Vec::new();
     let never_stop = AtomicBool::new(false);
     let mut next_queue = 0;
@@ -682,9 +739,11 @@ fn run_consumer(
         }
         // Unresolved acks keep the consumer going even after `stop`.
         let gate = if to_ack.is_empty() { stop } else { &never_stop };
-        let Some(c) = conn.get(port, gate, progress) else {
+        if conn.get(port, gate, progress).is_none() {
             break;
-        };
+        }
+        let generation = conn.generation;
+        let c = conn.client.as_mut().expect("connected just now");
         let sent_us = progress.now_us();
         if !to_ack.is_empty() {
             let bodies: Vec<String> = to_ack
@@ -704,15 +763,23 @@ fn run_consumer(
                     let Ok((code, payload)) = c.read_frame() else {
                         break;
                     };
-                    let (id, resent) = &to_ack[answered];
+                    let (id, after_kill) = &to_ack[answered];
                     let text = String::from_utf8_lossy(&payload);
+                    log.trace.push((
+                        id.clone(),
+                        format!(
+                            "generation {generation}: ack {} of {sent} (after kill: {after_kill}) \
+                             answered {code:#04x} {text}",
+                            answered + 1
+                        ),
+                    ));
                     let how = match (code, text.as_ref()) {
-                        (status::OK, r#"{"status":"acked"}"#) if *resent => {
-                            Some(AckHow::AnsweredOnResend)
+                        (status::OK, r#"{"status":"acked"}"#) if *after_kill => {
+                            Some(AckHow::AnsweredAfterKill)
                         }
                         (status::OK, r#"{"status":"acked"}"#) => Some(AckHow::Answered),
                         (status::ERROR, t)
-                            if *resent
+                            if *after_kill
                                 && t == format!(
                                     r#"{{"error":"message {id} not found in pending"}}"#
                                 ) =>
@@ -727,7 +794,7 @@ fn run_consumer(
                             how,
                         }),
                         None => log.errors.push(format!(
-                            "ack {id} (resent: {resent}): status {code:#04x} {text}"
+                            "ack {id} (after kill: {after_kill}): status {code:#04x} {text}"
                         )),
                     }
                     answered += 1;
@@ -737,8 +804,8 @@ fn run_consumer(
             to_ack.drain(..answered);
             if !to_ack.is_empty() {
                 log.lost_acks += to_ack.len() as u64;
-                for (_, resent) in &mut to_ack {
-                    *resent = true;
+                for (_, after_kill) in &mut to_ack {
+                    *after_kill = true;
                 }
                 conn.broken();
             }
@@ -767,6 +834,17 @@ fn run_consumer(
                 match code {
                     status::OK => match ConsumedMessage::parse(&text) {
                         Ok(m) => {
+                            log.trace.push((
+                                m.id.clone(),
+                                format!(
+                                    "generation {generation}: consume {} of {sent} ({}) \
+                                     delivered {:?} retry {}",
+                                    answered + 1,
+                                    queues[answered],
+                                    decode_key(&m.payload_json),
+                                    m.retry
+                                ),
+                            ));
                             to_ack.push((m.id.clone(), false));
                             log.events.push(Event::Delivered(m));
                         }
@@ -785,6 +863,11 @@ fn run_consumer(
         if answered < queues.len() {
             // Sent (perhaps partly) and unanswered: each may have made a message pending.
             log.lost_consumes += (queues.len() - answered) as u64;
+            // The kill may undo the answered ones too: their pending records are made
+            // durable by a commit round that may not have happened.
+            for (_, after_kill) in &mut to_ack {
+                *after_kill = true;
+            }
             conn.broken();
         }
     }
@@ -1069,7 +1152,7 @@ fn final_drain<'a>(
             Event::Acked { id, how } => {
                 match how {
                     AckHow::GoneAfterKill => report.acks_gone_after_kill += 1,
-                    AckHow::Answered | AckHow::AnsweredOnResend => report.acks_answered += 1,
+                    AckHow::Answered | AckHow::AnsweredAfterKill => report.acks_answered += 1,
                 }
                 if let Some(&key) = key_of_id.get(id.as_str()) {
                     if *how == AckHow::GoneAfterKill {

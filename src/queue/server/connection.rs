@@ -105,7 +105,11 @@ pub async fn serve(
             .await
         };
         match wake {
-            Wake::Stop | Wake::Read(Ok(0)) | Wake::Read(Err(_)) => break,
+            Wake::Stop | Wake::Read(Ok(0)) => break,
+            Wake::Read(Err(e)) => {
+                log::debug!("closing a connection whose read failed: {e}");
+                break;
+            }
             Wake::Pushes | Wake::Confirm => continue,
             Wake::Read(Ok(n)) => inbuf.extend_from_slice(&chunk[..n]),
             Wake::Buffered => {}
