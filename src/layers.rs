@@ -7,6 +7,8 @@
 //!                             that messaging's stream commands speak the queue plane's
 //!                             TCP protocol (`queue::protocol`, its wire codec only)
 //!   ↑
+//! cluster                     replication of the planes' slots (Raft groups)
+//!   ↑
 //! admin, client               the admin API over the planes; the Rust client over their codecs
 //!   ↑
 //! server                      wires listeners, shards and planes together; owns ShardMsg
@@ -26,6 +28,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cache", &["config", "http"]),
     ("queue", &["config", "http"]),
     ("messaging", &["config", "http", "queue::protocol"]),
+    ("cluster", &["config", "queue"]),
     ("admin", &["config", "http", "cache", "queue", "messaging"]),
     ("client", &["config", "queue", "messaging"]),
     (
@@ -38,6 +41,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "queue",
             "messaging",
             "admin",
+            "cluster",
         ],
     ),
 ];

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod cache;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod http;
 mod layers;

@@ -683,6 +683,12 @@ impl Broker {
         stats
     }
 
+    /// Whether the work-queue message `id` is held in any state (ready, delayed, pending or
+    /// dead-lettered): what replication tests check acknowledged publishes against.
+    pub fn holds(&self, id: &MessageId) -> bool {
+        self.ids.contains(id)
+    }
+
     pub fn counters(&self) -> BrokerCounters {
         self.counters
     }

@@ -1,0 +1,211 @@
+//! One Raft group (raft-rs `RawNode`) and the handling of its Ready, sans-IO: the caller
+//! ticks it, steps it with messages from peers, proposes commands, and after each of those
+//! calls `collect` to get what to send and which entries are committed.
+//!
+//! The Ready order follows raft-rs's rules: messages a leader may send before persisting go
+//! out at once; a received snapshot is installed; new entries and the HardState are
+//! persisted (in the image: `storage.rs`); then the messages that must follow persistence
+//! (votes, append responses) go out; committed entries are handed to the caller to apply,
+//! in log order, before the next `collect`.
+
+use super::storage::GroupStorage;
+use raft::prelude::{Entry, Message, Snapshot};
+use raft::{RawNode, StateRole};
+
+/// Ticks without a heartbeat before a follower campaigns: raft-rs draws it in `[min, max)`
+/// at every term. With the server's 100 ms tick an election starts 1–2 s after the leader
+/// went silent (issue 14).
+pub const ELECTION_TICKS: ElectionTicks = ElectionTicks { min: 10, max: 20 };
+
+/// The range a replica's election timeout is drawn from, in ticks. raft-rs draws with the
+/// thread's random generator; the deterministic simulator gives each replica a range of one
+/// value (drawn from its seed) instead, so that a seed replays exactly.
+#[derive(Clone, Copy, Debug)]
+pub struct ElectionTicks {
+    pub min: usize,
+    pub max: usize,
+}
+/// Ticks between a leader's heartbeats (100 ms with the server's tick).
+pub const HEARTBEAT_TICKS: usize = 1;
+/// Most entry bytes in one append message.
+pub const APPEND_BYTES_MAX: u64 = 1024 * 1024;
+/// Most append messages in flight to one follower.
+pub const INFLIGHT_APPENDS_MAX: usize = 256;
+
+/// What one `collect` produced.
+#[derive(Default, Debug)]
+pub struct Collected {
+    /// To send to peers (each names its `to`).
+    pub messages: Vec<Message>,
+    /// A snapshot received from the leader: the state machine must be replaced by it
+    /// before the committed entries (which follow it) are applied.
+    pub snapshot: Option<Snapshot>,
+    /// Committed entries, in log order, to apply now.
+    pub committed: Vec<Entry>,
+}
+
+/// Why a proposal was refused (nothing was appended).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError {
+    /// Only the leader appends; `leader` is the one this replica knows, if any.
+    NotLeader { leader: Option<u64> },
+}
+
+pub struct Group {
+    node: RawNode<GroupStorage>,
+}
+
+impl Group {
+    /// A member `id` of the group whose image is `storage` (a new one, or the one that
+    /// survived a restart). `applied` is the index the state machine already reflects (its
+    /// restored snapshot's): entries after it are handed out again as committed.
+    pub fn new(
+        id: u64,
+        storage: GroupStorage,
+        applied: u64,
+        election: ElectionTicks,
+    ) -> Result<Group, String> {
+        let config = raft::Config {
+            id,
+            election_tick: election.min,
+            min_election_tick: election.min,
+            max_election_tick: election.max,
+            heartbeat_tick: HEARTBEAT_TICKS,
+            applied,
+            max_size_per_msg: APPEND_BYTES_MAX,
+            max_inflight_msgs: INFLIGHT_APPENDS_MAX,
+            // A node cut off from the others does not raise the term on its return, and a
+            // leader that lost its quorum steps down instead of believing it still leads.
+            pre_vote: true,
+            check_quorum: true,
+            ..raft::Config::default()
+        };
+        config.validate().map_err(|e| format!("raft config: {e}"))?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node =
+            RawNode::new(&config, storage, &logger).map_err(|e| format!("raft group {id}: {e}"))?;
+        Ok(Group { node })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.node.raft.id
+    }
+
+    pub fn tick(&mut self) {
+        self.node.tick();
+    }
+
+    /// Steps a message from a peer. Messages of other groups or from unknown peers are the
+    /// caller's to filter; raft-rs ignores stale terms itself.
+    pub fn step(&mut self, msg: Message) {
+        if let Err(e) = self.node.step(msg) {
+            // Only messages raft-rs considers invalid for its state (a response from a peer
+            // it does not know): dropping them is what it expects.
+            log::debug!("raft group {}: message dropped: {e}", self.id());
+        }
+    }
+
+    /// Appends `data` (a command) if this replica leads; `context` comes back with the
+    /// committed entry, so the proposer can tell its own entries apart. Returns the index
+    /// and term the entry got: it is committed with that term at that index, or never.
+    pub fn propose(&mut self, context: Vec<u8>, data: Vec<u8>) -> Result<(u64, u64), ProposeError> {
+        if self.node.raft.state != StateRole::Leader {
+            return Err(ProposeError::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        if self.node.propose(context, data).is_err() {
+            // A leader refuses while it transfers leadership.
+            return Err(ProposeError::NotLeader { leader: None });
+        }
+        let index = self.node.raft.raft_log.last_index();
+        Ok((index, self.node.raft.term))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    pub fn leader(&self) -> Option<u64> {
+        match self.node.raft.leader_id {
+            0 => None,
+            id => Some(id),
+        }
+    }
+
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The leader's view of each follower (matched index, state), for reports and tests.
+    pub fn progress(&self) -> Vec<(u64, u64, String)> {
+        let mut out: Vec<(u64, u64, String)> = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .map(|(id, pr)| (*id, pr.matched, format!("{:?}", pr.state)))
+            .collect();
+        out.sort();
+        out
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    pub fn storage(&self) -> &GroupStorage {
+        self.node.store()
+    }
+
+    pub fn conf_state(&self) -> raft::prelude::ConfState {
+        self.node.store().conf_state().clone()
+    }
+
+    /// Whether a snapshot sent to `to` arrived. Until told, the leader sends that follower
+    /// nothing else, so a lost snapshot must be reported to be sent again.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        let status = if delivered {
+            raft::SnapshotStatus::Finish
+        } else {
+            raft::SnapshotStatus::Failure
+        };
+        self.node.report_snapshot(to, status);
+    }
+
+    /// Keeps a snapshot of the state machine taken at an applied index (see
+    /// `GroupStorage::compact`).
+    pub fn compact(&mut self, snapshot: Snapshot) {
+        self.node.mut_store().compact(snapshot);
+    }
+
+    /// Handles the Ready, if any: persists, and returns what to send and apply.
+    pub fn collect(&mut self) -> Collected {
+        let mut out = Collected::default();
+        if !self.node.has_ready() {
+            return out;
+        }
+        let mut ready = self.node.ready();
+        out.messages.extend(ready.take_messages());
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            self.node.mut_store().install_snapshot(snapshot.clone());
+            out.snapshot = Some(snapshot);
+        }
+        out.committed.extend(ready.take_committed_entries());
+        self.node.mut_store().append(ready.entries());
+        if let Some(hard_state) = ready.hs() {
+            self.node.mut_store().set_hard_state(hard_state.clone());
+        }
+        out.messages.extend(ready.take_persisted_messages());
+        let mut light = self.node.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.node.mut_store().set_commit(commit);
+        }
+        out.messages.extend(light.take_messages());
+        out.committed.extend(light.take_committed_entries());
+        // The caller applies every committed entry before it calls anything else.
+        self.node.advance_apply();
+        out
+    }
+}

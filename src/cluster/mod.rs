@@ -1,0 +1,17 @@
+//! Replication (issue 14, design §9): a Raft group per slot (raft-rs `RawNode`, sans-IO)
+//! whose log is the slot's command log, so every replica applies the same commands in the
+//! same order and a reply means a quorum has the command.
+//!
+//! Built so far: the group (`group.rs`: Ready handling), its durable image (`storage.rs`),
+//! and a slot replica that proposes commands and applies committed ones to the broker
+//! (`replica.rs`), driven by a deterministic simulator with network faults and crashes
+//! (`tests/sim.rs`). Not built yet, so `cluster.enabled = true` is still refused at start:
+//! the journal-backed image, the inter-node transport, forwarding, membership, the `meta`
+//! group. STATUS.md keeps the list.
+
+pub mod group;
+pub mod replica;
+pub mod storage;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,295 @@
+//! A slot's replica: its Raft group and the broker that group's committed commands build.
+//!
+//! Propose → commit → apply: a command is proposed on the leader, and every replica applies
+//! it once committed, in log order, with the time it carries (design §9: time is proposed,
+//! never read in apply) — so every replica computes the same outcome, and the proposer
+//! answers its client with the outcome of its own entry only once a quorum has it. A
+//! proposal whose index a new leader's entry took was never applied: the client hears so
+//! and may retry.
+//!
+//! Only the leader proposes `Tick`s, when the broker says a timer is due. Snapshots are the
+//! broker's snapshot body (`queue::server::snapshot::encode`), taken every
+//! `snapshot_every_entries` applied entries; a follower too far behind gets one from the
+//! leader and replaces its broker with it.
+
+use super::group::{Collected, ElectionTicks, Group, ProposeError};
+use super::storage::GroupStorage;
+use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
+use crate::queue::server::{snapshot as body, wal::record};
+use raft::prelude::{Message, Snapshot};
+use std::collections::BTreeMap;
+
+/// Most proposals of one replica waiting for their entry to be applied.
+pub const PROPOSALS_MAX: usize = 65_536;
+
+/// A proposal's place in the log: committed there with that term, or never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ProposalId {
+    pub index: u64,
+    pub term: u64,
+}
+
+/// Why a proposal has no outcome.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotApplied {
+    /// Another entry was committed at its index: it was never applied anywhere.
+    Superseded,
+    /// A snapshot from the leader replaced the log around it: it may or may not have been
+    /// applied (the client cannot know; a v1 client treats it like a lost reply).
+    Unknown,
+}
+
+#[derive(Debug)]
+pub struct Answer {
+    pub id: ProposalId,
+    pub outcome: Result<Outcome, NotApplied>,
+}
+
+/// What one `collect` produced.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// Raft messages for the peers.
+    pub messages: Vec<Message>,
+    /// Outcomes of this replica's own proposals.
+    pub answers: Vec<Answer>,
+    /// The broker's effects (pushes, prefetch releases) of the commands applied, for the
+    /// leader to carry out.
+    pub effects: Vec<Effect>,
+    /// (index, term) of every entry applied, in order: what observers compare across
+    /// replicas.
+    pub applied: Vec<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProposalRefused {
+    NotLeader {
+        leader: Option<u64>,
+    },
+    /// `PROPOSALS_MAX` proposals wait already.
+    TooMany,
+}
+
+pub struct Replica {
+    group: Group,
+    broker: Broker,
+    cfg: BrokerConfig,
+    applied: u64,
+    /// This replica's proposals not yet applied, by index.
+    proposals: BTreeMap<u64, ProposalId>,
+    /// The Tick this replica proposed and has not seen applied.
+    tick_in_flight: Option<ProposalId>,
+    snapshot_every_entries: u64,
+    applied_since_snapshot: u64,
+    snapshots_installed: u64,
+}
+
+impl Replica {
+    /// Member `node_id` of a group whose durable image is `storage`: a new group's, or the
+    /// one a restart kept. The broker is restored from the image's newest snapshot; the
+    /// committed entries after it are applied again by the next `collect`s.
+    pub fn new(
+        node_id: u64,
+        storage: GroupStorage,
+        cfg: BrokerConfig,
+        snapshot_every_entries: u64,
+        election: ElectionTicks,
+    ) -> Result<Replica, String> {
+        assert!(snapshot_every_entries > 0);
+        let snapshot = storage.newest_snapshot();
+        let applied = snapshot.get_metadata().index;
+        let broker = restore(snapshot, &cfg)?;
+        let group = Group::new(node_id, storage, applied, election)?;
+        Ok(Replica {
+            group,
+            broker,
+            cfg,
+            applied,
+            proposals: BTreeMap::new(),
+            tick_in_flight: None,
+            snapshot_every_entries,
+            applied_since_snapshot: 0,
+            snapshots_installed: 0,
+        })
+    }
+
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    pub fn broker(&self) -> &Broker {
+        &self.broker
+    }
+
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// Snapshots received from a leader and installed since this replica started.
+    pub fn snapshots_installed(&self) -> u64 {
+        self.snapshots_installed
+    }
+
+    /// Proposes `cmd`; its outcome comes back in a later `collect` under the returned id.
+    pub fn propose(&mut self, cmd: &Command) -> Result<ProposalId, ProposalRefused> {
+        if self.proposals.len() >= PROPOSALS_MAX {
+            return Err(ProposalRefused::TooMany);
+        }
+        let mut data = Vec::new();
+        record::encode(cmd, &mut data);
+        let (index, term) = self
+            .group
+            .propose(Vec::new(), data)
+            .map_err(|ProposeError::NotLeader { leader }| ProposalRefused::NotLeader { leader })?;
+        let id = ProposalId { index, term };
+        self.proposals.insert(index, id);
+        Ok(id)
+    }
+
+    /// Advances the group's clock by one tick, and, on the leader, proposes a `Tick` when a
+    /// broker timer is due at `now_ns` (one at a time).
+    pub fn tick(&mut self, now_ns: i64) {
+        self.group.tick();
+        if !self.group.is_leader() || self.tick_in_flight.is_some() {
+            return;
+        }
+        let due = self
+            .broker
+            .next_deadline_ns()
+            .is_some_and(|due_ns| due_ns <= now_ns);
+        if due {
+            if let Ok(id) = self.propose(&Command::Tick { now_ns }) {
+                self.tick_in_flight = Some(id);
+            }
+        }
+    }
+
+    pub fn step(&mut self, msg: Message) {
+        self.group.step(msg);
+    }
+
+    /// Whether a snapshot sent to `to` arrived; a lost one is sent again.
+    pub fn report_snapshot(&mut self, to: u64, delivered: bool) {
+        self.group.report_snapshot(to, delivered);
+    }
+
+    /// Persists what the group decided, applies what it committed, and says what to send.
+    pub fn collect(&mut self) -> Output {
+        let Collected {
+            messages,
+            snapshot,
+            committed,
+        } = self.group.collect();
+        let mut out = Output {
+            messages,
+            ..Output::default()
+        };
+        if let Some(snapshot) = snapshot {
+            self.install(&snapshot, &mut out);
+        }
+        for entry in committed {
+            if entry.index <= self.applied {
+                continue; // covered by an installed snapshot
+            }
+            assert_eq!(entry.index, self.applied + 1, "entries apply in log order");
+            self.applied = entry.index;
+            out.applied.push((entry.index, entry.term));
+            self.resolve_superseded(entry.index, entry.term, &mut out);
+            if entry.data.is_empty() {
+                continue; // a new leader's empty entry
+            }
+            let outcome = match record::decode(&entry.data) {
+                Ok(cmd) => {
+                    let (outcome, effects) = self.broker.apply(&cmd);
+                    out.effects.extend(effects);
+                    outcome
+                }
+                // Every replica has the same bytes and refuses them the same way.
+                Err(e) => {
+                    Outcome::Error(format!("undecodable command at index {}: {e}", entry.index))
+                }
+            };
+            let id = ProposalId {
+                index: entry.index,
+                term: entry.term,
+            };
+            if self.proposals.get(&entry.index) == Some(&id) {
+                self.proposals.remove(&entry.index);
+                out.answers.push(Answer {
+                    id,
+                    outcome: Ok(outcome),
+                });
+            }
+            if self.tick_in_flight.is_some_and(|t| t.index <= entry.index) {
+                self.tick_in_flight = None;
+            }
+            self.applied_since_snapshot += 1;
+            if self.applied_since_snapshot >= self.snapshot_every_entries {
+                self.take_snapshot(entry.term);
+            }
+        }
+        out
+    }
+
+    /// Proposals at `index` with another term, or below it, were never applied.
+    fn resolve_superseded(&mut self, index: u64, term: u64, out: &mut Output) {
+        while let Some((&at, &id)) = self.proposals.first_key_value() {
+            if at > index || (at == index && id.term == term) {
+                break;
+            }
+            self.proposals.remove(&at);
+            out.answers.push(Answer {
+                id,
+                outcome: Err(NotApplied::Superseded),
+            });
+        }
+        if self
+            .tick_in_flight
+            .is_some_and(|t| t.index < index || (t.index == index && t.term != term))
+        {
+            self.tick_in_flight = None;
+        }
+    }
+
+    fn install(&mut self, snapshot: &Snapshot, out: &mut Output) {
+        let index = snapshot.get_metadata().index;
+        self.broker = restore(snapshot, &self.cfg)
+            .unwrap_or_else(|e| panic!("snapshot at index {index} from the leader: {e}"));
+        self.applied = index;
+        self.applied_since_snapshot = 0;
+        self.snapshots_installed += 1;
+        // What this replica proposed up to there may or may not be in the state now.
+        let covered: Vec<u64> = self.proposals.range(..=index).map(|(i, _)| *i).collect();
+        for at in covered {
+            let id = self.proposals.remove(&at).expect("listed above");
+            out.answers.push(Answer {
+                id,
+                outcome: Err(NotApplied::Unknown),
+            });
+        }
+        self.tick_in_flight = None;
+    }
+
+    fn take_snapshot(&mut self, term: u64) {
+        let data = body::encode(&self.broker.snapshot())
+            .unwrap_or_else(|e| panic!("encode the broker snapshot: {e}"));
+        let mut snapshot = Snapshot {
+            data: data.into(),
+            ..Snapshot::default()
+        };
+        let meta = snapshot.mut_metadata();
+        meta.index = self.applied;
+        meta.term = term;
+        meta.set_conf_state(self.group.conf_state());
+        self.group.compact(snapshot);
+        self.applied_since_snapshot = 0;
+    }
+}
+
+/// The broker a snapshot holds (a new one for the empty snapshot at index 0).
+fn restore(snapshot: &Snapshot, cfg: &BrokerConfig) -> Result<Broker, String> {
+    if snapshot.data.is_empty() {
+        return Ok(Broker::new(cfg.clone()));
+    }
+    let state = body::decode(&snapshot.data)?;
+    Broker::try_restore(state, cfg.clone())
+}

@@ -1,0 +1,330 @@
+//! A group's durable image: its HardState (term, vote, commit), its membership, the newest
+//! snapshot of its state machine, and the log entries after a base index. raft-rs reads it
+//! through the [`raft::Storage`] trait; the group writes it while handling a Ready.
+//!
+//! The base is not the snapshot: the log keeps `ENTRIES_KEPT_BEHIND_SNAPSHOT` entries
+//! behind the newest snapshot, so a follower that lags a little is caught up from the log
+//! rather than sent the whole state. `base ≤ snapshot ≤ commit ≤ last` always.
+//!
+//! Today the image lives in memory and a write counts as durable at once: that is what the
+//! deterministic simulator needs (a crash keeps the image and loses everything else). The
+//! shard journal backing it — entries and HardState as records, one group commit per round
+//! for all groups of a shard, suffix truncation — is the next step of issue 14, and this type
+//! is its seam: `append`, `set_hard_state`, `set_commit`, `install_snapshot` and `compact`
+//! are exactly the writes the journal will take.
+
+use raft::prelude::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+
+/// Entries the log keeps behind the newest snapshot.
+pub const ENTRIES_KEPT_BEHIND_SNAPSHOT: u64 = 256;
+
+#[derive(Clone, Debug)]
+pub struct GroupStorage {
+    hard_state: HardState,
+    conf_state: ConfState,
+    /// The newest snapshot (index 0 and no data until the first one is taken or received).
+    snapshot: Snapshot,
+    /// Index and term of the entry just before `entries[0]`.
+    base_index: u64,
+    base_term: u64,
+    /// Entries `base_index + 1 ..= last()`, contiguous.
+    entries: Vec<Entry>,
+}
+
+impl GroupStorage {
+    /// The image of a new group whose voters are `voters` (every member starts the same way,
+    /// so all agree on the membership at index 0).
+    pub fn new(voters: &[u64]) -> GroupStorage {
+        assert!(!voters.is_empty(), "a group needs at least one voter");
+        let conf_state = ConfState {
+            voters: voters.to_vec(),
+            ..ConfState::default()
+        };
+        let mut snapshot = Snapshot::default();
+        snapshot.mut_metadata().set_conf_state(conf_state.clone());
+        GroupStorage {
+            hard_state: HardState::default(),
+            conf_state,
+            snapshot,
+            base_index: 0,
+            base_term: 0,
+            entries: Vec::new(),
+        }
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    pub fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
+    /// The newest snapshot: what a restart restores before replaying the log after it.
+    pub fn newest_snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// Committed entries after the newest snapshot, in order: what a restart replays.
+    pub fn committed_after_snapshot(&self) -> &[Entry] {
+        let from = self.snapshot.get_metadata().index;
+        let to = self.hard_state.commit;
+        let start = (from - self.base_index) as usize;
+        let end = (to - self.base_index) as usize;
+        &self.entries[start..end]
+    }
+
+    fn last(&self) -> u64 {
+        self.base_index + self.entries.len() as u64
+    }
+
+    fn term_of(&self, index: u64) -> Option<u64> {
+        if index == self.base_index {
+            return Some(self.base_term);
+        }
+        if index < self.base_index || index > self.last() {
+            return None;
+        }
+        Some(self.entries[(index - self.base_index - 1) as usize].term)
+    }
+
+    /// Appends entries a Ready asked to persist. A new leader's log may replace a suffix
+    /// that was never committed: everything from the first new index on is replaced.
+    pub fn append(&mut self, entries: &[Entry]) {
+        let Some(first_new) = entries.first() else {
+            return;
+        };
+        assert!(
+            first_new.index > self.hard_state.commit,
+            "entry {} would overwrite the committed log (commit {})",
+            first_new.index,
+            self.hard_state.commit
+        );
+        assert!(
+            first_new.index <= self.last() + 1,
+            "entry {} leaves a gap after {}",
+            first_new.index,
+            self.last()
+        );
+        assert!(
+            entries
+                .windows(2)
+                .all(|pair| pair[0].index + 1 == pair[1].index),
+            "appended entries are contiguous"
+        );
+        let keep = (first_new.index - self.base_index - 1) as usize;
+        self.entries.truncate(keep);
+        self.entries.extend_from_slice(entries);
+    }
+
+    pub fn set_hard_state(&mut self, hard_state: HardState) {
+        assert!(
+            hard_state.term >= self.hard_state.term,
+            "term goes backwards"
+        );
+        assert!(
+            hard_state.commit >= self.hard_state.commit,
+            "commit goes backwards"
+        );
+        assert!(hard_state.commit <= self.last(), "commit past the log");
+        self.hard_state = hard_state;
+    }
+
+    pub fn set_commit(&mut self, commit: u64) {
+        assert!(commit >= self.hard_state.commit, "commit goes backwards");
+        assert!(commit <= self.last(), "commit {commit} past the log");
+        self.hard_state.commit = commit;
+    }
+
+    /// A snapshot received from the leader replaces the whole image up to its index.
+    pub fn install_snapshot(&mut self, snapshot: Snapshot) {
+        let meta = snapshot.get_metadata();
+        assert!(
+            meta.index >= self.hard_state.commit,
+            "snapshot {} is older than the commit {}",
+            meta.index,
+            self.hard_state.commit
+        );
+        self.hard_state.commit = meta.index;
+        self.hard_state.term = self.hard_state.term.max(meta.term);
+        self.conf_state = meta.get_conf_state().clone();
+        self.base_index = meta.index;
+        self.base_term = meta.term;
+        self.entries.clear();
+        self.snapshot = snapshot;
+    }
+
+    /// Keeps a snapshot taken locally at an applied (so committed) index, and drops the
+    /// entries more than `ENTRIES_KEPT_BEHIND_SNAPSHOT` behind it.
+    pub fn compact(&mut self, snapshot: Snapshot) {
+        let index = snapshot.get_metadata().index;
+        assert!(
+            index <= self.hard_state.commit,
+            "snapshot of an uncommitted index"
+        );
+        assert!(
+            index >= self.snapshot.get_metadata().index,
+            "snapshot older than the newest one"
+        );
+        assert_eq!(
+            Some(snapshot.get_metadata().term),
+            self.term_of(index),
+            "snapshot term differs from the log's"
+        );
+        let drop_to = index.saturating_sub(ENTRIES_KEPT_BEHIND_SNAPSHOT);
+        if drop_to > self.base_index {
+            let term = self.term_of(drop_to).expect("drop_to is in the log");
+            self.entries.drain(..(drop_to - self.base_index) as usize);
+            self.base_index = drop_to;
+            self.base_term = term;
+        }
+        self.snapshot = snapshot;
+    }
+
+    /// Bytes the image holds (entries' data and the snapshot's), for limits and reports.
+    pub fn bytes(&self) -> u64 {
+        let entries: usize = self
+            .entries
+            .iter()
+            .map(|e| e.data.len() + e.context.len())
+            .sum();
+        (entries + self.snapshot.data.len()) as u64
+    }
+}
+
+impl raft::Storage for GroupStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard_state.clone(),
+            conf_state: self.conf_state.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low <= self.base_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last() + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let start = (low - self.base_index - 1) as usize;
+        let end = (high - self.base_index - 1) as usize;
+        let mut out = self.entries[start..end].to_vec();
+        raft::util::limit_size(&mut out, max_size.into());
+        Ok(out)
+    }
+
+    fn term(&self, index: u64) -> raft::Result<u64> {
+        if index < self.base_index {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        self.term_of(index)
+            .ok_or(raft::Error::Store(StorageError::Unavailable))
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        Ok(self.base_index + 1)
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self.last())
+    }
+
+    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snapshot.get_metadata().index == 0 {
+            // Nothing taken yet: every follower is caught up from the log (none was
+            // compacted away either).
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        Ok(self.snapshot.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            data: vec![index as u8].into(),
+            ..Entry::default()
+        }
+    }
+
+    fn snapshot_at(index: u64, term: u64) -> Snapshot {
+        let mut s = Snapshot::default();
+        s.mut_metadata().index = index;
+        s.mut_metadata().term = term;
+        s.data = vec![1, 2, 3].into();
+        s
+    }
+
+    #[test]
+    fn an_uncommitted_suffix_is_replaced_by_a_new_leaders_entries() {
+        let mut s = GroupStorage::new(&[1, 2, 3]);
+        s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]);
+        s.set_commit(1);
+        s.append(&[entry(2, 2)]);
+        assert_eq!(s.last_index().unwrap(), 2);
+        assert_eq!(s.term(2).unwrap(), 2);
+        assert_eq!(s.term(1).unwrap(), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "overwrite the committed log")]
+    fn the_committed_log_is_never_overwritten() {
+        let mut s = GroupStorage::new(&[1]);
+        s.append(&[entry(1, 1), entry(2, 1)]);
+        s.set_commit(2);
+        s.append(&[entry(2, 2)]);
+    }
+
+    #[test]
+    fn compaction_keeps_a_tail_behind_the_snapshot_and_reports_older_entries_compacted() {
+        let mut s = GroupStorage::new(&[1]);
+        let n = ENTRIES_KEPT_BEHIND_SNAPSHOT + 100;
+        let all: Vec<Entry> = (1..=n).map(|i| entry(i, 1)).collect();
+        s.append(&all);
+        s.set_commit(n);
+        s.compact(snapshot_at(n, 1));
+        assert_eq!(
+            s.first_index().unwrap(),
+            n - ENTRIES_KEPT_BEHIND_SNAPSHOT + 1
+        );
+        assert!(matches!(
+            s.entries(1, 3, None, GetEntriesContext::empty(false)),
+            Err(raft::Error::Store(StorageError::Compacted))
+        ));
+        let tail = s
+            .entries(n - 1, n + 1, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(tail.len(), 2);
+        assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, n);
+        assert!(s.committed_after_snapshot().is_empty());
+    }
+
+    #[test]
+    fn an_installed_snapshot_replaces_the_log() {
+        let mut s = GroupStorage::new(&[1, 2]);
+        s.append(&[entry(1, 1)]);
+        s.install_snapshot(snapshot_at(10, 3));
+        assert_eq!(s.first_index().unwrap(), 11);
+        assert_eq!(s.last_index().unwrap(), 10);
+        assert_eq!(s.term(10).unwrap(), 3);
+        assert_eq!(s.hard_state().commit, 10);
+        s.append(&[entry(11, 3)]);
+        assert_eq!(s.last_index().unwrap(), 11);
+    }
+}
