@@ -21,6 +21,7 @@
 use crate::cluster::group::ElectionTicks;
 use crate::cluster::replica::{NotApplied, ProposalId, ProposalRefused, Replica};
 use crate::cluster::storage::GroupStorage;
+use crate::cluster::wire;
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::snapshot as body;
@@ -137,8 +138,8 @@ struct Sim {
     faults: Faults,
     now_ms: u64,
     nodes: Vec<Node>,
-    /// (deliver at ms, sequence) → (from, to, message).
-    net: BTreeMap<(u64, u64), (u64, u64, RaftMessage)>,
+    /// (deliver at ms, sequence) → (from, to, the message as a replication batch frame).
+    net: BTreeMap<(u64, u64), (u64, u64, Bytes)>,
     net_seq: u64,
     /// The isolated node and until when.
     partition: Option<(u64, u64)>,
@@ -307,6 +308,10 @@ impl Sim {
             }
             return;
         }
+        // Every message crosses the network as the wire format encodes it.
+        let mut frame = Vec::new();
+        wire::encode(&[wire::SlotMessage { slot: 0, msg }], &mut frame);
+        let frame = Bytes::from(frame);
         let copies = if self.chance(self.faults.duplicate_per_mille, 1000) {
             2
         } else {
@@ -315,7 +320,8 @@ impl Sim {
         for _ in 0..copies {
             let at = self.now_ms + 1 + self.rng.below(self.faults.delay_ms_max);
             self.net_seq += 1;
-            self.net.insert((at, self.net_seq), (from, to, msg.clone()));
+            self.net
+                .insert((at, self.net_seq), (from, to, frame.clone()));
         }
     }
 
@@ -324,7 +330,10 @@ impl Sim {
             if entry.key().0 > self.now_ms {
                 break;
             }
-            let (from, to, msg) = entry.remove();
+            let (from, to, frame) = entry.remove();
+            let mut batch = wire::decode(frame).expect("a frame the sender encoded decodes");
+            assert_eq!(batch.len(), 1);
+            let msg = batch.pop().expect("one message").msg;
             let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
             let arrives = !self.cut(from, to) && self.nodes[(to - 1) as usize].replica.is_some();
             if arrives {
