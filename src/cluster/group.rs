@@ -3,10 +3,12 @@
 //! calls `collect` to get what to send and which entries are committed.
 //!
 //! The Ready order follows raft-rs's rules: messages a leader may send before persisting go
-//! out at once; a received snapshot is installed; new entries and the HardState are
-//! persisted (in the image: `storage.rs`); then the messages that must follow persistence
-//! (votes, append responses) go out; committed entries are handed to the caller to apply,
-//! in log order, before the next `collect`.
+//! out at once; a received snapshot is installed; new entries and the HardState are written
+//! into the image (`storage.rs`); committed entries are handed to the caller to apply, in
+//! log order, before the next `collect`. Persistence is asynchronous, as a journal with
+//! group commit makes it: the messages that must follow persistence (votes, append
+//! responses) are held until the caller reports the writes durable (`synced`), and only
+//! then does the replica count its own copy of new entries.
 
 use super::storage::GroupStorage;
 use raft::prelude::{Entry, Message, Snapshot};
@@ -53,6 +55,13 @@ pub enum ProposeError {
 
 pub struct Group {
     node: RawNode<GroupStorage>,
+    /// Readies written into the image but not yet durable: their numbers, and the messages
+    /// that must wait until they are.
+    unsynced: std::collections::VecDeque<(u64, Vec<Message>)>,
+    /// The image as of the last sync.
+    durable: GroupStorage,
+    /// A snapshot installed by `collect`, applied in raft-rs's books once synced.
+    snapshot_applied_at_sync: Option<u64>,
 }
 
 impl Group {
@@ -84,7 +93,13 @@ impl Group {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node =
             RawNode::new(&config, storage, &logger).map_err(|e| format!("raft group {id}: {e}"))?;
-        Ok(Group { node })
+        let durable = node.store().clone();
+        Ok(Group {
+            node,
+            unsynced: std::collections::VecDeque::new(),
+            durable,
+            snapshot_applied_at_sync: None,
+        })
     }
 
     pub fn id(&self) -> u64 {
@@ -179,33 +194,72 @@ impl Group {
         self.node.mut_store().compact(snapshot);
     }
 
-    /// Handles the Ready, if any: persists, and returns what to send and apply.
+    /// Handles the Ready, if any: writes what it asks to persist into the image, and returns
+    /// what may be sent now and what to apply. What had to wait for the write to be durable
+    /// (a follower's votes and append responses) comes out of `synced`.
     pub fn collect(&mut self) -> Collected {
         let mut out = Collected::default();
         if !self.node.has_ready() {
             return out;
         }
         let mut ready = self.node.ready();
+        // A leader sends its appends before its own write is durable (Raft thesis 10.2.1).
         out.messages.extend(ready.take_messages());
         if !ready.snapshot().is_empty() {
             let snapshot = ready.snapshot().clone();
             self.node.mut_store().install_snapshot(snapshot.clone());
             out.snapshot = Some(snapshot);
         }
+        // Only entries this replica has persisted are handed out as committed, so applying
+        // them never runs ahead of the local log.
         out.committed.extend(ready.take_committed_entries());
         self.node.mut_store().append(ready.entries());
         if let Some(hard_state) = ready.hs() {
             self.node.mut_store().set_hard_state(hard_state.clone());
         }
-        out.messages.extend(ready.take_persisted_messages());
-        let mut light = self.node.advance(ready);
-        if let Some(commit) = light.commit_index() {
-            self.node.mut_store().set_commit(commit);
+        let number = ready.number();
+        let held = ready.take_persisted_messages();
+        self.node.advance_append_async(ready);
+        self.unsynced.push_back((number, held));
+        // The caller applies every committed entry before it calls anything else. A
+        // snapshot counts as applied only once it is durable too (raft-rs never lets the
+        // applied index pass the persisted one), so its turn comes in `synced`.
+        match (&out.snapshot, out.committed.last()) {
+            (Some(snapshot), _) => {
+                self.snapshot_applied_at_sync = Some(snapshot.get_metadata().index);
+            }
+            (None, Some(last)) => self.node.advance_apply_to(last.index),
+            (None, None) => {}
         }
-        out.messages.extend(light.take_messages());
-        out.committed.extend(light.take_committed_entries());
-        // The caller applies every committed entry before it calls anything else.
-        self.node.advance_apply();
         out
+    }
+
+    /// True while writes wait for `synced`.
+    pub fn needs_sync(&self) -> bool {
+        !self.unsynced.is_empty()
+    }
+
+    /// Everything `collect` wrote is durable now (the journal's fdatasync returned): the
+    /// durable image catches up, and the messages that had to wait for it may go.
+    pub fn synced(&mut self) -> Vec<Message> {
+        let mut messages = Vec::new();
+        let mut newest = None;
+        for (number, held) in self.unsynced.drain(..) {
+            newest = Some(number);
+            messages.extend(held);
+        }
+        if let Some(number) = newest {
+            self.node.on_persist_ready(number);
+        }
+        if let Some(index) = self.snapshot_applied_at_sync.take() {
+            self.node.advance_apply_to(index);
+        }
+        self.durable = self.node.store().clone();
+        messages
+    }
+
+    /// The image as of the last `synced`: what a crash leaves.
+    pub fn durable_image(&self) -> &GroupStorage {
+        &self.durable
     }
 }

@@ -163,6 +163,16 @@ impl Replica {
         }
     }
 
+    /// True while the group's writes wait for `synced`.
+    pub fn needs_sync(&self) -> bool {
+        self.group.needs_sync()
+    }
+
+    /// The writes `collect` made are durable: returns the messages that waited for that.
+    pub fn synced(&mut self) -> Vec<Message> {
+        self.group.synced()
+    }
+
     pub fn step(&mut self, msg: Message) {
         self.group.step(msg);
     }

@@ -12,9 +12,11 @@
 //! (ready, pending, delayed or dead-lettered) unless a consumer's ack of it was
 //! acknowledged, and no acknowledged ack's message is held.
 //!
-//! Not modelled yet: torn or lost unsynced journal writes (the image is written through;
-//! the journal-backed image comes with the rest of issue 14), clock skew between nodes,
-//! membership changes.
+//! Persistence is asynchronous, as the journal's group commit makes it: a node's writes
+//! become durable after a random delay (per seed, up to 19 ms), the messages that must
+//! follow persistence wait for it, and a crash loses everything written since the node's
+//! last sync. Not modelled yet: a torn record inside a write (the journal's CRC turns one
+//! into a shorter log, which this models), clock skew between nodes, membership changes.
 //!
 //! `BOLTQ_SIM_SEEDS=n` runs n seeds (default below); `BOLTQ_SIM_SEED=s` replays one.
 
@@ -63,6 +65,8 @@ struct Faults {
     crash_per_100k: u64,
     /// Chance per step that a partition starts (isolating one node).
     partition_per_100k: u64,
+    /// Longest wait between a write into a node's image and its fdatasync.
+    sync_delay_ms_max: u64,
 }
 
 impl Faults {
@@ -73,6 +77,7 @@ impl Faults {
             delay_ms_max: 1 + rng.below(40),
             crash_per_100k: rng.below(150),
             partition_per_100k: rng.below(150),
+            sync_delay_ms_max: rng.below(20),
         }
     }
 }
@@ -84,6 +89,8 @@ struct Node {
     image: Option<GroupStorage>,
     up_at_ms: u64,
     tick_phase_ms: u64,
+    /// When the writes waiting in its image become durable.
+    sync_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug)]
@@ -169,6 +176,7 @@ impl Sim {
                 image: None,
                 up_at_ms: 0,
                 tick_phase_ms: rng.below(TICK_MS),
+                sync_at_ms: None,
             })
             .collect();
         let clients = (0..PUBLISHERS + CONSUMERS)
@@ -222,6 +230,7 @@ impl Sim {
             }
             self.restart_due();
             self.tick_nodes();
+            self.sync_due();
             self.deliver();
             if !self.healed {
                 self.clients_act();
@@ -255,7 +264,9 @@ impl Sim {
         let down_ms = 200 + self.rng.below(3_000);
         let n = &mut self.nodes[(node - 1) as usize];
         let replica = n.replica.take().expect("crashing an up node");
-        n.image = Some(replica.group().storage().clone());
+        // What was written but not yet synced is lost.
+        n.image = Some(replica.group().durable_image().clone());
+        n.sync_at_ms = None;
         n.up_at_ms = self.now_ms + down_ms;
         self.totals.crashes += 1;
         // Its clients' requests die with it (they time out).
@@ -271,6 +282,23 @@ impl Sim {
                     Replica::new(id, image, broker_config(), SNAPSHOT_EVERY_ENTRIES, election)
                         .expect("restart from the durable image"),
                 );
+            }
+        }
+    }
+
+    /// Nodes whose fdatasync completes now send what waited for it.
+    fn sync_due(&mut self) {
+        for node in 1..=NODES {
+            let n = &mut self.nodes[(node - 1) as usize];
+            if n.sync_at_ms.is_none_or(|at| at > self.now_ms) {
+                continue;
+            }
+            n.sync_at_ms = None;
+            let Some(r) = n.replica.as_mut() else {
+                continue;
+            };
+            for msg in r.synced() {
+                self.send(node, msg);
             }
         }
     }
@@ -450,6 +478,11 @@ impl Sim {
             let installed_before = r.snapshots_installed();
             let out = r.collect();
             let installed = r.snapshots_installed() - installed_before;
+            let needs_sync = r.needs_sync();
+            if needs_sync && self.nodes[(node - 1) as usize].sync_at_ms.is_none() {
+                let delay = self.rng.below(self.faults.sync_delay_ms_max + 1);
+                self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
+            }
             self.totals.snapshots_installed += installed;
             for (index, term) in out.applied {
                 match self.ledger.terms_at.insert(index, term) {
