@@ -69,6 +69,23 @@ pub(crate) fn positive_duration(key: &str, value: Duration) -> Check {
     }
 }
 
+/// `lo ≤ value ≤ hi`, named in durations as the file writes them.
+pub(crate) fn duration_range(key: &str, value: Duration, lo: Duration, hi: Duration) -> Check {
+    if value < lo || value > hi {
+        Err(ConfigError::invalid(
+            key,
+            format!("\"{}\"", format_duration(value)),
+            format!(
+                "must be between \"{}\" and \"{}\"",
+                format_duration(lo),
+                format_duration(hi)
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
 pub(crate) fn non_empty(key: &str, value: &str, why: &str) -> Check {
     if value.trim().is_empty() {
         Err(ConfigError::conflict(key, why))

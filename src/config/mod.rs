@@ -126,6 +126,15 @@ pub struct ServerConfig {
     pub ring_depth: u64,
     /// `off`, `error`, `warn`, `info` (default), `debug` or `trace`.
     pub log_level: String,
+    /// A TCP client must complete a frame within this once its first byte arrived, or the
+    /// connection is closed: a half-sent frame pins up to 4 MiB of buffer. An idle
+    /// connection (no partial frame) is never closed by it. Default `"30s"`, 1 ms..=1 h.
+    #[serde(with = "duration::as_string")]
+    pub read_timeout: Duration,
+    /// With `security.api_key` set, a TCP client must authenticate within this after
+    /// connecting, or the connection is closed. Default `"10s"`, 1 ms..=1 h.
+    #[serde(with = "duration::as_string")]
+    pub auth_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -140,6 +149,8 @@ impl Default for ServerConfig {
             spin_before_park_us: 0,
             ring_depth: boltq_shards::RING_DEPTH_DEFAULT as u64,
             log_level: "info".to_string(),
+            read_timeout: Duration::from_secs(30),
+            auth_timeout: Duration::from_secs(10),
         }
     }
 }

@@ -17,7 +17,8 @@ use super::duration::format_duration;
 use boltq_io::file_budget::OPEN_SEGMENT_FILES_MIN;
 
 use super::check::{
-    at_least, host_port, non_empty, positive_duration, range, range_bytes, require, Check, GIB,
+    at_least, duration_range, host_port, non_empty, positive_duration, range, range_bytes, require,
+    Check, GIB,
 };
 use super::{split_host_port, Config, ConfigError, EnvLookup, FsyncMode, ReplicationRole, MIB};
 
@@ -86,6 +87,17 @@ fn server(c: &Config) -> Check {
         boltq_shards::RING_DEPTH_MIN as u64,
         boltq_shards::RING_DEPTH_MAX as u64,
     )?;
+    for (key, value) in [
+        ("server.read_timeout", s.read_timeout),
+        ("server.auth_timeout", s.auth_timeout),
+    ] {
+        duration_range(
+            key,
+            value,
+            Duration::from_millis(1),
+            Duration::from_secs(3600),
+        )?;
+    }
     if s.log_level.parse::<log::LevelFilter>().is_err() {
         return Err(ConfigError::invalid(
             "server.log_level",

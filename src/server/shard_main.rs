@@ -71,6 +71,10 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));
     let extra = stream_commands(engine.clone());
+    let deadlines = crate::queue::server::connection::Deadlines {
+        frame: plan.config.server.read_timeout,
+        auth: plan.config.server.auth_timeout,
+    };
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
         let plane = Rc::clone(&plane);
         let shard = shard.clone();
@@ -79,6 +83,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 conn,
                 Rc::clone(&plane),
                 Some(Rc::clone(&extra)),
+                deadlines,
                 shard.shutdown_requested(),
             )
         }

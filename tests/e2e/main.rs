@@ -19,6 +19,7 @@ mod support;
 mod admin_api;
 mod admin_limits;
 mod durable_pubsub;
+mod hostile_clients;
 mod https_clients;
 mod messaging_admin;
 mod messaging_admin_presence;

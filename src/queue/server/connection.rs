@@ -7,7 +7,10 @@
 //! held meanwhile. Between requests the task also
 //! wakes for pushes, so an idle subscriber gets its deliveries, and, while durable pushes
 //! wait for the peer's acknowledgement, every `CONFIRM_POLL_MS` to confirm them
-//! (`delivery.rs`).
+//! (`delivery.rs`), and at its deadlines: a frame begun must be completed within
+//! `server.read_timeout`, and with an API key set AUTH must come within
+//! `server.auth_timeout`; a connection past either is closed (issue 17: a client that
+//! declared a 4 MiB frame and sent 10 bytes held its buffer forever).
 
 use super::delivery::{Confirmations, Tracked, CONFIRM_POLL_MS};
 use super::dispatch::{self, ConnState, Pending};
@@ -19,7 +22,7 @@ use boltq_io::listener::Conn;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::future::Future;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes asked of the socket per read. A frame may be larger (up to 4 MiB + 5); the buffer
 /// grows to hold it, and never beyond that.
@@ -34,7 +37,36 @@ enum Wake {
     Pushes,
     /// Time to ask the socket what the peer has acknowledged.
     Confirm,
+    /// A deadline of `Deadlines` may have passed.
+    Deadline,
     Stop,
+}
+
+/// How long a client may take over what it owes (`server.read_timeout`,
+/// `server.auth_timeout`).
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlines {
+    /// From the first byte of a frame to its last.
+    pub frame: Duration,
+    /// From connecting to a successful AUTH, when the server requires one.
+    pub auth: Duration,
+}
+
+impl Deadlines {
+    /// The earliest deadline the connection is under now, and what it is for.
+    fn next(
+        &self,
+        connected: Instant,
+        awaits_auth: bool,
+        frame_started: Option<Instant>,
+    ) -> Option<(Instant, &'static str)> {
+        let auth = awaits_auth.then(|| (connected + self.auth, "authenticate"));
+        let frame = frame_started.map(|at| (at + self.frame, "complete a frame"));
+        match (auth, frame) {
+            (Some(a), Some(f)) => Some(if a.0 <= f.0 { a } else { f }),
+            (a, f) => a.or(f),
+        }
+    }
 }
 
 /// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves. `extra`
@@ -43,8 +75,12 @@ pub async fn serve(
     mut conn: Conn,
     plane: Rc<Plane>,
     extra: Option<ExtraCommands>,
+    deadlines: Deadlines,
     stop: impl Future<Output = ()>,
 ) {
+    let connected = Instant::now();
+    // When the first byte of the frame now partly in `inbuf` arrived.
+    let mut frame_started: Option<Instant> = None;
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let out = Rc::new(Outbound::for_peer(peer));
     let me = plane.register_conn(Rc::clone(&out));
@@ -77,6 +113,13 @@ pub async fn serve(
         // Frames left over from the last batch (a batch stops at BATCH_FRAMES_MAX or at an
         // exchange barrier) are handled before waiting for more bytes.
         let have_frame = matches!(frame::decode(&inbuf), Ok(Some(_)) | Err(_));
+        let deadline = deadlines.next(connected, state.awaits_auth(), frame_started);
+        if let Some((at, owed)) = deadline {
+            if !have_frame && at <= Instant::now() {
+                log::debug!("closing a connection that did not {owed} in time");
+                break;
+            }
+        }
         let wake = if have_frame {
             Wake::Buffered
         } else {
@@ -92,13 +135,25 @@ pub async fn serve(
                             stop.as_mut().await;
                             Wake::Stop
                         },
-                        async {
-                            if !confirms.waiting() {
-                                futures_lite::future::pending::<()>().await;
-                            }
-                            boltq_shards::sleep(Duration::from_millis(CONFIRM_POLL_MS)).await;
-                            Wake::Confirm
-                        },
+                        futures_lite::future::or(
+                            async {
+                                if !confirms.waiting() {
+                                    futures_lite::future::pending::<()>().await;
+                                }
+                                boltq_shards::sleep(Duration::from_millis(CONFIRM_POLL_MS)).await;
+                                Wake::Confirm
+                            },
+                            async {
+                                match deadline {
+                                    Some((at, _)) => {
+                                        let left = at.saturating_duration_since(Instant::now());
+                                        boltq_shards::sleep(left).await;
+                                    }
+                                    None => futures_lite::future::pending::<()>().await,
+                                }
+                                Wake::Deadline
+                            },
+                        ),
                     ),
                 ),
             )
@@ -110,8 +165,13 @@ pub async fn serve(
                 log::debug!("closing a connection whose read failed: {e}");
                 break;
             }
-            Wake::Pushes | Wake::Confirm => continue,
-            Wake::Read(Ok(n)) => inbuf.extend_from_slice(&chunk[..n]),
+            Wake::Pushes | Wake::Confirm | Wake::Deadline => continue,
+            Wake::Read(Ok(n)) => {
+                if inbuf.is_empty() {
+                    frame_started = Some(Instant::now());
+                }
+                inbuf.extend_from_slice(&chunk[..n]);
+            }
             Wake::Buffered => {}
         }
         // Decode and dispatch every complete frame; replies are awaited in order below.
@@ -149,6 +209,12 @@ pub async fn serve(
             }
         }
         inbuf.drain(..used_total);
+        if inbuf.is_empty() {
+            frame_started = None;
+        } else if used_total > 0 {
+            // What is left begins the next frame.
+            frame_started = Some(Instant::now());
+        }
         outbuf.clear();
         for p in pending {
             p.resolve(&plane, &mut state, &mut outbuf).await;

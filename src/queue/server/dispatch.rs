@@ -61,6 +61,11 @@ impl ConnState {
         }
     }
 
+    /// True until AUTH succeeded, when the server requires it.
+    pub fn awaits_auth(&self) -> bool {
+        !self.authenticated
+    }
+
     /// Gives the connection the handler of the other planes' commands.
     pub fn set_extra(&mut self, extra: Option<ExtraCommands>) {
         self.extra = extra;

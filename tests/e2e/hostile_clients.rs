@@ -1,0 +1,164 @@
+//! Clients that hold the server's resources without doing their part (issue 17), against the
+//! real binary: a TCP client that begins a frame and never completes it, one that never
+//! authenticates when a key is required. Each is disconnected after its deadline
+//! (`server.read_timeout`, `server.auth_timeout`, shortened here) while a well-behaved
+//! client keeps being answered, and a connection that is merely idle is never closed.
+
+use crate::support::Server;
+use boltq::queue::protocol::frame::{op, status};
+use boltq_io::testutil::TempDir;
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// The deadlines the tests set (short, so the tests are quick).
+const READ_TIMEOUT: Duration = Duration::from_millis(800);
+const AUTH_TIMEOUT: Duration = Duration::from_millis(800);
+/// How long past its deadline a cut-off may take on a loaded machine.
+const CUTOFF_SLACK: Duration = Duration::from_secs(5);
+const KEY: &str = "hostile-test-key";
+
+fn server(with_key: bool) -> (Server, TempDir) {
+    let dir = TempDir::new("hostile-cfg");
+    let config = dir.path().join("boltq.toml");
+    let security = if with_key {
+        format!("[security]\napi_key = \"{KEY}\"\n")
+    } else {
+        String::new()
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nread_timeout = \"{}ms\"\nauth_timeout = \"{}ms\"\n{security}",
+            READ_TIMEOUT.as_millis(),
+            AUTH_TIMEOUT.as_millis()
+        ),
+    )
+    .unwrap();
+    (Server::start(&["--config", config.to_str().unwrap()]), dir)
+}
+
+fn frame(code: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![code];
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+fn connect(s: &Server) -> TcpStream {
+    let c = TcpStream::connect(("127.0.0.1", s.tcp_port)).unwrap();
+    c.set_nodelay(true).unwrap();
+    c
+}
+
+/// One request, its reply's status and payload.
+fn call(c: &mut TcpStream, code: u8, payload: &[u8]) -> (u8, Vec<u8>) {
+    c.write_all(&frame(code, payload)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 5];
+    c.read_exact(&mut head).unwrap();
+    let len = u32::from_le_bytes(head[1..].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    (head[0], body)
+}
+
+fn ping(c: &mut TcpStream) {
+    let (code, body) = call(c, op::PING, b"");
+    assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+}
+
+/// Waits until the server closes `c` (EOF or reset), pinging on `good` meanwhile; returns
+/// when it closed, measured from `since`. Panics if it stays open past `limit`.
+fn closed_within(
+    c: &mut TcpStream,
+    good: &mut TcpStream,
+    since: Instant,
+    limit: Duration,
+) -> Duration {
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf = [0u8; 64];
+    loop {
+        match c.read(&mut buf) {
+            Ok(0) => return since.elapsed(),
+            Ok(n) => panic!("the server sent {n} bytes to a client that owes it a frame"),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return since.elapsed(),
+        }
+        assert!(
+            since.elapsed() < limit,
+            "still open {:?} after it stopped sending",
+            since.elapsed()
+        );
+        // Everyone else is served meanwhile.
+        ping(good);
+    }
+}
+
+#[test]
+fn a_half_sent_frame_is_cut_off_after_the_read_timeout_while_others_are_served() {
+    let (s, _dir) = server(false);
+    let mut good = connect(&s);
+    let mut slow = connect(&s);
+    // A frame that declares 4 MiB, then 10 bytes of it, then silence.
+    let mut head = vec![op::PUBLISH];
+    head.extend_from_slice(&(4u32 * 1024 * 1024).to_le_bytes());
+    head.extend_from_slice(b"{\"topic\":\"");
+    slow.write_all(&head).unwrap();
+    let sent = Instant::now();
+    let took = closed_within(&mut slow, &mut good, sent, READ_TIMEOUT + CUTOFF_SLACK);
+    assert!(
+        took >= READ_TIMEOUT - Duration::from_millis(50),
+        "closed after {took:?}, before the {READ_TIMEOUT:?} it had"
+    );
+    ping(&mut good);
+}
+
+#[test]
+fn a_frame_sent_slowly_but_within_the_read_timeout_is_answered() {
+    let (s, _dir) = server(false);
+    let mut c = connect(&s);
+    let whole = frame(op::PING, b"");
+    for byte in &whole {
+        c.write_all(std::slice::from_ref(byte)).unwrap();
+        std::thread::sleep(READ_TIMEOUT / 10);
+    }
+    let mut head = [0u8; 5];
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.read_exact(&mut head).unwrap();
+    assert_eq!(head[0], status::OK);
+}
+
+#[test]
+fn an_idle_connection_outlives_both_deadlines() {
+    let (s, _dir) = server(false);
+    let mut c = connect(&s);
+    ping(&mut c);
+    std::thread::sleep(READ_TIMEOUT + AUTH_TIMEOUT + Duration::from_millis(400));
+    ping(&mut c);
+}
+
+#[test]
+fn a_client_that_never_authenticates_is_cut_off_and_one_that_did_stays() {
+    let (s, _dir) = server(true);
+    let mut good = connect(&s);
+    let auth = format!(r#"{{"api_key":"{KEY}"}}"#);
+    let (code, body) = call(&mut good, op::AUTH, auth.as_bytes());
+    assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+    let connected = Instant::now();
+    let mut silent = connect(&s);
+    let took = closed_within(
+        &mut silent,
+        &mut good,
+        connected,
+        AUTH_TIMEOUT + CUTOFF_SLACK,
+    );
+    assert!(
+        took >= AUTH_TIMEOUT - Duration::from_millis(50),
+        "closed after {took:?}, before the {AUTH_TIMEOUT:?} it had"
+    );
+    // The authenticated one is past the auth deadline and still served.
+    std::thread::sleep(AUTH_TIMEOUT);
+    ping(&mut good);
+}
