@@ -575,6 +575,15 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
     let mut subscribed = false;
     let mut quiet_since = Instant::now();
     loop {
+        if conn.client.is_some()
+            && progress.server_generation.load(Ordering::SeqCst) > conn.generation
+        {
+            // The server this connection went to was killed, but its socket may stay open
+            // for a while without a FIN (the dying process's io_uring still holds it), and
+            // a reader that only reads would wait on it: move on to the new server.
+            conn.broken();
+            subscribed = false;
+        }
         let Some(c) = conn.get(port, &never, progress) else {
             unreachable!("never stops reconnecting")
         };
