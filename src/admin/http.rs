@@ -21,9 +21,7 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
             Ok(Some(req)) => req,
             Ok(None) => return,
             Err(response) => {
-                out.clear();
-                encode_response(&response, false, true, &mut out);
-                let _ = conn.write_all(&out).await;
+                crate::http::refuse(&mut conn, &response).await;
                 return;
             }
         };

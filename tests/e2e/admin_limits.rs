@@ -499,3 +499,53 @@ fn every_v1_counter_moves_by_exactly_the_scripted_amount() {
     assert_eq!(after["dead_letter_messages"], 1, "{after}");
     assert_eq!(after["pending_messages"], 0, "{after}");
 }
+
+/// A client that sends an oversized body and reads only then (as curl and most clients do)
+/// gets its upload through, then the 413 and a clean end (issue 16): the server answers from
+/// the Content-Length, half-closes and reads the rest of the body away before it closes.
+/// Closing at once with the body unread resets the connection: the upload fails with
+/// "connection reset" and a client that stops at that error never sees the 413.
+#[test]
+fn an_oversized_body_gets_its_413_although_the_client_sent_it_all_first() {
+    let s = Server::start(&[]);
+    // More than the socket buffers hold, so the client is still sending when the answer
+    // comes (as it is with a large upload over a real network).
+    let body_bytes = 16 * boltq::http::BODY_BYTES_MAX;
+    for round in 0..5 {
+        let mut conn = TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
+        let head = format!(
+            "POST /publish HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {body_bytes}\r\n\r\n"
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        // The whole body before reading; the server may stop reading, so a failed write is
+        // expected when it does.
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        while sent < body_bytes && conn.write_all(&chunk).is_ok() {
+            sent += chunk.len();
+        }
+        assert_eq!(
+            sent, body_bytes,
+            "round {round}: the upload was cut off by a reset after {sent} bytes"
+        );
+        conn.shutdown(std::net::Shutdown::Write).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let outcome = loop {
+            match conn.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) => break Err(e),
+            }
+        };
+        let text = String::from_utf8_lossy(&got);
+        assert!(
+            text.starts_with("HTTP/1.1 413 ") && outcome.is_ok(),
+            "round {round}: got {text:?}, then {outcome:?}"
+        );
+        assert!(text.contains("\r\nConnection: close\r\n"), "{text:?}");
+    }
+}
