@@ -3,14 +3,16 @@
 //! same order and a reply means a quorum has the command.
 //!
 //! Built so far: the group (`group.rs`: Ready handling), its durable image (`storage.rs`),
-//! and a slot replica that proposes commands and applies committed ones to the broker
-//! (`replica.rs`), driven by a deterministic simulator with network faults and crashes
+//! a slot replica that proposes commands and applies committed ones to the broker
+//! (`replica.rs`), the replicas one node hosts driven together with their messages batched
+//! per destination (`host.rs`), driven by a deterministic simulator with network faults and crashes
 //! (`tests/sim.rs`), and the replication wire format (`wire.rs`), which the simulator's
 //! network already carries every message through. Not built yet, so `cluster.enabled = true` is still refused at start:
 //! the journal-backed image, the inter-node transport, forwarding, membership, the `meta`
 //! group. STATUS.md keeps the list.
 
 pub mod group;
+pub mod host;
 pub mod replica;
 pub mod storage;
 pub mod wire;

@@ -2,7 +2,8 @@
 //! snapshot of its state machine, and the log entries after a base index. raft-rs reads it
 //! through the [`raft::Storage`] trait; the group writes it while handling a Ready.
 //!
-//! The base is not the snapshot: the log keeps `ENTRIES_KEPT_BEHIND_SNAPSHOT` entries
+//! The base is not the snapshot: the log keeps `ENTRIES_KEPT_BEHIND_SNAPSHOT` entries (by
+//! default)
 //! behind the newest snapshot, so a follower that lags a little is caught up from the log
 //! rather than sent the whole state. `base ≤ snapshot ≤ commit ≤ last` always.
 //!
@@ -16,7 +17,7 @@
 use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
-/// Entries the log keeps behind the newest snapshot.
+/// Entries the log keeps behind the newest snapshot, by default.
 pub const ENTRIES_KEPT_BEHIND_SNAPSHOT: u64 = 256;
 
 #[derive(Clone, Debug)]
@@ -30,6 +31,8 @@ pub struct GroupStorage {
     base_term: u64,
     /// Entries `base_index + 1 ..= last()`, contiguous.
     entries: Vec<Entry>,
+    /// Entries kept behind the newest snapshot (`ENTRIES_KEPT_BEHIND_SNAPSHOT`).
+    kept_behind_snapshot: u64,
 }
 
 impl GroupStorage {
@@ -50,7 +53,15 @@ impl GroupStorage {
             base_index: 0,
             base_term: 0,
             entries: Vec::new(),
+            kept_behind_snapshot: ENTRIES_KEPT_BEHIND_SNAPSHOT,
         }
+    }
+
+    /// Keeps `entries` behind each snapshot instead of the default (tests that want
+    /// followers caught up by snapshot more often).
+    pub fn keeping_behind_snapshot(mut self, entries: u64) -> GroupStorage {
+        self.kept_behind_snapshot = entries;
+        self
     }
 
     pub fn hard_state(&self) -> &HardState {
@@ -156,7 +167,7 @@ impl GroupStorage {
     }
 
     /// Keeps a snapshot taken locally at an applied (so committed) index, and drops the
-    /// entries more than `ENTRIES_KEPT_BEHIND_SNAPSHOT` behind it.
+    /// entries more than `kept_behind_snapshot` behind it.
     pub fn compact(&mut self, snapshot: Snapshot) {
         let index = snapshot.get_metadata().index;
         assert!(
@@ -172,7 +183,7 @@ impl GroupStorage {
             self.term_of(index),
             "snapshot term differs from the log's"
         );
-        let drop_to = index.saturating_sub(ENTRIES_KEPT_BEHIND_SNAPSHOT);
+        let drop_to = index.saturating_sub(self.kept_behind_snapshot);
         if drop_to > self.base_index {
             let term = self.term_of(drop_to).expect("drop_to is in the log");
             self.entries.drain(..(drop_to - self.base_index) as usize);

@@ -1,14 +1,15 @@
-//! Deterministic simulation of one slot's Raft group (design §9, issue 14): three replicas
-//! — the real `Replica` (raft-rs + the broker) — in one thread, with a seeded network
-//! (loss, duplication, delay and so reordering, partitions that isolate a node), crashes
-//! and restarts (a node keeps its durable image and loses everything else), and clients
-//! that publish, consume and ack through whichever node they believe leads.
+//! Deterministic simulation of slot Raft groups (design §9, issue 14): three nodes, each a
+//! real `Host` of the same `SLOTS` (raft-rs + a broker per slot), in one thread, with a
+//! seeded network (loss, duplication, delay and so reordering, partitions that isolate a
+//! node) carrying each node's messages as one wire batch per destination, crashes and
+//! restarts (a node keeps its durable images and loses everything else), and clients, each
+//! on one slot, that publish, consume and ack through whichever node they believe leads it.
 //!
-//! Checked on every step: at most one leader per term; every replica applies the same term
-//! at each index (hence, by Raft's log matching, the same command sequence); a message a
-//! consumer acked and was told so is never delivered again. Checked once the faults stop
-//! and the group has settled: a leader exists, every replica applied the same entries and
-//! holds the same broker state byte for byte, every acknowledged publish is still held
+//! Checked on every step, per slot: at most one leader per term; every replica applies the
+//! same term at each index (hence, by Raft's log matching, the same command sequence); a
+//! message a consumer acked and was told so is never delivered again. Checked once the
+//! faults stop and the groups have settled, per slot: a leader exists, every replica
+//! applied the same entries and holds the same broker state byte for byte, every acknowledged publish is still held
 //! (ready, pending, delayed or dead-lettered) unless a consumer's ack of it was
 //! acknowledged, and no acknowledged ack's message is held.
 //!
@@ -21,30 +22,36 @@
 //! `BOLTQ_SIM_SEEDS=n` runs n seeds (default below); `BOLTQ_SIM_SEED=s` replays one.
 
 use crate::cluster::group::ElectionTicks;
+use crate::cluster::host::{Batches, Host, HostRefused};
 use crate::cluster::replica::{NotApplied, ProposalId, ProposalRefused, Replica};
 use crate::cluster::storage::GroupStorage;
-use crate::cluster::wire;
+use crate::cluster::wire::{self, SlotMessage};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::snapshot as body;
 use boltq_io::testutil::Rng;
 use bytes::Bytes;
-use raft::prelude::{Message as RaftMessage, MessageType};
+use raft::prelude::MessageType;
 use std::collections::{BTreeMap, BTreeSet};
 
 const NODES: u64 = 3;
 const STEP_MS: u64 = 5;
 const TICK_MS: u64 = 100;
 /// Load under faults, then quiet until settled.
-const FAULTY_MS: u64 = 12_000;
-const SETTLE_MS: u64 = 5_000;
+const FAULTY_MS: u64 = 8_000;
+const SETTLE_MS: u64 = 4_000;
 /// A client gives up on a reply after this long (the outcome is then unknown to it).
 const REQUEST_TIMEOUT_MS: u64 = 1_500;
-const PUBLISHERS: u64 = 2;
-const CONSUMERS: u64 = 2;
-const QUEUE: &str = "sim-q";
+/// The slots every node hosts (one group each; leaders land where elections put them).
+const SLOTS: [u16; 3] = [0, 1, 2];
+/// Per slot.
+const PUBLISHERS: u64 = 1;
+const CONSUMERS: u64 = 1;
 const SNAPSHOT_EVERY_ENTRIES: u64 = 40;
-const SEEDS_DEFAULT: u64 = 150;
+/// Entries kept behind a snapshot: few, so that a follower back from a crash or a
+/// partition is often caught up by snapshot.
+const KEPT_BEHIND_SNAPSHOT: u64 = 16;
+const SEEDS_DEFAULT: u64 = 100;
 
 fn broker_config() -> BrokerConfig {
     BrokerConfig {
@@ -84,9 +91,9 @@ impl Faults {
 
 struct Node {
     /// `None` while crashed.
-    replica: Option<Replica>,
-    /// The durable image while crashed.
-    image: Option<GroupStorage>,
+    host: Option<Host>,
+    /// The durable images while crashed.
+    images: Option<BTreeMap<u16, GroupStorage>>,
     up_at_ms: u64,
     tick_phase_ms: u64,
     /// When the writes waiting in its image become durable.
@@ -102,6 +109,7 @@ enum Request {
 
 struct Client {
     index: u64,
+    slot: u16,
     publisher: bool,
     target: u64,
     waiting: Option<Waiting>,
@@ -124,8 +132,10 @@ struct Ledger {
     acked: BTreeSet<MessageId>,
     /// Every id an ack was proposed for (its outcome may have been lost).
     ack_proposed: BTreeSet<MessageId>,
-    leaders: BTreeMap<u64, u64>,
-    terms_at: BTreeMap<u64, u64>,
+    /// (slot, term) → its leader.
+    leaders: BTreeMap<(u16, u64), u64>,
+    /// (slot, index) → the term applied there.
+    terms_at: BTreeMap<(u16, u64), u64>,
     violations: Vec<String>,
 }
 
@@ -163,26 +173,31 @@ impl Sim {
         let voters: Vec<u64> = (1..=NODES).collect();
         let nodes = (1..=NODES)
             .map(|id| Node {
-                replica: Some(
-                    Replica::new(
+                host: Some(
+                    Host::new(
                         id,
-                        GroupStorage::new(&voters),
-                        broker_config(),
+                        &SLOTS,
+                        |_| {
+                            GroupStorage::new(&voters).keeping_behind_snapshot(KEPT_BEHIND_SNAPSHOT)
+                        },
+                        &broker_config(),
                         SNAPSHOT_EVERY_ENTRIES,
-                        election_ticks(&mut rng),
+                        || election_ticks(&mut rng),
                     )
-                    .expect("replica"),
+                    .expect("host"),
                 ),
-                image: None,
+                images: None,
                 up_at_ms: 0,
                 tick_phase_ms: rng.below(TICK_MS),
                 sync_at_ms: None,
             })
             .collect();
-        let clients = (0..PUBLISHERS + CONSUMERS)
+        let per_slot = PUBLISHERS + CONSUMERS;
+        let clients = (0..per_slot * SLOTS.len() as u64)
             .map(|index| Client {
                 index,
-                publisher: index < PUBLISHERS,
+                slot: SLOTS[(index / per_slot) as usize],
+                publisher: index % per_slot < PUBLISHERS,
                 target: 1 + rng.below(NODES),
                 waiting: None,
                 to_ack: Vec::new(),
@@ -209,8 +224,8 @@ impl Sim {
         self.rng.below(of) < per
     }
 
-    fn replica(&mut self, node: u64) -> Option<&mut Replica> {
-        self.nodes[(node - 1) as usize].replica.as_mut()
+    fn host(&mut self, node: u64) -> Option<&mut Host> {
+        self.nodes[(node - 1) as usize].host.as_mut()
     }
 
     fn cut(&self, a: u64, b: u64) -> bool {
@@ -245,7 +260,7 @@ impl Sim {
     fn inject_faults(&mut self) {
         for node in 1..=NODES {
             let crash = self.faults.crash_per_100k;
-            if self.nodes[(node - 1) as usize].replica.is_some() && self.chance(crash, 100_000) {
+            if self.nodes[(node - 1) as usize].host.is_some() && self.chance(crash, 100_000) {
                 self.crash(node);
             }
         }
@@ -263,9 +278,9 @@ impl Sim {
     fn crash(&mut self, node: u64) {
         let down_ms = 200 + self.rng.below(3_000);
         let n = &mut self.nodes[(node - 1) as usize];
-        let replica = n.replica.take().expect("crashing an up node");
+        let host = n.host.take().expect("crashing an up node");
         // What was written but not yet synced is lost.
-        n.image = Some(replica.group().durable_image().clone());
+        n.images = Some(host.durable_images());
         n.sync_at_ms = None;
         n.up_at_ms = self.now_ms + down_ms;
         self.totals.crashes += 1;
@@ -274,13 +289,20 @@ impl Sim {
 
     fn restart_due(&mut self) {
         for (i, n) in self.nodes.iter_mut().enumerate() {
-            if n.replica.is_none() && (n.up_at_ms <= self.now_ms || self.healed) {
-                let image = n.image.take().expect("a crashed node keeps its image");
+            if n.host.is_none() && (n.up_at_ms <= self.now_ms || self.healed) {
+                let mut images = n.images.take().expect("a crashed node keeps its images");
                 let id = i as u64 + 1;
-                let election = election_ticks(&mut self.rng);
-                n.replica = Some(
-                    Replica::new(id, image, broker_config(), SNAPSHOT_EVERY_ENTRIES, election)
-                        .expect("restart from the durable image"),
+                let rng = &mut self.rng;
+                n.host = Some(
+                    Host::new(
+                        id,
+                        &SLOTS,
+                        |slot| images.remove(&slot).expect("an image per slot"),
+                        &broker_config(),
+                        SNAPSHOT_EVERY_ENTRIES,
+                        || election_ticks(rng),
+                    )
+                    .expect("restart from the durable images"),
                 );
             }
         }
@@ -294,12 +316,11 @@ impl Sim {
                 continue;
             }
             n.sync_at_ms = None;
-            let Some(r) = n.replica.as_mut() else {
+            let Some(host) = n.host.as_mut() else {
                 continue;
             };
-            for msg in r.synced() {
-                self.send(node, msg);
-            }
+            let batches = host.synced();
+            self.send_all(node, batches);
         }
     }
 
@@ -314,31 +335,33 @@ impl Sim {
         let now_ns = (self.now_ms * 1_000_000) as i64;
         for n in &mut self.nodes {
             if (self.now_ms + n.tick_phase_ms) % TICK_MS < STEP_MS {
-                if let Some(r) = n.replica.as_mut() {
-                    r.tick(now_ns);
+                if let Some(host) = n.host.as_mut() {
+                    host.tick(now_ns);
                 }
             }
         }
     }
 
-    fn send(&mut self, from: u64, msg: RaftMessage) {
-        let to = msg.to;
-        let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
+    fn send_all(&mut self, from: u64, batches: Batches) {
+        for (to, list) in batches {
+            for batch in list {
+                self.send(from, to, batch);
+            }
+        }
+    }
+
+    /// One batch crosses the network as the wire format encodes it, or is lost whole.
+    fn send(&mut self, from: u64, to: u64, batch: Vec<SlotMessage>) {
         let lost = self.cut(from, to) || {
             let loss = self.faults.loss_per_mille;
             self.chance(loss, 1000)
         };
         if lost {
-            if snapshot {
-                if let Some(r) = self.replica(from) {
-                    r.report_snapshot(to, false);
-                }
-            }
+            self.report_snapshots(from, to, &batch, false);
             return;
         }
-        // Every message crosses the network as the wire format encodes it.
         let mut frame = Vec::new();
-        wire::encode(&[wire::SlotMessage { slot: 0, msg }], &mut frame);
+        wire::encode(&batch, &mut frame);
         let frame = Bytes::from(frame);
         let copies = if self.chance(self.faults.duplicate_per_mille, 1000) {
             2
@@ -353,37 +376,48 @@ impl Sim {
         }
     }
 
+    /// The transport tells the sender whether its snapshots got through: until told, a
+    /// leader sends that follower nothing else.
+    fn report_snapshots(&mut self, from: u64, to: u64, batch: &[SlotMessage], delivered: bool) {
+        let Some(host) = self.host(from) else {
+            return;
+        };
+        for m in batch {
+            if m.msg.get_msg_type() == MessageType::MsgSnapshot {
+                host.report_snapshot(m.slot, to, delivered);
+            }
+        }
+    }
+
     fn deliver(&mut self) {
         while let Some(entry) = self.net.first_entry() {
             if entry.key().0 > self.now_ms {
                 break;
             }
             let (from, to, frame) = entry.remove();
-            let mut batch = wire::decode(frame).expect("a frame the sender encoded decodes");
-            assert_eq!(batch.len(), 1);
-            let msg = batch.pop().expect("one message").msg;
-            let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
-            let arrives = !self.cut(from, to) && self.nodes[(to - 1) as usize].replica.is_some();
+            let batch = wire::decode(frame).expect("a frame the sender encoded decodes");
+            let arrives = !self.cut(from, to) && self.nodes[(to - 1) as usize].host.is_some();
+            let snapshots: Vec<SlotMessage> = batch
+                .iter()
+                .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
+                .cloned()
+                .collect();
             if arrives {
-                self.replica(to).expect("checked").step(msg);
+                let dropped = self.host(to).expect("checked").receive(batch);
+                assert_eq!(dropped, 0, "every message was for a slot node {to} hosts");
             }
-            if snapshot {
-                // The transport tells the sender whether its snapshot got through: until
-                // told, the leader sends that follower nothing else.
-                if let Some(r) = self.replica(from) {
-                    r.report_snapshot(to, arrives);
-                }
-            }
+            self.report_snapshots(from, to, &snapshots, arrives);
         }
     }
 
     fn clients_act(&mut self) {
         for c in 0..self.clients.len() {
-            let (ready, target) = {
+            let (ready, target, slot) = {
                 let client = &self.clients[c];
                 (
                     client.waiting.is_none() && client.next_at_ms <= self.now_ms,
                     client.target,
+                    client.slot,
                 )
             };
             if !ready {
@@ -392,9 +426,11 @@ impl Sim {
             let request = self.next_request(c);
             let cmd = self.command(c, &request);
             let now_ms = self.now_ms;
-            let result = match self.replica(target) {
-                Some(r) => r.propose(&cmd),
-                None => Err(ProposalRefused::NotLeader { leader: None }),
+            let result = match self.host(target) {
+                Some(host) => host.propose(slot, &cmd),
+                None => Err(HostRefused::Proposal(ProposalRefused::NotLeader {
+                    leader: None,
+                })),
             };
             let client = &mut self.clients[c];
             match result {
@@ -409,7 +445,7 @@ impl Sim {
                         sent_ms: now_ms,
                     });
                 }
-                Err(ProposalRefused::NotLeader { leader }) => {
+                Err(HostRefused::Proposal(ProposalRefused::NotLeader { leader })) => {
                     // Not sent; a publish's id is simply not used.
                     client.target = leader.unwrap_or(1 + self.rng.below(NODES));
                     client.next_at_ms = now_ms + 10;
@@ -417,7 +453,10 @@ impl Sim {
                         client.to_ack.push(id);
                     }
                 }
-                Err(ProposalRefused::TooMany) => unreachable!("a client waits for each reply"),
+                Err(HostRefused::Proposal(ProposalRefused::TooMany)) => {
+                    unreachable!("a client waits for each reply")
+                }
+                Err(HostRefused::UnknownSlot(slot)) => unreachable!("every node hosts {slot}"),
             }
         }
     }
@@ -425,7 +464,8 @@ impl Sim {
     fn next_request(&mut self, c: usize) -> Request {
         let client = &mut self.clients[c];
         if client.publisher {
-            return Request::Publish(client.ids.next(0));
+            // The id's first byte is its slot, as the server's ids are.
+            return Request::Publish(client.ids.next(client.slot));
         }
         match client.to_ack.pop() {
             Some(id) => Request::Ack(id),
@@ -438,10 +478,10 @@ impl Sim {
         let client = &self.clients[c];
         match request {
             Request::Publish(id) => Command::Publish {
-                msg: message(*id, now_ns),
+                msg: message(*id, &queue_of(client.slot), now_ns),
             },
             Request::Consume => Command::Consume {
-                queue: QUEUE.to_string(),
+                queue: queue_of(client.slot),
                 consumer: ConsumerRef {
                     shard: 0,
                     conn: client.index,
@@ -472,44 +512,47 @@ impl Sim {
 
     fn collect_all(&mut self) {
         for node in 1..=NODES {
-            let Some(r) = self.replica(node) else {
+            let Some(host) = self.host(node) else {
                 continue;
             };
-            let installed_before = r.snapshots_installed();
-            let out = r.collect();
-            let installed = r.snapshots_installed() - installed_before;
-            let needs_sync = r.needs_sync();
+            let out = host.collect();
+            let needs_sync = host.needs_sync();
             if needs_sync && self.nodes[(node - 1) as usize].sync_at_ms.is_none() {
                 let delay = self.rng.below(self.faults.sync_delay_ms_max + 1);
                 self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
             }
-            self.totals.snapshots_installed += installed;
-            for (index, term) in out.applied {
-                match self.ledger.terms_at.insert(index, term) {
+            self.totals.snapshots_installed += out.snapshots_installed;
+            for (slot, index, term) in out.applied {
+                match self.ledger.terms_at.insert((slot, index), term) {
                     Some(seen) if seen != term => self.ledger.violations.push(format!(
-                        "node {node} applied index {index} of term {term}; another replica \
-                         applied term {seen} there"
+                        "node {node} applied slot {slot} index {index} of term {term}; \
+                         another replica applied term {seen} there"
                     )),
                     _ => {}
                 }
             }
-            for msg in out.messages {
-                self.send(node, msg);
-            }
-            for answer in out.answers {
+            self.send_all(node, out.batches);
+            for (slot, answer) in out.answers {
                 if answer.outcome == Err(NotApplied::Superseded) {
                     self.totals.superseded += 1;
                 }
-                self.answer(node, answer.id, answer.outcome);
+                self.answer(node, slot, answer.id, answer.outcome);
             }
         }
     }
 
-    fn answer(&mut self, node: u64, id: ProposalId, outcome: Result<Outcome, NotApplied>) {
+    fn answer(
+        &mut self,
+        node: u64,
+        slot: u16,
+        id: ProposalId,
+        outcome: Result<Outcome, NotApplied>,
+    ) {
         let Some(c) = self.clients.iter().position(|c| {
-            c.waiting
-                .as_ref()
-                .is_some_and(|w| w.node == node && w.id == id)
+            c.slot == slot
+                && c.waiting
+                    .as_ref()
+                    .is_some_and(|w| w.node == node && w.id == id)
         }) else {
             return; // the client gave up on it
         };
@@ -548,35 +591,46 @@ impl Sim {
 
     fn check_leaders(&mut self) {
         for node in 1..=NODES {
-            let Some(r) = self.nodes[(node - 1) as usize].replica.as_ref() else {
+            let Some(host) = self.nodes[(node - 1) as usize].host.as_ref() else {
                 continue;
             };
-            if !r.group().is_leader() {
-                continue;
-            }
-            let term = r.group().term();
-            match self.ledger.leaders.insert(term, node) {
-                None => self.totals.leader_terms += 1,
-                Some(other) if other != node => self
-                    .ledger
-                    .violations
-                    .push(format!("nodes {other} and {node} both led term {term}")),
-                Some(_) => {}
+            let leading: Vec<(u16, u64)> = host
+                .replicas()
+                .filter(|(_, r)| r.group().is_leader())
+                .map(|(slot, r)| (slot, r.group().term()))
+                .collect();
+            for (slot, term) in leading {
+                match self.ledger.leaders.insert((slot, term), node) {
+                    None => self.totals.leader_terms += 1,
+                    Some(other) if other != node => self.ledger.violations.push(format!(
+                        "nodes {other} and {node} both led slot {slot} in term {term}"
+                    )),
+                    Some(_) => {}
+                }
             }
         }
     }
 
     fn check_settled(&mut self) {
+        for slot in SLOTS {
+            self.check_settled_slot(slot);
+        }
+    }
+
+    fn check_settled_slot(&mut self, slot: u16) {
         let replicas: Vec<&Replica> = self
             .nodes
             .iter()
-            .map(|n| n.replica.as_ref().expect("every node is up once healed"))
+            .map(|n| {
+                let host = n.host.as_ref().expect("every node is up once healed");
+                host.replica(slot).expect("every node hosts every slot")
+            })
             .collect();
         let leaders = replicas.iter().filter(|r| r.group().is_leader()).count();
         if leaders != 1 {
             self.ledger
                 .violations
-                .push(format!("{leaders} leaders after settling"));
+                .push(format!("slot {slot}: {leaders} leaders after settling"));
         }
         let applied: Vec<u64> = replicas.iter().map(|r| r.applied()).collect();
         let commit: Vec<u64> = replicas.iter().map(|r| r.group().commit_index()).collect();
@@ -597,7 +651,8 @@ impl Sim {
                 })
                 .collect();
             self.ledger.violations.push(format!(
-                "replicas did not converge: applied {applied:?}, commit {commit:?}\n{}",
+                "slot {slot}: replicas did not converge: applied {applied:?}, commit \
+                 {commit:?}\n{}",
                 views.join("\n")
             ));
         }
@@ -606,11 +661,11 @@ impl Sim {
             .map(|r| body::encode(&r.broker().snapshot()).expect("encode"))
             .collect();
         if states.iter().any(|s| *s != states[0]) {
-            self.ledger
-                .violations
-                .push("replicas hold different broker states after settling".into());
+            self.ledger.violations.push(format!(
+                "slot {slot}: replicas hold different broker states after settling"
+            ));
         }
-        for id in &self.ledger.published {
+        for id in self.ledger.published.iter().filter(|id| id.slot() == slot) {
             let held = replicas[0].broker().holds(id);
             let acked = self.ledger.acked.contains(id);
             if !held && !self.ledger.ack_proposed.contains(id) {
@@ -634,10 +689,14 @@ fn election_ticks(rng: &mut Rng) -> ElectionTicks {
     ElectionTicks { min, max: min + 1 }
 }
 
-fn message(id: MessageId, now_ns: i64) -> Message {
+fn queue_of(slot: u16) -> String {
+    format!("sim-q{slot}")
+}
+
+fn message(id: MessageId, queue: &str, now_ns: i64) -> Message {
     Message {
         id,
-        topic: QUEUE.to_string(),
+        topic: queue.to_string(),
         payload: Bytes::from(format!("\"{id}\"")),
         headers: BTreeMap::new(),
         timestamp_ns: now_ns,
@@ -706,7 +765,7 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
             "no proposal was ever superseded: {all:?}"
         );
         assert!(
-            all.leader_terms > seeds.len() as u64,
+            all.leader_terms > (seeds.len() * SLOTS.len()) as u64,
             "no re-election: {all:?}"
         );
         assert!(all.published > 0 && all.acked > 0, "{all:?}");

@@ -1,0 +1,228 @@
+//! The replicas one node hosts on one shard, driven together (design §9): one tick drives
+//! every group; the messages all groups produce in one `collect` leave as one batch per
+//! destination node (split at `wire::BATCH_MESSAGES_MAX`); one sync — the shard journal's
+//! group commit — covers every group's writes.
+
+use super::group::ElectionTicks;
+use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
+use super::storage::GroupStorage;
+use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
+use crate::queue::broker::{BrokerConfig, Command, Effect};
+use raft::prelude::Message;
+use std::collections::BTreeMap;
+
+/// Batches for each destination node, in order.
+pub type Batches = BTreeMap<u64, Vec<Vec<SlotMessage>>>;
+
+/// What one `collect` of all groups produced.
+#[derive(Debug, Default)]
+pub struct HostOutput {
+    pub batches: Batches,
+    /// Outcomes of this node's own proposals, by slot.
+    pub answers: Vec<(u16, Answer)>,
+    /// The brokers' effects, by slot, for the leaders to carry out.
+    pub effects: Vec<(u16, Effect)>,
+    /// (slot, index, term) of every entry applied.
+    pub applied: Vec<(u16, u64, u64)>,
+    pub snapshots_installed: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostRefused {
+    /// This node hosts no replica of the slot.
+    UnknownSlot(u16),
+    Proposal(ProposalRefused),
+}
+
+pub struct Host {
+    node_id: u64,
+    replicas: BTreeMap<u16, Replica>,
+}
+
+impl Host {
+    /// Node `node_id`'s replicas of `slots`, each from its durable image (`image(slot)`: a
+    /// new group's or the one a restart kept).
+    pub fn new(
+        node_id: u64,
+        slots: &[u16],
+        mut image: impl FnMut(u16) -> GroupStorage,
+        cfg: &BrokerConfig,
+        snapshot_every_entries: u64,
+        mut election: impl FnMut() -> ElectionTicks,
+    ) -> Result<Host, String> {
+        let mut replicas = BTreeMap::new();
+        for &slot in slots {
+            let replica = Replica::new(
+                node_id,
+                image(slot),
+                cfg.clone(),
+                snapshot_every_entries,
+                election(),
+            )
+            .map_err(|e| format!("slot {slot}: {e}"))?;
+            replicas.insert(slot, replica);
+        }
+        Ok(Host { node_id, replicas })
+    }
+
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    pub fn replica(&self, slot: u16) -> Option<&Replica> {
+        self.replicas.get(&slot)
+    }
+
+    pub fn replicas(&self) -> impl Iterator<Item = (u16, &Replica)> {
+        self.replicas.iter().map(|(slot, r)| (*slot, r))
+    }
+
+    pub fn propose(&mut self, slot: u16, cmd: &Command) -> Result<ProposalId, HostRefused> {
+        let replica = self
+            .replicas
+            .get_mut(&slot)
+            .ok_or(HostRefused::UnknownSlot(slot))?;
+        replica.propose(cmd).map_err(HostRefused::Proposal)
+    }
+
+    pub fn tick(&mut self, now_ns: i64) {
+        for replica in self.replicas.values_mut() {
+            replica.tick(now_ns);
+        }
+    }
+
+    /// Steps each message of a batch into its slot's group. Returns how many were not
+    /// for this node (another `to`) or for a slot it does not host: dropped, as a
+    /// misrouted message must be.
+    pub fn receive(&mut self, batch: Vec<SlotMessage>) -> usize {
+        let mut dropped = 0;
+        for SlotMessage { slot, msg } in batch {
+            match self.replicas.get_mut(&slot) {
+                Some(replica) if msg.to == self.node_id => replica.step(msg),
+                _ => dropped += 1,
+            }
+        }
+        dropped
+    }
+
+    pub fn report_snapshot(&mut self, slot: u16, to: u64, delivered: bool) {
+        if let Some(replica) = self.replicas.get_mut(&slot) {
+            replica.report_snapshot(to, delivered);
+        }
+    }
+
+    /// Collects every group: what to send (batched per destination), answers, effects.
+    pub fn collect(&mut self) -> HostOutput {
+        let mut out = HostOutput::default();
+        for (&slot, replica) in self.replicas.iter_mut() {
+            let installed_before = replica.snapshots_installed();
+            let Output {
+                messages,
+                answers,
+                effects,
+                applied,
+            } = replica.collect();
+            out.snapshots_installed += replica.snapshots_installed() - installed_before;
+            add_to_batches(&mut out.batches, slot, messages);
+            out.answers.extend(answers.into_iter().map(|a| (slot, a)));
+            out.effects.extend(effects.into_iter().map(|e| (slot, e)));
+            out.applied
+                .extend(applied.into_iter().map(|(index, term)| (slot, index, term)));
+        }
+        out
+    }
+
+    /// True while some group's writes wait for `synced`.
+    pub fn needs_sync(&self) -> bool {
+        self.replicas.values().any(|r| r.needs_sync())
+    }
+
+    /// Every group's writes are durable (one group commit): the messages that waited.
+    pub fn synced(&mut self) -> Batches {
+        let mut batches = Batches::new();
+        for (&slot, replica) in self.replicas.iter_mut() {
+            let messages = replica.synced();
+            add_to_batches(&mut batches, slot, messages);
+        }
+        batches
+    }
+
+    /// Each group's image as of the last sync: what a crash leaves.
+    pub fn durable_images(&self) -> BTreeMap<u16, GroupStorage> {
+        self.replicas
+            .iter()
+            .map(|(slot, r)| (*slot, r.group().durable_image().clone()))
+            .collect()
+    }
+}
+
+fn add_to_batches(batches: &mut Batches, slot: u16, messages: Vec<Message>) {
+    for msg in messages {
+        let to = batches.entry(msg.to).or_default();
+        if to.last().is_none_or(|b| b.len() >= BATCH_MESSAGES_MAX) {
+            to.push(Vec::new());
+        }
+        to.last_mut()
+            .expect("pushed above")
+            .push(SlotMessage { slot, msg });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::group::ELECTION_TICKS;
+
+    fn msg(to: u64) -> Message {
+        Message {
+            to,
+            from: 1,
+            ..Message::default()
+        }
+    }
+
+    #[test]
+    fn messages_go_out_in_batches_per_destination_split_at_the_limit() {
+        let mut batches = Batches::new();
+        let to_2: Vec<Message> = (0..BATCH_MESSAGES_MAX + 1).map(|_| msg(2)).collect();
+        add_to_batches(&mut batches, 7, to_2);
+        add_to_batches(&mut batches, 8, vec![msg(3), msg(2)]);
+        let sizes: Vec<usize> = batches[&2].iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![BATCH_MESSAGES_MAX, 2]);
+        assert_eq!(batches[&3].len(), 1);
+        assert_eq!(batches[&3][0][0].slot, 8);
+        assert_eq!(batches[&2][1][1].slot, 8);
+    }
+
+    #[test]
+    fn misrouted_messages_are_dropped_and_counted() {
+        let mut host = Host::new(
+            1,
+            &[4, 5],
+            |_| GroupStorage::new(&[1, 2, 3]),
+            &BrokerConfig::default(),
+            100,
+            || ELECTION_TICKS,
+        )
+        .unwrap();
+        let batch = vec![
+            SlotMessage {
+                slot: 9,
+                msg: msg(1),
+            },
+            SlotMessage {
+                slot: 4,
+                msg: msg(2),
+            },
+        ];
+        assert_eq!(host.receive(batch), 2);
+        assert_eq!(
+            host.propose(9, &Command::Tick { now_ns: 0 }),
+            Err(HostRefused::UnknownSlot(9))
+        );
+        assert!(matches!(
+            host.propose(4, &Command::Tick { now_ns: 0 }),
+            Err(HostRefused::Proposal(ProposalRefused::NotLeader { .. }))
+        ));
+    }
+}
