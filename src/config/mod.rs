@@ -135,6 +135,11 @@ pub struct ServerConfig {
     /// connecting, or the connection is closed. Default `"10s"`, 1 ms..=1 h.
     #[serde(with = "duration::as_string")]
     pub auth_timeout: Duration,
+    /// Most open TCP (queue protocol) connections; each shard takes its share (this divided
+    /// by the shard count, rounded up), and a connection past its shard's share is closed
+    /// at once and counted (`boltq_connections_refused_total{listener="tcp"}`). An idle
+    /// connection holds ~200 KiB of buffers. Default 4096, 1..=1,000,000.
+    pub tcp_connections_max: u64,
 }
 
 impl Default for ServerConfig {
@@ -151,6 +156,7 @@ impl Default for ServerConfig {
             log_level: "info".to_string(),
             read_timeout: Duration::from_secs(30),
             auth_timeout: Duration::from_secs(10),
+            tcp_connections_max: 4096,
         }
     }
 }

@@ -87,6 +87,12 @@ fn server(c: &Config) -> Check {
         boltq_shards::RING_DEPTH_MIN as u64,
         boltq_shards::RING_DEPTH_MAX as u64,
     )?;
+    range(
+        "server.tcp_connections_max",
+        s.tcp_connections_max,
+        1,
+        1_000_000,
+    )?;
     for (key, value) in [
         ("server.read_timeout", s.read_timeout),
         ("server.auth_timeout", s.auth_timeout),

@@ -75,7 +75,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         frame: plan.config.server.read_timeout,
         auth: plan.config.server.auth_timeout,
     };
-    let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), {
+    let tcp_cap = ConnectionCap::new(
+        "tcp",
+        plan.config.server.tcp_connections_max,
+        shard.count(),
+        shard.metrics(),
+    );
+    let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), Some(tcp_cap), {
         let plane = Rc::clone(&plane);
         let shard = shard.clone();
         move |conn| {
@@ -116,7 +122,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });
-    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), {
+    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), None, {
         let shard = shard.clone();
         move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));
@@ -128,6 +134,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             Some(boltq_shards::spawn(accept_loop(
                 l,
                 Rc::clone(&live),
+                None,
                 move |conn| {
                     crate::messaging::gateway::listener::serve(
                         conn,
@@ -182,14 +189,79 @@ fn stream_commands(engine: Option<Rc<Engine>>) -> ExtraCommands {
 
 /// Accepts connections until cancelled, serving each in its own task. `live` counts the
 /// connections still being served, for the shutdown drain.
-async fn accept_loop<F, Fut>(listener: Listener, live: Rc<Cell<usize>>, serve: F)
-where
+/// A listener's connection limit on this shard: its share of the configured total.
+struct ConnectionCap {
+    listener: &'static str,
+    per_shard: usize,
+    open: Rc<Cell<usize>>,
+    refused: boltq_shards::Counter,
+    /// When a refusal was last logged (one line per second at most, whatever the flood).
+    last_logged: Cell<Option<std::time::Instant>>,
+}
+
+impl ConnectionCap {
+    fn new(
+        listener: &'static str,
+        total: u64,
+        shards: usize,
+        metrics: &boltq_shards::Registry,
+    ) -> ConnectionCap {
+        let per_shard = (total as usize).div_ceil(shards.max(1));
+        ConnectionCap {
+            listener,
+            per_shard,
+            open: Rc::new(Cell::new(0)),
+            refused: metrics.counter("boltq_connections_refused_total", &[("listener", listener)]),
+            last_logged: Cell::new(None),
+        }
+    }
+
+    /// Takes a place for a new connection, or refuses it (counted, logged now and then).
+    fn admit(&self) -> Option<Rc<Cell<usize>>> {
+        if self.open.get() < self.per_shard {
+            self.open.set(self.open.get() + 1);
+            return Some(Rc::clone(&self.open));
+        }
+        self.refused.inc();
+        let now = std::time::Instant::now();
+        if self
+            .last_logged
+            .get()
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            self.last_logged.set(Some(now));
+            log::warn!(
+                "{} connection refused: this shard holds its share of the limit ({} open; \
+                 server.{}_connections_max)",
+                self.listener,
+                self.per_shard,
+                self.listener
+            );
+        }
+        None
+    }
+}
+
+async fn accept_loop<F, Fut>(
+    listener: Listener,
+    live: Rc<Cell<usize>>,
+    cap: Option<ConnectionCap>,
+    serve: F,
+) where
     F: Fn(Conn) -> Fut,
     Fut: std::future::Future<Output = ()> + 'static,
 {
     loop {
         match listener.accept().await {
             Ok(conn) => {
+                let place = match &cap {
+                    None => None,
+                    Some(cap) => match cap.admit() {
+                        Some(place) => Some(place),
+                        // Closed at once: dropping it closes the socket.
+                        None => continue,
+                    },
+                };
                 let live = Rc::clone(&live);
                 live.set(live.get() + 1);
                 // Boxed: awaited from inside another future, a connection's future would
@@ -198,6 +270,9 @@ where
                 boltq_shards::spawn(async move {
                     fut.await;
                     live.set(live.get() - 1);
+                    if let Some(place) = place {
+                        place.set(place.get() - 1);
+                    }
                 })
                 .detach();
             }

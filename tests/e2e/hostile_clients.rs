@@ -3,6 +3,7 @@
 //! authenticates when a key is required. Each is disconnected after its deadline
 //! (`server.read_timeout`, `server.auth_timeout`, shortened here) while a well-behaved
 //! client keeps being answered, and a connection that is merely idle is never closed.
+//! Connections past `server.tcp_connections_max` are closed at once and counted.
 
 use crate::support::Server;
 use boltq::queue::protocol::frame::{op, status};
@@ -161,4 +162,49 @@ fn a_client_that_never_authenticates_is_cut_off_and_one_that_did_stays() {
     // The authenticated one is past the auth deadline and still served.
     std::thread::sleep(AUTH_TIMEOUT);
     ping(&mut good);
+}
+
+/// Whether the server answers a PING on `c` (false: it closed the connection).
+fn answers(c: &mut TcpStream) -> bool {
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    if c.write_all(&frame(op::PING, b"")).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    c.read_exact(&mut head).is_ok() && head[0] == status::OK
+}
+
+#[test]
+fn connections_past_the_cap_are_closed_counted_and_room_comes_back() {
+    let dir = TempDir::new("hostile-cap");
+    let config = dir.path().join("boltq.toml");
+    // Two shards (the test server's default): two connections each.
+    std::fs::write(&config, "[server]\ntcp_connections_max = 4\n").unwrap();
+    let s = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut conns: Vec<TcpStream> = (0..10).map(|_| connect(&s)).collect();
+    let answered = conns.iter_mut().map(answers).filter(|ok| *ok).count();
+    // Each shard holds at most its two; which shard the kernel gives a connection to is
+    // its choice, so at least one shard filled up.
+    assert!(
+        (2..=4).contains(&answered),
+        "{answered} of 10 connections answered with a cap of 4"
+    );
+    let metrics = crate::support::get(&s, "/metrics").body;
+    let refused: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("boltq_connections_refused_total{listener=\"tcp\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no refusal counter in /metrics:\n{metrics}"));
+    assert_eq!(refused, 10 - answered as u64);
+    // The places come back once their connections close.
+    drop(conns);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut again: Vec<TcpStream> = (0..2).map(|_| connect(&s)).collect();
+        if again.iter_mut().all(answers) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no room after the others closed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
