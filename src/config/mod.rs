@@ -138,7 +138,8 @@ pub struct ServerConfig {
     /// Most open TCP (queue protocol) connections; each shard takes its share (this divided
     /// by the shard count, rounded up), and a connection past its shard's share is closed
     /// at once and counted (`boltq_connections_refused_total{listener="tcp"}`). An idle
-    /// connection holds ~200 KiB of buffers. Default 4096, 1..=1,000,000.
+    /// connection keeps ~20 KiB resident; its buffers may grow to ~200 KiB while large
+    /// batches pass. Default 4096, 1..=1,000,000.
     pub tcp_connections_max: u64,
 }
 
