@@ -158,6 +158,8 @@ impl Replica {
             .is_some_and(|due_ns| due_ns <= now_ns);
         if due {
             if let Ok(id) = self.propose(&Command::Tick { now_ns }) {
+                // Nobody waits for a tick's outcome: no answer comes out for it.
+                self.proposals.remove(&id.index);
                 self.tick_in_flight = Some(id);
             }
         }
