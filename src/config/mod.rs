@@ -358,6 +358,9 @@ pub struct QueueConfig {
     /// binding with an error instead of v1's silent OK. Default false (v1 clients expect
     /// the OK).
     pub report_unroutable: bool,
+    /// Distinct (topic, subscriber id) pairs one TCP connection may subscribe; one more is
+    /// refused with an error naming this key. Default 1024, 1..=65536.
+    pub subscriptions_per_connection_max: u64,
 }
 
 impl Default for QueueConfig {
@@ -371,6 +374,7 @@ impl Default for QueueConfig {
             durable_backlog_bytes_max: 256 << 20,
             overflow: OverflowPolicy::Reject,
             report_unroutable: false,
+            subscriptions_per_connection_max: 1024,
         }
     }
 }

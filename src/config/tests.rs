@@ -715,6 +715,7 @@ fn each_validation_error_names_its_key() {
         ("[queue]\nmax_retry = 0", "queue.max_retry"),
         ("[queue]\nack_timeout = \"0s\"", "queue.ack_timeout"),
         ("[queue]\ncapacity = 0", "queue.capacity"),
+        ("[queue]\nsubscriptions_per_connection_max = 0", "queue.subscriptions_per_connection_max"),
         ("[queue]\ndurable_backlog_bytes_max = 1048575", "queue.durable_backlog_bytes_max"),
         ("[queue]\ndurable_backlog_bytes_max = 1099511627777", "queue.durable_backlog_bytes_max"),
         ("[queue]\nretry_backoff_base_ms = 5000\nretry_backoff_max_ms = 100", "queue.retry_backoff_max_ms"),

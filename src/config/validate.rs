@@ -158,6 +158,12 @@ fn queue(c: &Config) -> Check {
     positive_duration("queue.ack_timeout", q.ack_timeout)?;
     range("queue.capacity", q.capacity, 1, 1 << 30)?;
     range(
+        "queue.subscriptions_per_connection_max",
+        q.subscriptions_per_connection_max,
+        1,
+        65_536,
+    )?;
+    range(
         "queue.durable_backlog_bytes_max",
         q.durable_backlog_bytes_max,
         1 << 20,

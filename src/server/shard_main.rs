@@ -71,9 +71,10 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let http = Listener::for_shard(&plan.http, plan.tls.as_ref()).map_err(|e| e.to_string())?;
     let live = Rc::new(Cell::new(0usize));
     let extra = stream_commands(engine.clone());
-    let deadlines = crate::queue::server::connection::Deadlines {
+    let limits = crate::queue::server::connection::ConnectionLimits {
         frame: plan.config.server.read_timeout,
         auth: plan.config.server.auth_timeout,
+        subscriptions_max: plan.config.queue.subscriptions_per_connection_max as usize,
     };
     let tcp_cap = ConnectionCap::new(
         "tcp",
@@ -89,7 +90,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 conn,
                 Rc::clone(&plane),
                 Some(Rc::clone(&extra)),
-                deadlines,
+                limits,
                 shard.shutdown_requested(),
             )
         }

@@ -3,7 +3,8 @@
 //! authenticates when a key is required. Each is disconnected after its deadline
 //! (`server.read_timeout`, `server.auth_timeout`, shortened here) while a well-behaved
 //! client keeps being answered, and a connection that is merely idle is never closed.
-//! Connections past `server.tcp_connections_max` are closed at once and counted.
+//! Connections past `server.tcp_connections_max` are closed at once and counted, and
+//! subscriptions past `queue.subscriptions_per_connection_max` are refused.
 
 use crate::support::Server;
 use boltq::queue::protocol::frame::{op, status};
@@ -207,4 +208,29 @@ fn connections_past_the_cap_are_closed_counted_and_room_comes_back() {
         assert!(Instant::now() < deadline, "no room after the others closed");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn subscriptions_past_the_per_connection_cap_are_refused_with_an_error_naming_the_key() {
+    let dir = TempDir::new("hostile-subs");
+    let config = dir.path().join("boltq.toml");
+    std::fs::write(&config, "[queue]\nsubscriptions_per_connection_max = 3\n").unwrap();
+    let s = Server::start(&["--config", config.to_str().unwrap()]);
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    let mut c = boltq::client::Client::connect(&addr, Default::default()).unwrap();
+    for topic in ["t1", "t2", "t3"] {
+        c.subscribe(topic, "me", false).unwrap();
+    }
+    // A re-subscribe of a pair it holds is not a new one.
+    c.subscribe("t2", "me", false).unwrap();
+    let refused = c.subscribe("t4", "me", false).unwrap_err().to_string();
+    assert!(
+        refused.contains("too many subscriptions on this connection (limit 3")
+            && refused.contains("queue.subscriptions_per_connection_max"),
+        "{refused}"
+    );
+    // The connection itself carries on, and the cap is per connection.
+    c.ping().unwrap();
+    let mut other = boltq::client::Client::connect(&addr, Default::default()).unwrap();
+    other.subscribe("t4", "other", false).unwrap();
 }

@@ -42,17 +42,19 @@ enum Wake {
     Stop,
 }
 
-/// How long a client may take over what it owes (`server.read_timeout`,
-/// `server.auth_timeout`).
+/// What one connection may hold and how long it may take over what it owes
+/// (`server.read_timeout`, `server.auth_timeout`, `queue.subscriptions_per_connection_max`).
 #[derive(Clone, Copy, Debug)]
-pub struct Deadlines {
+pub struct ConnectionLimits {
     /// From the first byte of a frame to its last.
     pub frame: Duration,
     /// From connecting to a successful AUTH, when the server requires one.
     pub auth: Duration,
+    /// Distinct (topic, subscriber id) pairs one connection may subscribe.
+    pub subscriptions_max: usize,
 }
 
-impl Deadlines {
+impl ConnectionLimits {
     /// The earliest deadline the connection is under now, and what it is for.
     fn next(
         &self,
@@ -75,7 +77,7 @@ pub async fn serve(
     mut conn: Conn,
     plane: Rc<Plane>,
     extra: Option<ExtraCommands>,
-    deadlines: Deadlines,
+    limits: ConnectionLimits,
     stop: impl Future<Output = ()>,
 ) {
     let connected = Instant::now();
@@ -86,6 +88,7 @@ pub async fn serve(
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
     state.set_extra(extra);
+    state.set_subscriptions_max(limits.subscriptions_max);
     let mut stop = std::pin::pin!(stop);
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
@@ -113,7 +116,7 @@ pub async fn serve(
         // Frames left over from the last batch (a batch stops at BATCH_FRAMES_MAX or at an
         // exchange barrier) are handled before waiting for more bytes.
         let have_frame = matches!(frame::decode(&inbuf), Ok(Some(_)) | Err(_));
-        let deadline = deadlines.next(connected, state.awaits_auth(), frame_started);
+        let deadline = limits.next(connected, state.awaits_auth(), frame_started);
         if let Some((at, owed)) = deadline {
             if !have_frame && at <= Instant::now() {
                 log::debug!("closing a connection that did not {owed} in time");

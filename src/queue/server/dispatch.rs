@@ -43,6 +43,10 @@ pub struct ConnState {
     pub catch_up: Vec<u8>,
     /// The durable pushes among `catch_up`, in order (see `delivery.rs`).
     pub catch_up_tracked: Vec<Tracked>,
+    /// (topic, subscriber id) pairs this connection subscribed, counted when the SUBSCRIBE
+    /// is dispatched (a refused or taken-over one keeps its place: the count errs high).
+    subscriptions: std::collections::BTreeSet<(String, String)>,
+    subscriptions_max: usize,
 }
 
 impl ConnState {
@@ -58,7 +62,27 @@ impl ConnState {
             extra: None,
             catch_up: Vec::new(),
             catch_up_tracked: Vec::new(),
+            subscriptions: std::collections::BTreeSet::new(),
+            subscriptions_max: usize::MAX,
         }
+    }
+
+    pub fn set_subscriptions_max(&mut self, max: usize) {
+        self.subscriptions_max = max;
+    }
+
+    /// Takes a place for `(topic, sub_id)` on this connection; false at the limit (a pair it
+    /// already holds always fits: a re-subscribe).
+    fn admit_subscription(&mut self, topic: &str, sub_id: &str) -> bool {
+        let key = (topic.to_string(), sub_id.to_string());
+        if self.subscriptions.contains(&key) {
+            return true;
+        }
+        if self.subscriptions.len() >= self.subscriptions_max {
+            return false;
+        }
+        self.subscriptions.insert(key);
+        true
     }
 
     /// True until AUTH succeeded, when the server requires it.
@@ -305,6 +329,17 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
         Request::PublishTopic(p) => publish(plane, st, p, true),
         Request::Consume(c) => consume(plane, st, c),
         Request::Subscribe(s) => {
+            if !st.admit_subscription(&s.topic, &s.id) {
+                reply::error(
+                    &format!(
+                        "too many subscriptions on this connection (limit {}, \
+                         queue.subscriptions_per_connection_max)",
+                        st.subscriptions_max
+                    ),
+                    &mut out,
+                );
+                return Pending::Ready(out);
+            }
             let slot = slot_of_name(&s.topic);
             let cmd = Command::Subscribe {
                 topic: s.topic.clone(),
