@@ -812,3 +812,27 @@ fn unroutable_exchange_publishes_are_reported_only_when_asked() {
     c2.exchange_declare("r", "direct", false).unwrap();
     c2.publish_exchange("r", "no", "1", None, 0).unwrap();
 }
+
+/// v1: binding a queue creates it, so STATS lists it (at 0) before anything is published,
+/// and it stays created across a restart (the creation is a logged command).
+#[test]
+fn bind_creates_its_queue_and_the_queue_survives_a_restart() {
+    let (s, _cfg) = server("");
+    let mut c = client(&s);
+    c.exchange_declare("ex", "direct", true).unwrap();
+    assert!(c.stats().unwrap()["Queues"].get("bound-q").is_none());
+    c.bind_queue("ex", "bound-q", "k", None, false).unwrap();
+    let stats = c.stats().unwrap();
+    assert_eq!(stats["Queues"]["bound-q"], 0, "{stats}");
+    // A second bind of the same queue changes nothing about it.
+    c.bind_queue("ex", "bound-q", "k2", None, false).unwrap();
+    assert_eq!(c.stats().unwrap()["Queues"]["bound-q"], 0);
+    // An unknown exchange creates nothing.
+    assert!(c.bind_queue("nope", "other-q", "k", None, false).is_err());
+    drop(c);
+    let (s, _) = s.restart(libc::SIGTERM);
+    let mut c = client(&s);
+    let stats = c.stats().unwrap();
+    assert_eq!(stats["Queues"]["bound-q"], 0, "{stats}");
+    assert!(stats["Queues"].get("other-q").is_none(), "{stats}");
+}

@@ -81,6 +81,10 @@ pub enum Command {
         limit: u32,
         now_ns: i64,
     },
+    /// Creates work queue `queue` if it does not exist (v1: a BIND creates its queue).
+    DeclareQueue {
+        queue: String,
+    },
     /// Discards every dead letter of work queue `queue`.
     /// Discards the ready messages of work queue `queue` (not pending, delayed or retry-
     /// waiting ones, as v1's HTTP purge). An unknown queue is an error naming it.
@@ -120,6 +124,10 @@ pub enum Outcome {
     /// discarded, like any expired message).
     Requeued(u32),
     Purged(u64),
+    /// A `DeclareQueue`: whether it created the queue (false: it existed).
+    Declared {
+        created: bool,
+    },
     /// `changed`: at least one timer fired.
     Ticked {
         changed: bool,

@@ -284,6 +284,7 @@ impl Broker {
             } => self.dead_letter_requeue(queue, *limit, *now_ns),
             Command::DeadLetterPurge { queue } => self.dead_letter_purge(queue),
             Command::Purge { queue } => self.purge(queue),
+            Command::DeclareQueue { queue } => self.declare_queue(queue),
         };
         (outcome, effects)
     }
@@ -309,6 +310,7 @@ impl Broker {
             (_, Outcome::Error(_) | Outcome::Empty | Outcome::PublishedLive) => false,
             (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
             (Command::Confirm { .. }, Outcome::Confirmed(count)) => *count > 0,
+            (Command::DeclareQueue { .. }, Outcome::Declared { created }) => *created,
             (Command::Subscribe { topic, sub_id, .. }, _) => self.pubsub.is_durable(topic, sub_id),
             (Command::Disconnect { .. } | Command::DisconnectAll, _) => ends_durable_live,
             _ => true,
@@ -629,6 +631,17 @@ impl Broker {
         }
         self.counters.dead_letters_requeued += n as u64;
         Outcome::Requeued(n as u32)
+    }
+
+    fn declare_queue(&mut self, queue: &str) -> Outcome {
+        if queue.is_empty() {
+            return Outcome::Error("queue is required".into());
+        }
+        let created = !self.queues.contains_key(queue);
+        match queue_or_create(&mut self.queues, queue) {
+            Ok(_) => Outcome::Declared { created },
+            Err(e) => Outcome::Error(e),
+        }
     }
 
     fn purge(&mut self, queue: &str) -> Outcome {

@@ -5,11 +5,13 @@
 //! recovery reads only the last record), and sends the new table to every other shard
 //! before it answers. Replies and the table travel in the same per-shard stream, so the
 //! shard that asked routes with the new table as soon as it has the answer; other shards get
-//! it within one mesh hop.
+//! it within one mesh hop. A BIND then creates its queue on the queue's owner (v1 did), a
+//! logged `DeclareQueue`, before it is answered.
 
 use super::mesh::{QueueMsg, QueueReply, RemoteReply};
 use super::plane::{Plane, REMOTE_TIMEOUT_MS};
 use crate::queue::broker::exchange::{Exchanges, ExchangesSnapshot};
+use crate::queue::broker::{Command, Outcome};
 use crate::queue::protocol::request::Binding;
 use boltq_io::{LogRef, Record, Store};
 use boltq_shards::MeshError;
@@ -95,23 +97,43 @@ pub async fn recover(store: &Store, log: &LogRef) -> Result<Exchanges, String> {
 /// Headers map type used by routing.
 pub type Headers = BTreeMap<String, String>;
 
-/// An exchange change on its way to (or applied on) the metadata shard.
-pub enum ExchangeSubmitted {
+/// An exchange change on its way to (or applied on) the metadata shard, and the queue a
+/// BIND creates once it is applied (v1: binding a queue creates it).
+pub struct ExchangeSubmitted {
+    change: ChangeSubmitted,
+    declare_after: Option<String>,
+}
+
+enum ChangeSubmitted {
     Local(Result<(), String>, Option<u64>),
     Remote(RemoteReply),
 }
 
 impl ExchangeSubmitted {
     pub async fn result(self, plane: &Plane) -> Result<(), String> {
-        match self {
-            ExchangeSubmitted::Local(result, lsn) => plane.exchange_durable(result, lsn).await,
-            ExchangeSubmitted::Remote(reply) => match reply.await {
+        let changed = match self.change {
+            ChangeSubmitted::Local(result, lsn) => plane.exchange_durable(result, lsn).await,
+            ChangeSubmitted::Remote(reply) => match reply.await {
                 Ok(QueueReply::Exchange(r)) => r,
                 Ok(_) | Err(MeshError::UnexpectedReply) => {
                     Err("internal error: unexpected reply between shards".into())
                 }
                 Err(e) => Err(format!("metadata shard did not answer: {e}")),
             },
+        };
+        changed?;
+        let Some(queue) = self.declare_after else {
+            return Ok(());
+        };
+        let slot = super::dispatch::slot_of_name(&queue);
+        match plane
+            .submit(slot, Command::DeclareQueue { queue })
+            .outcome(plane)
+            .await
+        {
+            Outcome::Declared { .. } => Ok(()),
+            Outcome::Error(e) => Err(format!("bound, but the queue was not created: {e}")),
+            other => Err(format!("internal error: unexpected outcome {other:?}")),
         }
     }
 }
@@ -136,12 +158,21 @@ impl Plane {
 
     /// Sends an exchange change to the metadata shard (or applies it here, if this is it).
     pub fn submit_exchange(&self, op: ExchangeOp) -> ExchangeSubmitted {
-        if self.shard.id() == META_SHARD {
+        let declare_after = match &op {
+            ExchangeOp::Bind(b) => Some(b.queue.clone()),
+            _ => None,
+        };
+        let change = if self.shard.id() == META_SHARD {
             let (result, lsn) = self.apply_exchange_local(op);
-            return ExchangeSubmitted::Local(result, lsn);
+            ChangeSubmitted::Local(result, lsn)
+        } else {
+            let req = QueueMsg::Exchange(op);
+            ChangeSubmitted::Remote(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS))
+        };
+        ExchangeSubmitted {
+            change,
+            declare_after,
         }
-        let req = QueueMsg::Exchange(op);
-        ExchangeSubmitted::Remote(self.shard.request(META_SHARD, req, REMOTE_TIMEOUT_MS))
     }
 
     pub(super) fn apply_exchange_local(&self, op: ExchangeOp) -> (Result<(), String>, Option<u64>) {

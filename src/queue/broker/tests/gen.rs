@@ -152,10 +152,13 @@ impl Gen {
                 sub_id: self.rng.pick(&SUB_IDS).to_string(),
                 delivery: self.rng.range(0, 12) as u64,
             },
-            960..=979 => Command::DeadLetterRequeue {
+            960..=974 => Command::DeadLetterRequeue {
                 queue: self.rng.pick(&QUEUES).to_string(),
                 limit: self.rng.range(0, 3) as u32,
                 now_ns: self.now_ns,
+            },
+            975..=979 => Command::DeclareQueue {
+                queue: self.rng.pick(&QUEUES).to_string(),
             },
             980..=984 => Command::DeadLetterPurge {
                 queue: self.rng.pick(&QUEUES).to_string(),

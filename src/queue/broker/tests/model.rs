@@ -334,6 +334,9 @@ impl Model {
                 }
                 Outcome::Purged(n)
             }
+            Command::DeclareQueue { queue } => Outcome::Declared {
+                created: self.queues.insert(queue.clone()),
+            },
             Command::DeadLetterPurge { queue } => {
                 let mut n = 0;
                 for e in self

@@ -28,6 +28,24 @@ fn priority_high_first_and_fifo_within_a_level() {
 }
 
 #[test]
+fn declare_creates_a_queue_once_and_is_logged_only_when_it_did() {
+    let mut b = Broker::new(cfg());
+    let declare = |name: &str| Command::DeclareQueue {
+        queue: name.into(),
+    };
+    let first = b.apply_logged(&declare("q"));
+    assert_eq!(first.outcome, Outcome::Declared { created: true });
+    assert!(first.logged);
+    assert!(b.stats().queues.contains_key("q"));
+    let again = b.apply_logged(&declare("q"));
+    assert_eq!(again.outcome, Outcome::Declared { created: false });
+    assert!(!again.logged);
+    let empty = b.apply_logged(&declare(""));
+    assert_eq!(empty.outcome, Outcome::Error("queue is required".into()));
+    assert!(!empty.logged);
+}
+
+#[test]
 fn consume_of_an_unknown_queue_creates_it_and_is_empty() {
     let mut b = Broker::new(cfg());
     assert_eq!(
