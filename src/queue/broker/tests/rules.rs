@@ -30,9 +30,7 @@ fn priority_high_first_and_fifo_within_a_level() {
 #[test]
 fn declare_creates_a_queue_once_and_is_logged_only_when_it_did() {
     let mut b = Broker::new(cfg());
-    let declare = |name: &str| Command::DeclareQueue {
-        queue: name.into(),
-    };
+    let declare = |name: &str| Command::DeclareQueue { queue: name.into() };
     let first = b.apply_logged(&declare("q"));
     assert_eq!(first.outcome, Outcome::Declared { created: true });
     assert!(first.logged);
