@@ -27,6 +27,7 @@ pub struct ElectionTicks {
     pub min: usize,
     pub max: usize,
 }
+
 /// Ticks between a leader's heartbeats (100 ms with the server's tick).
 pub const HEARTBEAT_TICKS: usize = 1;
 /// Most entry bytes in one append message.
@@ -58,8 +59,6 @@ pub struct Group {
     /// Readies written into the image but not yet durable: their numbers, and the messages
     /// that must wait until they are.
     unsynced: std::collections::VecDeque<(u64, Vec<Message>)>,
-    /// The image as of the last sync.
-    durable: GroupStorage,
     /// A snapshot installed by `collect`, applied in raft-rs's books once synced.
     snapshot_applied_at_sync: Option<u64>,
 }
@@ -93,11 +92,9 @@ impl Group {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node =
             RawNode::new(&config, storage, &logger).map_err(|e| format!("raft group {id}: {e}"))?;
-        let durable = node.store().clone();
         Ok(Group {
             node,
             unsynced: std::collections::VecDeque::new(),
-            durable,
             snapshot_applied_at_sync: None,
         })
     }
@@ -120,16 +117,16 @@ impl Group {
         }
     }
 
-    /// Appends `data` (a command) if this replica leads; `context` comes back with the
-    /// committed entry, so the proposer can tell its own entries apart. Returns the index
-    /// and term the entry got: it is committed with that term at that index, or never.
-    pub fn propose(&mut self, context: Vec<u8>, data: Vec<u8>) -> Result<(u64, u64), ProposeError> {
+    /// Appends `data` (a command) if this replica leads. Returns the index and term the
+    /// entry got: it is committed with that term at that index, or never, which is how the
+    /// proposer tells its own entries apart.
+    pub fn propose(&mut self, data: Vec<u8>) -> Result<(u64, u64), ProposeError> {
         if self.node.raft.state != StateRole::Leader {
             return Err(ProposeError::NotLeader {
                 leader: self.leader(),
             });
         }
-        if self.node.propose(context, data).is_err() {
+        if self.node.propose(Vec::new(), data).is_err() {
             // A leader refuses while it transfers leadership.
             return Err(ProposeError::NotLeader { leader: None });
         }
@@ -240,7 +237,7 @@ impl Group {
     }
 
     /// Everything `collect` wrote is durable now (the journal's fdatasync returned): the
-    /// durable image catches up, and the messages that had to wait for it may go.
+    /// messages that had to wait for it may go.
     pub fn synced(&mut self) -> Vec<Message> {
         let mut messages = Vec::new();
         let mut newest = None;
@@ -254,12 +251,6 @@ impl Group {
         if let Some(index) = self.snapshot_applied_at_sync.take() {
             self.node.advance_apply_to(index);
         }
-        self.durable = self.node.store().clone();
         messages
-    }
-
-    /// The image as of the last `synced`: what a crash leaves.
-    pub fn durable_image(&self) -> &GroupStorage {
-        &self.durable
     }
 }

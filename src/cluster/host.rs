@@ -65,10 +65,6 @@ impl Host {
         Ok(Host { node_id, replicas })
     }
 
-    pub fn node_id(&self) -> u64 {
-        self.node_id
-    }
-
     pub fn replica(&self, slot: u16) -> Option<&Replica> {
         self.replicas.get(&slot)
     }
@@ -147,11 +143,11 @@ impl Host {
         batches
     }
 
-    /// Each group's image as of the last sync: what a crash leaves.
-    pub fn durable_images(&self) -> BTreeMap<u16, GroupStorage> {
+    /// Each group's image now (a copy): right after `synced`, what a crash would leave.
+    pub fn images(&self) -> BTreeMap<u16, GroupStorage> {
         self.replicas
             .iter()
-            .map(|(slot, r)| (*slot, r.group().durable_image().clone()))
+            .map(|(slot, r)| (*slot, r.group().storage().clone()))
             .collect()
     }
 }

@@ -138,7 +138,7 @@ impl Replica {
         record::encode(cmd, &mut data);
         let (index, term) = self
             .group
-            .propose(Vec::new(), data)
+            .propose(data)
             .map_err(|ProposeError::NotLeader { leader }| ProposalRefused::NotLeader { leader })?;
         let id = ProposalId { index, term };
         self.proposals.insert(index, id);

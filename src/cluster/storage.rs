@@ -77,15 +77,6 @@ impl GroupStorage {
         &self.snapshot
     }
 
-    /// Committed entries after the newest snapshot, in order: what a restart replays.
-    pub fn committed_after_snapshot(&self) -> &[Entry] {
-        let from = self.snapshot.get_metadata().index;
-        let to = self.hard_state.commit;
-        let start = (from - self.base_index) as usize;
-        let end = (to - self.base_index) as usize;
-        &self.entries[start..end]
-    }
-
     fn last(&self) -> u64 {
         self.base_index + self.entries.len() as u64
     }
@@ -191,16 +182,6 @@ impl GroupStorage {
             self.base_term = term;
         }
         self.snapshot = snapshot;
-    }
-
-    /// Bytes the image holds (entries' data and the snapshot's), for limits and reports.
-    pub fn bytes(&self) -> u64 {
-        let entries: usize = self
-            .entries
-            .iter()
-            .map(|e| e.data.len() + e.context.len())
-            .sum();
-        (entries + self.snapshot.data.len()) as u64
     }
 }
 
@@ -323,7 +304,6 @@ mod tests {
             .unwrap();
         assert_eq!(tail.len(), 2);
         assert_eq!(s.snapshot(0, 2).unwrap().get_metadata().index, n);
-        assert!(s.committed_after_snapshot().is_empty());
     }
 
     #[test]

@@ -92,8 +92,8 @@ impl Faults {
 struct Node {
     /// `None` while crashed.
     host: Option<Host>,
-    /// The durable images while crashed.
-    images: Option<BTreeMap<u16, GroupStorage>>,
+    /// Each group's image as of the node's last sync: what a crash leaves.
+    synced_images: BTreeMap<u16, GroupStorage>,
     up_at_ms: u64,
     tick_phase_ms: u64,
     /// When the writes waiting in its image become durable.
@@ -172,24 +172,23 @@ impl Sim {
         let faults = Faults::draw(&mut rng);
         let voters: Vec<u64> = (1..=NODES).collect();
         let nodes = (1..=NODES)
-            .map(|id| Node {
-                host: Some(
-                    Host::new(
-                        id,
-                        &SLOTS,
-                        |_| {
-                            GroupStorage::new(&voters).keeping_behind_snapshot(KEPT_BEHIND_SNAPSHOT)
-                        },
-                        &broker_config(),
-                        SNAPSHOT_EVERY_ENTRIES,
-                        || election_ticks(&mut rng),
-                    )
-                    .expect("host"),
-                ),
-                images: None,
-                up_at_ms: 0,
-                tick_phase_ms: rng.below(TICK_MS),
-                sync_at_ms: None,
+            .map(|id| {
+                let host = Host::new(
+                    id,
+                    &SLOTS,
+                    |_| GroupStorage::new(&voters).keeping_behind_snapshot(KEPT_BEHIND_SNAPSHOT),
+                    &broker_config(),
+                    SNAPSHOT_EVERY_ENTRIES,
+                    || election_ticks(&mut rng),
+                )
+                .expect("host");
+                Node {
+                    synced_images: host.images(),
+                    host: Some(host),
+                    up_at_ms: 0,
+                    tick_phase_ms: rng.below(TICK_MS),
+                    sync_at_ms: None,
+                }
             })
             .collect();
         let per_slot = PUBLISHERS + CONSUMERS;
@@ -278,9 +277,9 @@ impl Sim {
     fn crash(&mut self, node: u64) {
         let down_ms = 200 + self.rng.below(3_000);
         let n = &mut self.nodes[(node - 1) as usize];
-        let host = n.host.take().expect("crashing an up node");
-        // What was written but not yet synced is lost.
-        n.images = Some(host.durable_images());
+        // What was written but not yet synced is lost with the host: the restart reads
+        // `synced_images`.
+        n.host = None;
         n.sync_at_ms = None;
         n.up_at_ms = self.now_ms + down_ms;
         self.totals.crashes += 1;
@@ -290,7 +289,7 @@ impl Sim {
     fn restart_due(&mut self) {
         for (i, n) in self.nodes.iter_mut().enumerate() {
             if n.host.is_none() && (n.up_at_ms <= self.now_ms || self.healed) {
-                let mut images = n.images.take().expect("a crashed node keeps its images");
+                let mut images = n.synced_images.clone();
                 let id = i as u64 + 1;
                 let rng = &mut self.rng;
                 n.host = Some(
@@ -320,6 +319,7 @@ impl Sim {
                 continue;
             };
             let batches = host.synced();
+            n.synced_images = host.images();
             self.send_all(node, batches);
         }
     }
