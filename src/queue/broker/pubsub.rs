@@ -370,7 +370,6 @@ impl PubSub {
         !self.by_consumer.is_empty()
     }
 
-    /// Every registration that outlives a snapshot: durable ones and live ones.
     /// Every registration, copied in O(1) (for `Broker::freeze`).
     pub fn registrations(&self) -> Registrations {
         self.topics.clone()

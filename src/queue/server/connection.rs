@@ -35,10 +35,9 @@ enum Wake {
     /// Complete frames are already buffered.
     Buffered,
     Pushes,
-    /// Time to ask the socket what the peer has acknowledged.
-    Confirm,
-    /// A deadline of `Deadlines` may have passed.
-    Deadline,
+    /// Time to ask the socket what the peer has acknowledged, or a deadline of
+    /// `ConnectionLimits` may have passed: the loop's top does both checks.
+    Timer,
     Stop,
 }
 
@@ -68,6 +67,22 @@ impl ConnectionLimits {
             (Some(a), Some(f)) => Some(if a.0 <= f.0 { a } else { f }),
             (a, f) => a.or(f),
         }
+    }
+}
+
+/// When the loop must wake without input: the next confirmation poll while durable pushes
+/// wait for the peer, or the connection's next deadline, whichever comes first.
+fn next_timer(
+    confirms: &Confirmations,
+    deadline: Option<(Instant, &'static str)>,
+) -> Option<Instant> {
+    let poll = confirms
+        .waiting()
+        .then(|| Instant::now() + Duration::from_millis(CONFIRM_POLL_MS));
+    let deadline = deadline.map(|(at, _)| at);
+    match (poll, deadline) {
+        (Some(p), Some(d)) => Some(p.min(d)),
+        (p, d) => p.or(d),
     }
 }
 
@@ -138,25 +153,18 @@ pub async fn serve(
                             stop.as_mut().await;
                             Wake::Stop
                         },
-                        futures_lite::future::or(
-                            async {
-                                if !confirms.waiting() {
-                                    futures_lite::future::pending::<()>().await;
+                        async {
+                            match next_timer(&confirms, deadline) {
+                                Some(at) => {
+                                    boltq_shards::sleep(
+                                        at.saturating_duration_since(Instant::now()),
+                                    )
+                                    .await
                                 }
-                                boltq_shards::sleep(Duration::from_millis(CONFIRM_POLL_MS)).await;
-                                Wake::Confirm
-                            },
-                            async {
-                                match deadline {
-                                    Some((at, _)) => {
-                                        let left = at.saturating_duration_since(Instant::now());
-                                        boltq_shards::sleep(left).await;
-                                    }
-                                    None => futures_lite::future::pending::<()>().await,
-                                }
-                                Wake::Deadline
-                            },
-                        ),
+                                None => futures_lite::future::pending::<()>().await,
+                            }
+                            Wake::Timer
+                        },
                     ),
                 ),
             )
@@ -168,7 +176,7 @@ pub async fn serve(
                 log::debug!("closing a connection whose read failed: {e}");
                 break;
             }
-            Wake::Pushes | Wake::Confirm | Wake::Deadline => continue,
+            Wake::Pushes | Wake::Timer => continue,
             Wake::Read(Ok(n)) => {
                 if inbuf.is_empty() {
                     frame_started = Some(Instant::now());

@@ -405,8 +405,6 @@ mod tests {
         assert_eq!(r.broker.snapshot(), want.snapshot(), "exactly its state");
     }
 
-    /// Issue 13 item 3: a snapshot cut short by a crash keeps its number, so the next one
-    /// must take a higher number; sharing it got both merged (or refused) at the next start.
     /// A snapshot of a random command sequence: every kind of state (ready, waiting,
     /// pending, dead letters, durable registrations with backlogs and unconfirmed pushes).
     fn random_snapshot(seed: u64) -> BrokerSnapshot {
@@ -476,6 +474,8 @@ mod tests {
         );
     }
 
+    /// Issue 13 item 3: a snapshot cut short by a crash keeps its number, so the next one
+    /// must take a higher number; sharing it got both merged (or refused) at the next start.
     #[test]
     fn a_snapshot_cut_short_by_a_crash_never_shares_its_number() {
         let tmp = TempDir::new("snapnum");
