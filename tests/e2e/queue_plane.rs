@@ -814,7 +814,8 @@ fn unroutable_exchange_publishes_are_reported_only_when_asked() {
 }
 
 /// v1: binding a queue creates it, so STATS lists it (at 0) before anything is published,
-/// and it stays created across a restart (the creation is a logged command).
+/// and it stays created across a kill -9 and restart (the creation is a logged command, and
+/// the BIND reply waits for it to be durable).
 #[test]
 fn bind_creates_its_queue_and_the_queue_survives_a_restart() {
     let (s, _cfg) = server("");
@@ -830,7 +831,7 @@ fn bind_creates_its_queue_and_the_queue_survives_a_restart() {
     // An unknown exchange creates nothing.
     assert!(c.bind_queue("nope", "other-q", "k", None, false).is_err());
     drop(c);
-    let (s, _) = s.restart(libc::SIGTERM);
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
     let mut c = client(&s);
     let stats = c.stats().unwrap();
     assert_eq!(stats["Queues"]["bound-q"], 0, "{stats}");
