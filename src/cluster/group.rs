@@ -185,6 +185,11 @@ impl Group {
         self.node.report_snapshot(to, status);
     }
 
+    /// The image changes made since the last call, for the raft log to record.
+    pub fn take_writes(&mut self) -> Vec<super::storage::ImageWrite> {
+        self.node.mut_store().take_writes()
+    }
+
     /// Keeps a snapshot of the state machine taken at an applied index (see
     /// `GroupStorage::compact`).
     pub fn compact(&mut self, snapshot: Snapshot) {

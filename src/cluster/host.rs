@@ -4,8 +4,8 @@
 //! group commit — covers every group's writes.
 
 use super::group::ElectionTicks;
+use super::image_log::{Recovered, Written};
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
-use super::storage::GroupStorage;
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::queue::broker::{BrokerConfig, Command, Effect};
 use raft::prelude::Message;
@@ -24,6 +24,8 @@ pub struct HostOutput {
     pub effects: Vec<(u16, Effect)>,
     /// (slot, index, term) of every entry applied.
     pub applied: Vec<(u16, u64, u64)>,
+    /// Each group's raft log records to append (groups that changed nothing are left out).
+    pub written: Vec<(u16, Written)>,
     pub snapshots_installed: u64,
 }
 
@@ -41,11 +43,11 @@ pub struct Host {
 
 impl Host {
     /// Node `node_id`'s replicas of `slots`, each from its durable image (`image(slot)`: a
-    /// new group's or the one a restart kept).
+    /// new group's or the one a restart replayed).
     pub fn new(
         node_id: u64,
         slots: &[u16],
-        mut image: impl FnMut(u16) -> GroupStorage,
+        mut image: impl FnMut(u16) -> Recovered,
         cfg: &BrokerConfig,
         snapshot_every_entries: u64,
         mut election: impl FnMut() -> ElectionTicks,
@@ -117,7 +119,11 @@ impl Host {
                 answers,
                 effects,
                 applied,
+                written,
             } = replica.collect();
+            if !written.records.is_empty() {
+                out.written.push((slot, written));
+            }
             out.snapshots_installed += replica.snapshots_installed() - installed_before;
             add_to_batches(&mut out.batches, slot, messages);
             out.answers.extend(answers.into_iter().map(|a| (slot, a)));
@@ -141,14 +147,6 @@ impl Host {
             add_to_batches(&mut batches, slot, messages);
         }
         batches
-    }
-
-    /// Each group's image now (a copy): right after `synced`, what a crash would leave.
-    pub fn images(&self) -> BTreeMap<u16, GroupStorage> {
-        self.replicas
-            .iter()
-            .map(|(slot, r)| (*slot, r.group().storage().clone()))
-            .collect()
     }
 }
 
@@ -195,7 +193,7 @@ mod tests {
         let mut host = Host::new(
             1,
             &[4, 5],
-            |_| GroupStorage::new(&[1, 2, 3]),
+            |_| Recovered::new_group(&[1, 2, 3], 1),
             &BrokerConfig::default(),
             100,
             || ELECTION_TICKS,

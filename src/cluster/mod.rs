@@ -13,6 +13,7 @@
 
 pub mod group;
 pub mod host;
+pub mod image_log;
 pub mod replica;
 pub mod storage;
 pub mod wire;

@@ -13,7 +13,7 @@
 //! leader and replaces its broker with it.
 
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
-use super::storage::GroupStorage;
+use super::image_log::{ImageLog, Recovered, Written};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use crate::queue::server::{snapshot as body, wal::record};
 use raft::prelude::{Message, Snapshot};
@@ -58,6 +58,9 @@ pub struct Output {
     /// (index, term) of every entry applied, in order: what observers compare across
     /// replicas.
     pub applied: Vec<(u64, u64)>,
+    /// The raft log's records for what this collect changed in the image; the messages
+    /// `synced` releases wait for them to be durable.
+    pub written: Written,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +74,7 @@ pub enum ProposalRefused {
 
 pub struct Replica {
     group: Group,
+    log: ImageLog,
     broker: Broker,
     cfg: BrokerConfig,
     applied: u64,
@@ -84,23 +88,25 @@ pub struct Replica {
 }
 
 impl Replica {
-    /// Member `node_id` of a group whose durable image is `storage`: a new group's, or the
-    /// one a restart kept. The broker is restored from the image's newest snapshot; the
-    /// committed entries after it are applied again by the next `collect`s.
+    /// Member `node_id` of a group whose durable image and raft log are `recovered`: a new
+    /// group's, or what a restart replayed. The broker is restored from the image's newest
+    /// snapshot; the committed entries after it are applied again by the next `collect`s.
     pub fn new(
         node_id: u64,
-        storage: GroupStorage,
+        recovered: Recovered,
         cfg: BrokerConfig,
         snapshot_every_entries: u64,
         election: ElectionTicks,
     ) -> Result<Replica, String> {
         assert!(snapshot_every_entries > 0);
+        let Recovered { storage, log } = recovered;
         let snapshot = storage.newest_snapshot();
         let applied = snapshot.get_metadata().index;
         let broker = restore(snapshot, &cfg)?;
         let group = Group::new(node_id, storage, applied, election)?;
         Ok(Replica {
             group,
+            log,
             broker,
             cfg,
             applied,
@@ -239,6 +245,7 @@ impl Replica {
                 self.take_snapshot(entry.term);
             }
         }
+        out.written = self.log.write(self.group.take_writes());
         out
     }
 

@@ -3,22 +3,35 @@
 //! through the [`raft::Storage`] trait; the group writes it while handling a Ready.
 //!
 //! The base is not the snapshot: the log keeps `ENTRIES_KEPT_BEHIND_SNAPSHOT` entries (by
-//! default)
-//! behind the newest snapshot, so a follower that lags a little is caught up from the log
-//! rather than sent the whole state. `base ≤ snapshot ≤ commit ≤ last` always.
+//! default) behind the newest snapshot, so a follower that lags a little is caught up from
+//! the log rather than sent the whole state. `base ≤ snapshot ≤ commit ≤ last` always.
 //!
-//! Today the image lives in memory and a write counts as durable at once: that is what the
-//! deterministic simulator needs (a crash keeps the image and loses everything else). The
-//! shard journal backing it — entries and HardState as records, one group commit per round
-//! for all groups of a shard, suffix truncation — is the next step of issue 14, and this type
-//! is its seam: `append`, `set_hard_state`, `set_commit`, `install_snapshot` and `compact`
-//! are exactly the writes the journal will take.
+//! The image is held in memory; every change to it is also queued as an [`ImageWrite`],
+//! which the group's raft log (`image_log.rs`) turns into records of the shard journal.
+//! A restart replays those records into the same image.
 
 use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
 /// Entries the log keeps behind the newest snapshot, by default.
 pub const ENTRIES_KEPT_BEHIND_SNAPSHOT: u64 = 256;
+
+/// One change to the image, in the order it was made: what the raft log records and a
+/// restart replays.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ImageWrite {
+    /// Entries from the first one's index on; they replace whatever followed it.
+    Entries(Vec<Entry>),
+    HardState(HardState),
+    /// A snapshot received from the leader (`clears_log`: the whole log goes) or taken
+    /// here (the log keeps the entries after `base_index`, whose term is `base_term`).
+    Snapshot {
+        snapshot: Snapshot,
+        base_index: u64,
+        base_term: u64,
+        clears_log: bool,
+    },
+}
 
 #[derive(Clone, Debug)]
 pub struct GroupStorage {
@@ -33,6 +46,8 @@ pub struct GroupStorage {
     entries: Vec<Entry>,
     /// Entries kept behind the newest snapshot (`ENTRIES_KEPT_BEHIND_SNAPSHOT`).
     kept_behind_snapshot: u64,
+    /// Changes not yet taken by the raft log (`take_writes`).
+    writes: Vec<ImageWrite>,
 }
 
 impl GroupStorage {
@@ -54,7 +69,65 @@ impl GroupStorage {
             base_term: 0,
             entries: Vec::new(),
             kept_behind_snapshot: ENTRIES_KEPT_BEHIND_SNAPSHOT,
+            writes: Vec::new(),
         }
+    }
+
+    /// The image a restart replayed (`image_log::replay`), checked for the invariants every
+    /// image keeps, so a log that replays into nonsense is refused rather than served.
+    pub(super) fn recovered(
+        hard_state: HardState,
+        snapshot: Snapshot,
+        base: (u64, u64),
+        entries: Vec<Entry>,
+    ) -> Result<GroupStorage, String> {
+        let (base_index, base_term) = base;
+        let conf_state = snapshot.get_metadata().get_conf_state().clone();
+        if conf_state.voters.is_empty() {
+            return Err("the recovered membership has no voter".into());
+        }
+        let contiguous = entries
+            .iter()
+            .enumerate()
+            .all(|(i, e)| e.index == base_index + 1 + i as u64);
+        if !contiguous {
+            return Err(format!(
+                "recovered entries do not follow index {base_index} without a gap"
+            ));
+        }
+        let last = base_index + entries.len() as u64;
+        let snapshot_index = snapshot.get_metadata().index;
+        if snapshot_index < base_index || snapshot_index > last {
+            return Err(format!(
+                "recovered snapshot at {snapshot_index} outside the log {base_index}..={last}"
+            ));
+        }
+        if hard_state.commit > last {
+            return Err(format!(
+                "recovered commit {} past the log's end {last}",
+                hard_state.commit
+            ));
+        }
+        // A HardState written after the snapshot may have been cut short by the crash: the
+        // snapshot's own index and term are committed and known, so they are floors.
+        let mut hard_state = hard_state;
+        hard_state.commit = hard_state.commit.max(snapshot_index);
+        hard_state.term = hard_state.term.max(snapshot.get_metadata().term);
+        Ok(GroupStorage {
+            hard_state,
+            conf_state,
+            snapshot,
+            base_index,
+            base_term,
+            entries,
+            kept_behind_snapshot: ENTRIES_KEPT_BEHIND_SNAPSHOT,
+            writes: Vec::new(),
+        })
+    }
+
+    /// The changes made since the last call, in order, for the raft log to record.
+    pub fn take_writes(&mut self) -> Vec<ImageWrite> {
+        std::mem::take(&mut self.writes)
     }
 
     /// Keeps `entries` behind each snapshot instead of the default (tests that want
@@ -118,6 +191,7 @@ impl GroupStorage {
         let keep = (first_new.index - self.base_index - 1) as usize;
         self.entries.truncate(keep);
         self.entries.extend_from_slice(entries);
+        self.writes.push(ImageWrite::Entries(entries.to_vec()));
     }
 
     pub fn set_hard_state(&mut self, hard_state: HardState) {
@@ -131,12 +205,16 @@ impl GroupStorage {
         );
         assert!(hard_state.commit <= self.last(), "commit past the log");
         self.hard_state = hard_state;
+        self.writes
+            .push(ImageWrite::HardState(self.hard_state.clone()));
     }
 
     pub fn set_commit(&mut self, commit: u64) {
         assert!(commit >= self.hard_state.commit, "commit goes backwards");
         assert!(commit <= self.last(), "commit {commit} past the log");
         self.hard_state.commit = commit;
+        self.writes
+            .push(ImageWrite::HardState(self.hard_state.clone()));
     }
 
     /// A snapshot received from the leader replaces the whole image up to its index.
@@ -155,6 +233,20 @@ impl GroupStorage {
         self.base_term = meta.term;
         self.entries.clear();
         self.snapshot = snapshot;
+        self.push_snapshot_write(true);
+    }
+
+    /// The snapshot as it now stands, then the HardState: a raft log replayed from the
+    /// snapshot's record on must find a HardState after it (`image_log.rs`).
+    fn push_snapshot_write(&mut self, clears_log: bool) {
+        self.writes.push(ImageWrite::Snapshot {
+            snapshot: self.snapshot.clone(),
+            base_index: self.base_index,
+            base_term: self.base_term,
+            clears_log,
+        });
+        self.writes
+            .push(ImageWrite::HardState(self.hard_state.clone()));
     }
 
     /// Keeps a snapshot taken locally at an applied (so committed) index, and drops the
@@ -182,6 +274,7 @@ impl GroupStorage {
             self.base_term = term;
         }
         self.snapshot = snapshot;
+        self.push_snapshot_write(false);
     }
 }
 

@@ -65,10 +65,8 @@ pub enum WireError {
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireError::Truncated { field } => write!(f, "replication batch ends inside {field}"),
-            WireError::TooLarge { what, len, max } => {
-                write!(f, "replication batch: {what} of {len} exceeds {max}")
-            }
+            WireError::Truncated { field } => write!(f, "input ends inside {field}"),
+            WireError::TooLarge { what, len, max } => write!(f, "{what} of {len} exceeds {max}"),
             WireError::Version(v) => write!(f, "replication batch version {v} (want {VERSION})"),
             WireError::MessageType(t) => write!(f, "unknown raft message type {t}"),
             WireError::LocalMessageType(t) => {
@@ -129,11 +127,7 @@ fn encode_message(m: &SlotMessage, out: &mut Vec<u8>) {
     assert!(entries.len() <= ENTRIES_PER_MESSAGE_MAX, "too many entries");
     out.put_u32_le(entries.len() as u32);
     for e in entries {
-        out.put_u8(e.get_entry_type() as u8);
-        out.put_u64_le(e.term);
-        out.put_u64_le(e.index);
-        put_bytes(&e.data, out);
-        put_bytes(&e.context, out);
+        put_entry(e, out);
     }
     out.put_u8(msg.has_snapshot() as u8);
     if msg.has_snapshot() {
@@ -141,25 +135,37 @@ fn encode_message(m: &SlotMessage, out: &mut Vec<u8>) {
         let meta = s.get_metadata();
         out.put_u64_le(meta.index);
         out.put_u64_le(meta.term);
-        let cs = meta.get_conf_state();
-        for ids in [
-            &cs.voters,
-            &cs.learners,
-            &cs.voters_outgoing,
-            &cs.learners_next,
-        ] {
-            assert!(ids.len() <= MEMBERS_MAX, "too many members");
-            out.put_u16_le(ids.len() as u16);
-            for id in ids {
-                out.put_u64_le(*id);
-            }
-        }
-        out.put_u8(cs.auto_leave as u8);
+        put_conf_state(meta.get_conf_state(), out);
         put_bytes(&s.data, out);
     }
 }
 
-fn put_bytes(b: &[u8], out: &mut Vec<u8>) {
+/// One entry as `entry` in the layout above (also the raft log's record format, `image_log.rs`).
+pub(super) fn put_entry(e: &Entry, out: &mut Vec<u8>) {
+    out.put_u8(e.get_entry_type() as u8);
+    out.put_u64_le(e.term);
+    out.put_u64_le(e.index);
+    put_bytes(&e.data, out);
+    put_bytes(&e.context, out);
+}
+
+pub(super) fn put_conf_state(cs: &ConfState, out: &mut Vec<u8>) {
+    for ids in [
+        &cs.voters,
+        &cs.learners,
+        &cs.voters_outgoing,
+        &cs.learners_next,
+    ] {
+        assert!(ids.len() <= MEMBERS_MAX, "too many members");
+        out.put_u16_le(ids.len() as u16);
+        for id in ids {
+            out.put_u64_le(*id);
+        }
+    }
+    out.put_u8(cs.auto_leave as u8);
+}
+
+pub(super) fn put_bytes(b: &[u8], out: &mut Vec<u8>) {
     assert!(b.len() <= BATCH_BYTES_MAX, "field larger than a batch");
     out.put_u32_le(b.len() as u32);
     out.extend_from_slice(b);
@@ -174,7 +180,7 @@ pub fn decode(input: Bytes) -> Result<Vec<SlotMessage>, WireError> {
             max: BATCH_BYTES_MAX,
         });
     }
-    let mut r = Reader { input, pos: 0 };
+    let mut r = Reader::new(input);
     let version = r.u8("version")?;
     if version != VERSION {
         return Err(WireError::Version(version));
@@ -203,17 +209,22 @@ const MESSAGE_BYTES_MIN: usize = 2 + 1 + 8 * 8 + 1 + 8 + 8 + 4 + 4 + 1;
 /// The fixed part of an entry.
 const ENTRY_BYTES_MIN: usize = 1 + 8 + 8 + 4 + 4;
 
-struct Reader {
+/// Reads the layout's fields with every length checked against what is left.
+pub(super) struct Reader {
     input: Bytes,
     pos: usize,
 }
 
 impl Reader {
-    fn remaining(&self) -> usize {
+    pub(super) fn new(input: Bytes) -> Reader {
+        Reader { input, pos: 0 }
+    }
+
+    pub(super) fn remaining(&self) -> usize {
         self.input.len() - self.pos
     }
 
-    fn take(&mut self, n: usize, field: &'static str) -> Result<Bytes, WireError> {
+    pub(super) fn take(&mut self, n: usize, field: &'static str) -> Result<Bytes, WireError> {
         if self.remaining() < n {
             return Err(WireError::Truncated { field });
         }
@@ -227,23 +238,23 @@ impl Reader {
         Ok(b[..].try_into().expect("took N bytes"))
     }
 
-    fn u8(&mut self, field: &'static str) -> Result<u8, WireError> {
+    pub(super) fn u8(&mut self, field: &'static str) -> Result<u8, WireError> {
         Ok(self.array::<1>(field)?[0])
     }
 
-    fn u16(&mut self, field: &'static str) -> Result<u16, WireError> {
+    pub(super) fn u16(&mut self, field: &'static str) -> Result<u16, WireError> {
         Ok(u16::from_le_bytes(self.array(field)?))
     }
 
-    fn u32(&mut self, field: &'static str) -> Result<u32, WireError> {
+    pub(super) fn u32(&mut self, field: &'static str) -> Result<u32, WireError> {
         Ok(u32::from_le_bytes(self.array(field)?))
     }
 
-    fn u64(&mut self, field: &'static str) -> Result<u64, WireError> {
+    pub(super) fn u64(&mut self, field: &'static str) -> Result<u64, WireError> {
         Ok(u64::from_le_bytes(self.array(field)?))
     }
 
-    fn bool(&mut self, field: &'static str) -> Result<bool, WireError> {
+    pub(super) fn bool(&mut self, field: &'static str) -> Result<bool, WireError> {
         match self.u8(field)? {
             0 => Ok(false),
             1 => Ok(true),
@@ -251,14 +262,14 @@ impl Reader {
         }
     }
 
-    fn node(&mut self, field: &'static str) -> Result<u64, WireError> {
+    pub(super) fn node(&mut self, field: &'static str) -> Result<u64, WireError> {
         match self.u64(field)? {
             0 => Err(WireError::ZeroNodeId { field }),
             id => Ok(id),
         }
     }
 
-    fn bytes(&mut self, field: &'static str) -> Result<Bytes, WireError> {
+    pub(super) fn bytes(&mut self, field: &'static str) -> Result<Bytes, WireError> {
         let len = self.u32(field)? as usize;
         self.take(len, field)
     }
@@ -299,7 +310,7 @@ impl Reader {
         Ok(SlotMessage { slot, msg })
     }
 
-    fn entry(&mut self) -> Result<Entry, WireError> {
+    pub(super) fn entry(&mut self) -> Result<Entry, WireError> {
         let kind = self.u8("entry type")?;
         let entry_type = match kind {
             0 => EntryType::EntryNormal,
@@ -320,20 +331,24 @@ impl Reader {
         let mut s = Snapshot::default();
         let index = self.u64("snapshot index")?;
         let term = self.u64("snapshot term")?;
-        let conf_state = ConfState {
-            voters: self.ids("voters")?,
-            learners: self.ids("learners")?,
-            voters_outgoing: self.ids("voters_outgoing")?,
-            learners_next: self.ids("learners_next")?,
-            auto_leave: self.bool("auto_leave")?,
-            ..ConfState::default()
-        };
+        let conf_state = self.conf_state()?;
         let meta = s.mut_metadata();
         meta.index = index;
         meta.term = term;
         meta.set_conf_state(conf_state);
         s.data = self.bytes("snapshot data")?;
         Ok(s)
+    }
+
+    pub(super) fn conf_state(&mut self) -> Result<ConfState, WireError> {
+        Ok(ConfState {
+            voters: self.ids("voters")?,
+            learners: self.ids("learners")?,
+            voters_outgoing: self.ids("voters_outgoing")?,
+            learners_next: self.ids("learners_next")?,
+            auto_leave: self.bool("auto_leave")?,
+            ..ConfState::default()
+        })
     }
 
     fn ids(&mut self, field: &'static str) -> Result<Vec<u64>, WireError> {

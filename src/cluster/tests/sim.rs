@@ -13,18 +13,22 @@
 //! (ready, pending, delayed or dead-lettered) unless a consumer's ack of it was
 //! acknowledged, and no acknowledged ack's message is held.
 //!
-//! Persistence is asynchronous, as the journal's group commit makes it: a node's writes
+//! Persistence is asynchronous, as the journal's group commit makes it: each group's raft
+//! log (`image_log.rs`) is a list of records on the node's simulated disk; a node's writes
 //! become durable after a random delay (per seed, up to 19 ms), the messages that must
-//! follow persistence wait for it, and a crash loses everything written since the node's
-//! last sync. Not modelled yet: a torn record inside a write (the journal's CRC turns one
-//! into a shorter log, which this models), clock skew between nodes, membership changes.
+//! follow persistence wait for it, and a crash keeps what was durable plus a random part
+//! of what was not (a prefix: the journal writes in order; a torn record inside a write is
+//! one the journal's CRC cuts, which this models). The front of a log is dropped, once a
+//! snapshot made that safe, by a random amount up to where the writer allows (the store
+//! drops whole segments). A restart replays each group's records into its image. Not
+//! modelled yet: clock skew between nodes, membership changes.
 //!
 //! `BOLTQ_SIM_SEEDS=n` runs n seeds (default below); `BOLTQ_SIM_SEED=s` replays one.
 
 use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::{Batches, Host, HostRefused};
+use crate::cluster::image_log::{self, Recovered, Written};
 use crate::cluster::replica::{NotApplied, ProposalId, ProposalRefused, Replica};
-use crate::cluster::storage::GroupStorage;
 use crate::cluster::wire::{self, SlotMessage};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
@@ -89,11 +93,71 @@ impl Faults {
     }
 }
 
+/// A group's raft log on a node's disk.
+#[derive(Default)]
+struct Disk {
+    records: Vec<(u64, Bytes)>,
+    /// How many of `records` (a prefix) are durable.
+    durable: usize,
+    /// Cuts of the front the writer allowed, applied once the records are durable.
+    cuts: Vec<u64>,
+}
+
+impl Disk {
+    fn next_seq(&self) -> u64 {
+        self.records.last().map_or(1, |(seq, _)| seq + 1)
+    }
+
+    fn write(&mut self, written: Written) {
+        for r in written.records {
+            assert_eq!(
+                r.seq,
+                self.next_seq(),
+                "the raft log numbers records as the store does"
+            );
+            self.records.push((r.seq, Bytes::from(r.payload)));
+        }
+        self.cuts.extend(written.truncate_before);
+    }
+
+    /// An fdatasync covered everything written: the allowed cuts happen, each dropping
+    /// records from the front up to a random point at most that far.
+    fn sync(&mut self, rng: &mut Rng) {
+        self.durable = self.records.len();
+        for before in std::mem::take(&mut self.cuts) {
+            let first = self.records.first().map_or(before, |r| r.0);
+            let cut = first + rng.below(before.saturating_sub(first) + 1);
+            self.records.retain(|(seq, _)| *seq >= cut);
+            self.durable = self.records.len();
+        }
+    }
+
+    /// A crash keeps the durable records and some of the rest (a prefix). Returns how many
+    /// written records were lost.
+    fn crash(&mut self, rng: &mut Rng) -> u64 {
+        let unsynced = (self.records.len() - self.durable) as u64;
+        let kept = rng.below(unsynced + 1);
+        self.records.truncate(self.durable + kept as usize);
+        self.durable = self.records.len();
+        self.cuts.clear();
+        unsynced - kept
+    }
+}
+
+fn new_group(voters: &[u64]) -> Recovered {
+    keep_few_behind_snapshot(Recovered::new_group(voters, 1))
+}
+
+fn keep_few_behind_snapshot(mut r: Recovered) -> Recovered {
+    r.storage = r.storage.keeping_behind_snapshot(KEPT_BEHIND_SNAPSHOT);
+    r
+}
+
 struct Node {
     /// `None` while crashed.
     host: Option<Host>,
-    /// Each group's image as of the node's last sync: what a crash leaves.
-    synced_images: BTreeMap<u16, GroupStorage>,
+    /// Each group's raft log: what a crash leaves (in part) and a restart replays.
+    disks: BTreeMap<u16, Disk>,
     up_at_ms: u64,
     tick_phase_ms: u64,
     /// When the writes waiting in its image become durable.
@@ -142,6 +206,8 @@ struct Ledger {
 #[derive(Default, Debug)]
 struct Totals {
     crashes: u64,
+    /// Records written but not durable that crashes took away.
+    records_lost: u64,
     partitions: u64,
     snapshots_installed: u64,
     published: u64,
@@ -176,14 +242,14 @@ impl Sim {
                 let host = Host::new(
                     id,
                     &SLOTS,
-                    |_| GroupStorage::new(&voters).keeping_behind_snapshot(KEPT_BEHIND_SNAPSHOT),
+                    |_| new_group(&voters),
                     &broker_config(),
                     SNAPSHOT_EVERY_ENTRIES,
                     || election_ticks(&mut rng),
                 )
                 .expect("host");
                 Node {
-                    synced_images: host.images(),
+                    disks: SLOTS.iter().map(|slot| (*slot, Disk::default())).collect(),
                     host: Some(host),
                     up_at_ms: 0,
                     tick_phase_ms: rng.below(TICK_MS),
@@ -277,26 +343,35 @@ impl Sim {
     fn crash(&mut self, node: u64) {
         let down_ms = 200 + self.rng.below(3_000);
         let n = &mut self.nodes[(node - 1) as usize];
-        // What was written but not yet synced is lost with the host: the restart reads
-        // `synced_images`.
+        // What was written but not yet synced is lost with the host, in part.
         n.host = None;
         n.sync_at_ms = None;
         n.up_at_ms = self.now_ms + down_ms;
+        for disk in n.disks.values_mut() {
+            self.totals.records_lost += disk.crash(&mut self.rng);
+        }
         self.totals.crashes += 1;
         // Its clients' requests die with it (they time out).
     }
 
     fn restart_due(&mut self) {
+        let voters: Vec<u64> = (1..=NODES).collect();
         for (i, n) in self.nodes.iter_mut().enumerate() {
             if n.host.is_none() && (n.up_at_ms <= self.now_ms || self.healed) {
-                let mut images = n.synced_images.clone();
+                let disks = &n.disks;
                 let id = i as u64 + 1;
                 let rng = &mut self.rng;
                 n.host = Some(
                     Host::new(
                         id,
                         &SLOTS,
-                        |slot| images.remove(&slot).expect("an image per slot"),
+                        |slot| {
+                            let disk = &disks[&slot];
+                            let replayed =
+                                image_log::replay(disk.records.clone(), disk.next_seq(), &voters)
+                                    .unwrap_or_else(|e| panic!("node {id} slot {slot}: {e}"));
+                            keep_few_behind_snapshot(replayed)
+                        },
                         &broker_config(),
                         SNAPSHOT_EVERY_ENTRIES,
                         || election_ticks(rng),
@@ -319,7 +394,9 @@ impl Sim {
                 continue;
             };
             let batches = host.synced();
-            n.synced_images = host.images();
+            for disk in n.disks.values_mut() {
+                disk.sync(&mut self.rng);
+            }
             self.send_all(node, batches);
         }
     }
@@ -522,6 +599,13 @@ impl Sim {
                 self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
             }
             self.totals.snapshots_installed += out.snapshots_installed;
+            let disks = &mut self.nodes[(node - 1) as usize].disks;
+            for (slot, written) in out.written {
+                disks
+                    .get_mut(&slot)
+                    .expect("a disk per slot")
+                    .write(written);
+            }
             for (slot, index, term) in out.applied {
                 match self.ledger.terms_at.insert((slot, index), term) {
                     Some(seen) if seen != term => self.ledger.violations.push(format!(
@@ -745,6 +829,7 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
                 .join("\n")
         );
         all.crashes += t.crashes;
+        all.records_lost += t.records_lost;
         all.partitions += t.partitions;
         all.snapshots_installed += t.snapshots_installed;
         all.published += t.published;
@@ -755,7 +840,10 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
     println!("{} seeds: {all:?}", seeds.len());
     if seeds.len() >= 50 {
         // The faults must actually have happened for the checks above to mean anything.
-        assert!(all.crashes > 0 && all.partitions > 0, "{all:?}");
+        assert!(
+            all.crashes > 0 && all.partitions > 0 && all.records_lost > 0,
+            "{all:?}"
+        );
         assert!(
             all.snapshots_installed > 0,
             "no follower caught up by snapshot: {all:?}"
