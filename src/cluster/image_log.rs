@@ -486,4 +486,4 @@ fn newest_replay_from(decoded: &[(u64, Decoded)]) -> Result<u64, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -2,16 +2,18 @@
 //! whose log is the slot's command log, so every replica applies the same commands in the
 //! same order and a reply means a quorum has the command.
 //!
-//! Built so far: the group (`group.rs`: Ready handling), its durable image (`storage.rs`),
-//! a slot replica that proposes commands and applies committed ones to the broker
-//! (`replica.rs`), the replicas one node hosts driven together with their messages batched
-//! per destination (`host.rs`), driven by a deterministic simulator with network faults and crashes
-//! (`tests/sim.rs`), and the replication wire format (`wire.rs`), which the simulator's
-//! network already carries every message through. Not built yet, so `cluster.enabled = true` is still refused at start:
-//! the journal-backed image, the inter-node transport, forwarding, membership, the `meta`
-//! group. STATUS.md keeps the list.
+//! Built so far: the group (`group.rs`: Ready handling), its image (`storage.rs`), the
+//! image's changes as records of an append-only raft log and their replay
+//! (`image_log.rs`), that log in the shard's store (`group_log.rs`), a slot replica that
+//! proposes commands and applies committed ones to the broker (`replica.rs`), the replicas
+//! one node hosts driven together with their messages batched per destination
+//! (`host.rs`), the replication wire format (`wire.rs`), and a deterministic simulator
+//! with network faults and crashes that replay each group's records (`tests/sim.rs`). Not
+//! built yet, so `cluster.enabled = true` is still refused at start: the inter-node
+//! transport, forwarding, membership, the `meta` group. STATUS.md keeps the list.
 
 pub mod group;
+pub mod group_log;
 pub mod host;
 pub mod image_log;
 pub mod replica;

@@ -10,7 +10,7 @@ use boltq_io::testutil::Rng;
 use raft::prelude::ConfState;
 use raft::Storage;
 
-const VOTERS: [u64; 3] = [1, 2, 3];
+pub(in crate::cluster) const VOTERS: [u64; 3] = [1, 2, 3];
 
 struct Disk {
     records: Vec<(u64, Bytes)>,
@@ -72,7 +72,7 @@ fn last(s: &GroupStorage) -> u64 {
 }
 
 /// One random change to the image (each as a group makes them).
-fn change(s: &mut GroupStorage, term: &mut u64, rng: &mut Rng, big: bool) {
+pub(in crate::cluster) fn change(s: &mut GroupStorage, term: &mut u64, rng: &mut Rng, big: bool) {
     let commit = s.hard_state().commit;
     match rng.below(10) {
         0..=4 => {
@@ -112,7 +112,11 @@ fn change(s: &mut GroupStorage, term: &mut u64, rng: &mut Rng, big: bool) {
     }
 }
 
-fn assert_same(replayed: &GroupStorage, image: &GroupStorage, context: &str) {
+pub(in crate::cluster) fn assert_same(
+    replayed: &GroupStorage,
+    image: &GroupStorage,
+    context: &str,
+) {
     assert_eq!(
         replayed.hard_state(),
         image.hard_state(),
