@@ -16,8 +16,10 @@ pub mod group;
 pub mod group_log;
 pub mod host;
 pub mod image_log;
+pub mod node;
 pub mod replica;
 pub mod storage;
+pub mod transport;
 pub mod wire;
 
 #[cfg(test)]

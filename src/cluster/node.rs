@@ -1,0 +1,283 @@
+//! One node's replication on one shard: the host (its slot replicas), their raft logs in
+//! the shard's store, and the links to the peers, driven by one loop. Each round of the
+//! loop is a commit round:
+//!
+//! 1. take what arrived (peers' batches, snapshot reports) and, when due, tick;
+//! 2. `collect` every group: append their records to the store, send what may go before
+//!    persistence (a leader's appends), answer the proposals that were applied;
+//! 3. wait for the journal to make the records durable (one fdatasync for all groups),
+//!    then send what had to wait (votes, append responses) and drop log fronts that
+//!    snapshots made redundant.
+//!
+//! A store failure stops the node: its unsynced messages are never sent, every waiting
+//! proposal is told, and later proposals are refused. Clients are not served from here
+//! yet: `propose` is the seam the queue plane's connections will call (forwarding,
+//! NOT_LEADER and pushes to subscribers on other nodes are not built).
+
+use super::group::ElectionTicks;
+use super::group_log::GroupLog;
+use super::host::{Batches, Host, HostRefused};
+use super::replica::{NotApplied, ProposalId, ProposalRefused};
+use super::transport::{self, Outbound};
+use super::wire::SlotMessage;
+use crate::queue::broker::{Broker, BrokerConfig, Command, Outcome};
+use boltq_io::event::Event;
+use boltq_io::listener::Listener;
+use boltq_io::Store;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+pub struct NodeConfig {
+    pub node_id: u64,
+    /// The other voters and their raft addresses.
+    pub peers: BTreeMap<u64, SocketAddr>,
+    pub slots: Vec<u16>,
+    pub tick_ms: u64,
+    pub election: ElectionTicks,
+    pub snapshot_every_entries: u64,
+    pub broker: BrokerConfig,
+}
+
+/// Why a proposal has no outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProposeError {
+    /// This node does not lead the slot; `leader` is the one it knows of.
+    NotLeader { leader: Option<u64> },
+    /// The node hosts no replica of the slot.
+    UnknownSlot(u16),
+    /// `replica::PROPOSALS_MAX` proposals wait already.
+    TooMany,
+    /// The entry was not applied, or may not have been (`NotApplied`).
+    NotApplied(NotApplied),
+    /// No outcome in time: it may still be applied.
+    TimedOut,
+    /// The node stopped (its store failed).
+    Stopped(String),
+}
+
+#[derive(Default)]
+struct Waiter {
+    answer: RefCell<Option<Result<Outcome, NotApplied>>>,
+    ready: Event,
+}
+
+pub struct Node {
+    cfg: NodeConfig,
+    host: RefCell<Host>,
+    store: Rc<Store>,
+    outbound: Outbound,
+    inbox: RefCell<Vec<(u64, Vec<SlotMessage>)>>,
+    wake: Event,
+    waiting: RefCell<HashMap<(u16, ProposalId), Rc<Waiter>>>,
+    failed: RefCell<Option<String>>,
+}
+
+/// A started node; dropping it stops its loop, its links and its listener (what a crash
+/// does to them; the store is the caller's).
+pub struct Running {
+    pub node: Rc<Node>,
+    _tasks: Vec<boltq_shards::Task<()>>,
+}
+
+impl Node {
+    /// Replays every slot's raft log from `store`, starts the links to the peers, accepts
+    /// theirs on `listener`, and starts the loop.
+    pub async fn start(
+        cfg: NodeConfig,
+        store: Rc<Store>,
+        listener: Listener,
+    ) -> Result<Running, String> {
+        let mut voters: Vec<u64> = cfg.peers.keys().copied().collect();
+        voters.push(cfg.node_id);
+        voters.sort_unstable();
+        let mut logs = BTreeMap::new();
+        let mut recovered = BTreeMap::new();
+        for &slot in &cfg.slots {
+            let (log, image) = GroupLog::open(&store, slot, &voters).await?;
+            logs.insert(slot, log);
+            recovered.insert(slot, image);
+        }
+        let election = cfg.election;
+        let host = Host::new(
+            cfg.node_id,
+            &cfg.slots,
+            |slot| recovered.remove(&slot).expect("opened above"),
+            &cfg.broker,
+            cfg.snapshot_every_entries,
+            || election,
+        )?;
+        let outbound = Outbound::start(cfg.node_id, &cfg.peers);
+        let node_id = cfg.node_id;
+        let node = Rc::new(Node {
+            cfg,
+            host: RefCell::new(host),
+            store,
+            outbound,
+            inbox: RefCell::new(Vec::new()),
+            wake: Event::default(),
+            waiting: RefCell::new(HashMap::new()),
+            failed: RefCell::new(None),
+        });
+        let inbound = Rc::clone(&node);
+        let deliver: transport::Deliver = Rc::new(move |from, batch| {
+            inbound.inbox.borrow_mut().push((from, batch));
+            inbound.wake.notify();
+        });
+        let tasks = vec![
+            transport::serve(listener, node_id, deliver),
+            boltq_shards::spawn(Rc::clone(&node).run(logs)),
+        ];
+        Ok(Running {
+            node,
+            _tasks: tasks,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.cfg.node_id
+    }
+
+    /// The leader of `slot` this node knows of.
+    pub fn leader(&self, slot: u16) -> Option<u64> {
+        self.host.borrow().replica(slot)?.group().leader()
+    }
+
+    /// Reads slot `slot`'s broker as this replica has applied it.
+    pub fn with_broker<R>(&self, slot: u16, f: impl FnOnce(&Broker) -> R) -> Option<R> {
+        Some(f(self.host.borrow().replica(slot)?.broker()))
+    }
+
+    /// Proposes `cmd` to slot `slot`'s group (this node must lead it) and waits up to
+    /// `timeout` for the outcome of its entry: a quorum has it on disk and this replica
+    /// applied it.
+    pub async fn propose(
+        &self,
+        slot: u16,
+        cmd: &Command,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposeError> {
+        if let Some(e) = self.failed.borrow().clone() {
+            return Err(ProposeError::Stopped(e));
+        }
+        let id = self
+            .host
+            .borrow_mut()
+            .propose(slot, cmd)
+            .map_err(|e| match e {
+                HostRefused::UnknownSlot(slot) => ProposeError::UnknownSlot(slot),
+                HostRefused::Proposal(ProposalRefused::NotLeader { leader }) => {
+                    ProposeError::NotLeader { leader }
+                }
+                HostRefused::Proposal(ProposalRefused::TooMany) => ProposeError::TooMany,
+            })?;
+        let waiter = Rc::new(Waiter::default());
+        self.waiting
+            .borrow_mut()
+            .insert((slot, id), Rc::clone(&waiter));
+        self.wake.notify();
+        let answer = boltq_shards::timeout(timeout, async {
+            loop {
+                let ticket = waiter.ready.ticket();
+                if let Some(answer) = waiter.answer.borrow_mut().take() {
+                    return answer;
+                }
+                waiter.ready.wait(ticket).await;
+            }
+        })
+        .await;
+        self.waiting.borrow_mut().remove(&(slot, id));
+        match answer {
+            None => Err(ProposeError::TimedOut),
+            Some(Ok(outcome)) => Ok(outcome),
+            Some(Err(NotApplied::Unknown)) if self.failed.borrow().is_some() => Err(
+                ProposeError::Stopped(self.failed.borrow().clone().unwrap_or_default()),
+            ),
+            Some(Err(why)) => Err(ProposeError::NotApplied(why)),
+        }
+    }
+
+    async fn run(self: Rc<Self>, mut logs: BTreeMap<u16, GroupLog>) {
+        let tick = Duration::from_millis(self.cfg.tick_ms);
+        let mut next_tick = Instant::now() + tick;
+        loop {
+            let ticket = self.wake.ticket();
+            let now = Instant::now();
+            if self.inbox.borrow().is_empty() && now < next_tick {
+                boltq_shards::timeout(next_tick - now, self.wake.wait(ticket)).await;
+            }
+            if Instant::now() >= next_tick {
+                self.host.borrow_mut().tick(boltq_io::store::now_ns());
+                next_tick = Instant::now() + tick;
+            }
+            if let Err(e) = self.round(&mut logs).await {
+                log::error!("raft node {} stopped: {e}", self.cfg.node_id);
+                self.stop(e);
+                return;
+            }
+        }
+    }
+
+    async fn round(&self, logs: &mut BTreeMap<u16, GroupLog>) -> Result<(), String> {
+        let inbox = std::mem::take(&mut *self.inbox.borrow_mut());
+        let reports = self.outbound.take_snapshot_reports();
+        let out = {
+            let mut host = self.host.borrow_mut();
+            for (_, batch) in inbox {
+                host.receive(batch);
+            }
+            for (slot, to, delivered) in reports {
+                host.report_snapshot(slot, to, delivered);
+            }
+            host.collect()
+        };
+        let mut lsn = None;
+        for (slot, written) in out.written {
+            let log = logs.get_mut(&slot).expect("a log per slot");
+            lsn = lsn.max(log.append(written)?);
+        }
+        self.send(out.batches);
+        for (slot, answer) in out.answers {
+            if let Some(waiter) = self.waiting.borrow().get(&(slot, answer.id)) {
+                *waiter.answer.borrow_mut() = Some(answer.outcome);
+                waiter.ready.notify();
+            }
+        }
+        if !self.host.borrow().needs_sync() {
+            return Ok(());
+        }
+        if let Some(lsn) = lsn {
+            self.store
+                .wait_durable(lsn)
+                .await
+                .map_err(|e| format!("sync the raft logs: {e}"))?;
+        }
+        let batches = self.host.borrow_mut().synced();
+        self.send(batches);
+        for log in logs.values_mut() {
+            log.drop_covered_front().await?;
+        }
+        Ok(())
+    }
+
+    fn send(&self, batches: Batches) {
+        for (to, batches) in batches {
+            for batch in batches {
+                self.outbound.send(to, &batch);
+            }
+        }
+    }
+
+    fn stop(&self, why: String) {
+        *self.failed.borrow_mut() = Some(why);
+        for waiter in self.waiting.borrow().values() {
+            *waiter.answer.borrow_mut() = Some(Err(NotApplied::Unknown));
+            waiter.ready.notify();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

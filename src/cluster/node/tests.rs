@@ -1,0 +1,227 @@
+//! Three nodes on loopback, each with its own store, links and listener, on one executor:
+//! they elect leaders, commit publishes, lose the leader to a crash (its tasks stop and its
+//! store halts, as kill -9 leaves them), elect another, and take the crashed node back,
+//! which catches up from its raft log and the leader.
+
+use super::*;
+use crate::queue::message::{IdGenerator, Message, MessageId};
+use boltq_io::listener::SharedListener;
+use boltq_io::testutil::TempDir;
+use boltq_io::{Durability, StoreConfig};
+use bytes::Bytes;
+use std::path::Path;
+
+const SLOTS: [u16; 2] = [0, 1];
+const TICK_MS: u64 = 20;
+const QUEUE: &str = "jobs";
+
+fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+    boltq_shards::block_on("cluster-node-test", move || Box::pin(f())).unwrap();
+}
+
+fn store_config(dir: &Path) -> StoreConfig {
+    let mut c = StoreConfig::new(dir);
+    c.durability = Durability::Always;
+    c.journal_file_bytes = 8 * 1024 * 1024;
+    c.log.segment_bytes = 64 * 1024;
+    c
+}
+
+async fn open_store(c: &StoreConfig) -> Rc<Store> {
+    boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
+    boltq_io::recovery::recover(&c.data_dir, &c.log)
+        .await
+        .unwrap();
+    Store::open(c.clone(), 0).await.unwrap()
+}
+
+fn message(id: MessageId) -> Message {
+    Message {
+        id,
+        topic: QUEUE.to_string(),
+        payload: Bytes::from(format!("\"{id}\"")),
+        headers: BTreeMap::new(),
+        timestamp_ns: 1,
+        retry: 0,
+        max_retry: 3,
+        priority: 0,
+        delay_ns: 0,
+        ttl_ns: 0,
+        deliver_at_ns: 0,
+        expires_at_ns: 0,
+        exchange: String::new(),
+        routing_key: String::new(),
+    }
+}
+
+struct Member {
+    id: u64,
+    addr: SocketAddr,
+    store_config: StoreConfig,
+    _dir: TempDir,
+    running: Option<(Running, Rc<Store>, SharedListener)>,
+}
+
+impl Member {
+    async fn start(&mut self, addrs: &BTreeMap<u64, SocketAddr>) {
+        let store = open_store(&self.store_config).await;
+        let shared = SharedListener::bind(self.addr).unwrap();
+        let listener = Listener::for_shard(&shared, None).unwrap();
+        let cfg = NodeConfig {
+            node_id: self.id,
+            peers: addrs
+                .iter()
+                .filter(|(id, _)| **id != self.id)
+                .map(|(id, a)| (*id, *a))
+                .collect(),
+            slots: SLOTS.to_vec(),
+            tick_ms: TICK_MS,
+            election: ElectionTicks { min: 10, max: 20 },
+            snapshot_every_entries: 25,
+            broker: BrokerConfig::default(),
+        };
+        let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
+        self.running = Some((running, store, shared));
+    }
+
+    /// As kill -9: the loop, links and listener stop at once; the store writes nothing more.
+    async fn crash(&mut self) {
+        let (running, store, shared) = self.running.take().expect("running");
+        drop(running);
+        drop(shared);
+        store.halt().await;
+    }
+
+    fn node(&self) -> Option<&Rc<Node>> {
+        self.running.as_ref().map(|(r, _, _)| &r.node)
+    }
+}
+
+/// The node every running member agrees leads `slot`, once they do.
+async fn agreed_leader(members: &[Member], slot: u16, within: Duration) -> u64 {
+    let deadline = Instant::now() + within;
+    loop {
+        let views: Vec<Option<u64>> = members
+            .iter()
+            .filter_map(|m| m.node())
+            .map(|n| n.leader(slot))
+            .collect();
+        if let Some(Some(leader)) = views.first() {
+            let leads = members
+                .iter()
+                .any(|m| m.id == *leader && m.node().is_some());
+            if leads && views.iter().all(|v| v == &Some(*leader)) {
+                return *leader;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no agreed leader of slot {slot}: {views:?}"
+        );
+        boltq_shards::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn publish(node: &Node, slot: u16, ids: &mut IdGenerator) -> MessageId {
+    let id = ids.next(0);
+    let outcome = node
+        .propose(
+            slot,
+            &Command::Publish { msg: message(id) },
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("publish through node {}: {e:?}", node.id()));
+    assert_eq!(outcome, Outcome::Published);
+    id
+}
+
+#[test]
+fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
+    run(|| async {
+        // Ports first, so every node knows every address.
+        let mut members: Vec<Member> = (1..=3)
+            .map(|id| {
+                let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                let addr = probe.local_addr().unwrap();
+                let dir = TempDir::new(&format!("cluster-node-{id}"));
+                Member {
+                    id,
+                    addr,
+                    store_config: store_config(dir.path()),
+                    _dir: dir,
+                    running: None,
+                }
+            })
+            .collect();
+        let addrs: BTreeMap<u64, SocketAddr> = members.iter().map(|m| (m.id, m.addr)).collect();
+        for m in members.iter_mut() {
+            m.start(&addrs).await;
+        }
+        let mut ids = IdGenerator::new([9; 7]);
+        let mut published = Vec::new();
+        let first = agreed_leader(&members, 0, Duration::from_secs(10)).await;
+        let leader = members[(first - 1) as usize].node().unwrap().clone();
+        for _ in 0..60 {
+            published.push(publish(&leader, 0, &mut ids).await);
+        }
+        // A follower refuses and names the leader.
+        let follower = members
+            .iter()
+            .find(|m| m.id != first)
+            .unwrap()
+            .node()
+            .unwrap();
+        assert_eq!(
+            follower
+                .propose(
+                    0,
+                    &Command::Publish {
+                        msg: message(ids.next(0))
+                    },
+                    Duration::from_secs(1)
+                )
+                .await,
+            Err(ProposeError::NotLeader {
+                leader: Some(first)
+            })
+        );
+        drop(leader);
+
+        members[(first - 1) as usize].crash().await;
+        let crashed_at = Instant::now();
+        let second = agreed_leader(&members, 0, Duration::from_secs(10)).await;
+        let failover = crashed_at.elapsed();
+        assert_ne!(second, first);
+        let leader = members[(second - 1) as usize].node().unwrap().clone();
+        for _ in 0..60 {
+            published.push(publish(&leader, 0, &mut ids).await);
+        }
+        let held = |node: &Node| {
+            node.with_broker(0, |b| published.iter().filter(|id| b.holds(id)).count())
+                .unwrap()
+        };
+        assert_eq!(
+            held(&leader),
+            published.len(),
+            "the new leader holds every publish"
+        );
+
+        // The crashed node comes back on its store and port and catches up.
+        members[(first - 1) as usize].start(&addrs).await;
+        let back = members[(first - 1) as usize].node().unwrap().clone();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held(&back) < published.len() {
+            assert!(
+                Instant::now() < deadline,
+                "node {first} back holds {} of {}",
+                held(&back),
+                published.len()
+            );
+            boltq_shards::sleep(Duration::from_millis(20)).await;
+        }
+        // Slot 1 elected a leader too, independently of slot 0.
+        agreed_leader(&members, 1, Duration::from_secs(10)).await;
+        println!("failover of slot 0 took {failover:?} (tick {TICK_MS} ms)");
+    });
+}

@@ -1,0 +1,358 @@
+//! The links between nodes (design §9): each node keeps one outbound TCP connection to
+//! each peer and writes its replication batches (`wire.rs`) there; it accepts the peers'
+//! connections on `cluster.raft_addr` and hands every batch it reads to its host.
+//!
+//! ```text
+//! stream = hello frame*
+//! hello  = magic "BQRAFT1\n" | from:u64 | to:u64       (the dialling node, the dialled one)
+//! frame  = len:u32 | batch                             (len ≤ wire::BATCH_BYTES_MAX)
+//! ```
+//!
+//! Raft tolerates lost messages and retries on its own, so the links never block the
+//! host: a batch for a peer that is down, or whose queue is full, is dropped and counted.
+//! While a peer is unreachable the link waits between attempts (doubling from
+//! `BACKOFF_MS_MIN` to `BACKOFF_MS_MAX`), idle, and drops what was queued for it: stale
+//! heartbeats and appends are worth nothing once the peer is back. A snapshot message
+//! is reported delivered or lost (`take_snapshot_reports`), since the leader sends that
+//! follower nothing more until told.
+//!
+//! Inbound: a connection must say hello within `HELLO_TIMEOUT_MS` and name this node as
+//! `to`; every message of a batch must come from the node the hello named (a peer speaks
+//! for itself only). Anything else closes the connection with a log line. Not built:
+//! TLS/mTLS on the links, heartbeat coalescing per node pair.
+
+use super::wire::{self, SlotMessage};
+use boltq_io::connect::connect_tcp;
+use boltq_io::event::Event;
+use boltq_io::listener::{Conn, Listener};
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use raft::prelude::MessageType;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT1\n";
+const HELLO_BYTES: usize = 8 + 8 + 8;
+pub const HELLO_TIMEOUT_MS: u64 = 5_000;
+pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
+pub const BACKOFF_MS_MIN: u64 = 50;
+pub const BACKOFF_MS_MAX: u64 = 2_000;
+/// Bytes queued for one peer before new batches are dropped.
+pub const LINK_QUEUE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Counters of one outbound link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub batches_sent: u64,
+    pub batches_dropped: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+}
+
+/// A frame waiting to be written, with the slots of the snapshots it carries.
+struct Frame {
+    bytes: Vec<u8>,
+    snapshots: Vec<u16>,
+}
+
+struct Link {
+    from: u64,
+    to: u64,
+    addr: SocketAddr,
+    queue: RefCell<VecDeque<Frame>>,
+    queued_bytes: Cell<usize>,
+    connected: Cell<bool>,
+    wake: Event,
+    stats: Cell<LinkStats>,
+    /// (slot, to, delivered) of snapshots written or lost, for the host.
+    reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
+}
+
+/// This node's outbound links, one per peer, each written by its own task.
+pub struct Outbound {
+    links: BTreeMap<u64, Rc<Link>>,
+    reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
+    tasks: Vec<boltq_shards::Task<()>>,
+}
+
+impl Outbound {
+    /// Starts a link from `node_id` to each of `peers` (id → address). Dropping the
+    /// `Outbound` stops them.
+    pub fn start(node_id: u64, peers: &BTreeMap<u64, SocketAddr>) -> Outbound {
+        let reports = Rc::new(RefCell::new(Vec::new()));
+        let mut links = BTreeMap::new();
+        let mut tasks = Vec::new();
+        for (&to, &addr) in peers {
+            assert_ne!(to, node_id, "a node has no link to itself");
+            let link = Rc::new(Link {
+                from: node_id,
+                to,
+                addr,
+                queue: RefCell::new(VecDeque::new()),
+                queued_bytes: Cell::new(0),
+                connected: Cell::new(false),
+                wake: Event::default(),
+                stats: Cell::new(LinkStats::default()),
+                reports: Rc::clone(&reports),
+            });
+            tasks.push(boltq_shards::spawn(Rc::clone(&link).run()));
+            links.insert(to, link);
+        }
+        Outbound {
+            links,
+            reports,
+            tasks,
+        }
+    }
+
+    /// Queues a batch for node `to`. Returns false when it was dropped (peer unknown,
+    /// down, or its queue full); snapshots in it are then reported lost.
+    pub fn send(&self, to: u64, batch: &[SlotMessage]) -> bool {
+        let snapshots: Vec<u16> = batch
+            .iter()
+            .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
+            .map(|m| m.slot)
+            .collect();
+        let Some(link) = self.links.get(&to) else {
+            let mut reports = self.reports.borrow_mut();
+            reports.extend(snapshots.iter().map(|slot| (*slot, to, false)));
+            return false;
+        };
+        let mut bytes = Vec::new();
+        wire::encode(batch, &mut bytes);
+        link.enqueue(Frame { bytes, snapshots })
+    }
+
+    pub fn stats(&self, to: u64) -> Option<LinkStats> {
+        self.links.get(&to).map(|l| l.stats.get())
+    }
+
+    /// Snapshots written to their peer's socket (delivered) or dropped since the last call.
+    pub fn take_snapshot_reports(&self) -> Vec<(u16, u64, bool)> {
+        std::mem::take(&mut *self.reports.borrow_mut())
+    }
+
+    /// How many link tasks run (one per peer).
+    pub fn links(&self) -> usize {
+        self.tasks.len()
+    }
+}
+
+impl Link {
+    fn update(&self, f: impl FnOnce(&mut LinkStats)) {
+        let mut stats = self.stats.get();
+        f(&mut stats);
+        self.stats.set(stats);
+    }
+
+    fn enqueue(&self, frame: Frame) -> bool {
+        let len = frame.bytes.len();
+        if !self.connected.get() || self.queued_bytes.get() + len > LINK_QUEUE_BYTES_MAX {
+            self.drop_frame(frame);
+            return false;
+        }
+        self.queued_bytes.set(self.queued_bytes.get() + len);
+        self.queue.borrow_mut().push_back(frame);
+        self.wake.notify();
+        true
+    }
+
+    fn drop_frame(&self, frame: Frame) {
+        self.update(|s| s.batches_dropped += 1);
+        let mut reports = self.reports.borrow_mut();
+        reports.extend(frame.snapshots.iter().map(|slot| (*slot, self.to, false)));
+    }
+
+    fn drop_queue(&self) {
+        let frames: Vec<Frame> = self.queue.borrow_mut().drain(..).collect();
+        self.queued_bytes.set(0);
+        for frame in frames {
+            self.drop_frame(frame);
+        }
+    }
+
+    /// Connects, says hello, writes frames until the connection fails; then waits and
+    /// starts over.
+    async fn run(self: Rc<Self>) {
+        let mut backoff_ms = BACKOFF_MS_MIN;
+        loop {
+            match self.connect().await {
+                Ok(conn) => {
+                    backoff_ms = BACKOFF_MS_MIN;
+                    self.update(|s| s.connects += 1);
+                    self.connected.set(true);
+                    let e = self.write_frames(conn).await;
+                    self.connected.set(false);
+                    self.drop_queue();
+                    log::info!(
+                        "raft link {} → {} ({}) closed: {e}",
+                        self.from,
+                        self.to,
+                        self.addr
+                    );
+                }
+                Err(e) => {
+                    self.update(|s| s.connect_failures += 1);
+                    log::debug!("raft link {} → {} ({}): {e}", self.from, self.to, self.addr);
+                }
+            }
+            boltq_shards::sleep(Duration::from_millis(backoff_ms)).await;
+            backoff_ms = (backoff_ms * 2).min(BACKOFF_MS_MAX);
+        }
+    }
+
+    async fn connect(&self) -> std::io::Result<Conn> {
+        let mut conn = connect_tcp(self.addr, Duration::from_millis(CONNECT_TIMEOUT_MS)).await?;
+        let mut hello = Vec::with_capacity(HELLO_BYTES);
+        hello.extend_from_slice(HELLO_MAGIC);
+        hello.extend_from_slice(&self.from.to_le_bytes());
+        hello.extend_from_slice(&self.to.to_le_bytes());
+        conn.write_all(&hello).await?;
+        Ok(conn)
+    }
+
+    async fn write_frames(&self, mut conn: Conn) -> std::io::Error {
+        let mut out = Vec::new();
+        loop {
+            let ticket = self.wake.ticket();
+            let frames: Vec<Frame> = self.queue.borrow_mut().drain(..).collect();
+            if frames.is_empty() {
+                self.wake.wait(ticket).await;
+                continue;
+            }
+            self.queued_bytes.set(0);
+            out.clear();
+            for f in &frames {
+                out.extend_from_slice(&(f.bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(&f.bytes);
+            }
+            let written = async {
+                conn.write_all(&out).await?;
+                conn.flush().await
+            }
+            .await;
+            let delivered = written.is_ok();
+            {
+                let mut reports = self.reports.borrow_mut();
+                for f in &frames {
+                    reports.extend(f.snapshots.iter().map(|slot| (*slot, self.to, delivered)));
+                }
+            }
+            match written {
+                Ok(()) => self.update(|s| s.batches_sent += frames.len() as u64),
+                Err(e) => {
+                    self.update(|s| s.batches_dropped += frames.len() as u64);
+                    return e;
+                }
+            }
+        }
+    }
+}
+
+/// Where inbound batches go: `(from node, batch)`.
+pub type Deliver = Rc<dyn Fn(u64, Vec<SlotMessage>)>;
+
+/// Most inbound connections one node keeps (peers reconnecting, or strangers waiting out
+/// the hello timeout); more are closed at once.
+pub const INBOUND_CONNECTIONS_MAX: usize = 256;
+
+/// Accepts peers' connections for node `node_id` and delivers what they send, until the
+/// returned task is dropped (which also stops the connections' readers).
+pub fn serve(listener: Listener, node_id: u64, deliver: Deliver) -> boltq_shards::Task<()> {
+    boltq_shards::spawn(async move {
+        let mut readers: Vec<(Rc<Cell<bool>>, boltq_shards::Task<()>)> = Vec::new();
+        loop {
+            let conn = match listener.accept().await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    log::warn!("raft listener of node {node_id}: {e}");
+                    boltq_shards::sleep(Duration::from_millis(BACKOFF_MS_MIN)).await;
+                    continue;
+                }
+            };
+            readers.retain(|(done, _)| !done.get());
+            if readers.len() >= INBOUND_CONNECTIONS_MAX {
+                log::warn!(
+                    "raft listener of node {node_id}: {INBOUND_CONNECTIONS_MAX} connections \
+                     open already; one more closed"
+                );
+                continue;
+            }
+            let done = Rc::new(Cell::new(false));
+            let deliver = Rc::clone(&deliver);
+            let finished = Rc::clone(&done);
+            let task = boltq_shards::spawn(async move {
+                read_peer(conn, node_id, deliver).await;
+                finished.set(true);
+            });
+            readers.push((done, task));
+        }
+    })
+}
+
+async fn read_peer(mut conn: Conn, node_id: u64, deliver: Deliver) {
+    let peer = conn
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    if let Err(e) = read_frames(&mut conn, node_id, &deliver).await {
+        log::info!("raft connection from {peer} to node {node_id} closed: {e}");
+    }
+}
+
+async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result<(), String> {
+    let mut hello = [0u8; HELLO_BYTES];
+    boltq_shards::timeout(
+        Duration::from_millis(HELLO_TIMEOUT_MS),
+        conn.read_exact(&mut hello),
+    )
+    .await
+    .ok_or("no hello in time")?
+    .map_err(|e| format!("reading the hello: {e}"))?;
+    let from = check_hello(&hello, node_id)?;
+    loop {
+        let mut len = [0u8; 4];
+        conn.read_exact(&mut len)
+            .await
+            .map_err(|e| format!("node {from}: {e}"))?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len > wire::BATCH_BYTES_MAX {
+            return Err(format!(
+                "node {from} sent a frame of {len} bytes (limit {})",
+                wire::BATCH_BYTES_MAX
+            ));
+        }
+        let mut body = vec![0u8; len];
+        conn.read_exact(&mut body)
+            .await
+            .map_err(|e| format!("node {from}: {e}"))?;
+        let batch = wire::decode(Bytes::from(body)).map_err(|e| format!("node {from}: {e}"))?;
+        if let Some(m) = batch.iter().find(|m| m.msg.from != from) {
+            return Err(format!(
+                "node {from} sent a message from node {}",
+                m.msg.from
+            ));
+        }
+        deliver(from, batch);
+    }
+}
+
+/// The dialling node's id, if the hello is ours and addressed to `node_id`.
+fn check_hello(hello: &[u8; HELLO_BYTES], node_id: u64) -> Result<u64, String> {
+    if &hello[..8] != HELLO_MAGIC {
+        return Err("not a raft link (bad hello)".into());
+    }
+    let from = u64::from_le_bytes(hello[8..16].try_into().expect("8 bytes"));
+    let to = u64::from_le_bytes(hello[16..24].try_into().expect("8 bytes"));
+    if from == 0 || from == node_id {
+        return Err(format!("hello from node id {from}"));
+    }
+    if to != node_id {
+        return Err(format!(
+            "node {from} dialled node {to}, but this is node {node_id}"
+        ));
+    }
+    Ok(from)
+}
