@@ -356,3 +356,156 @@ fn check_hello(hello: &[u8; HELLO_BYTES], node_id: u64) -> Result<u64, String> {
     }
     Ok(from)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boltq_io::listener::SharedListener;
+    use raft::prelude::Message;
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        boltq_shards::block_on("transport-test", move || Box::pin(f())).unwrap();
+    }
+
+    fn heartbeat(from: u64, to: u64) -> SlotMessage {
+        let mut msg = Message {
+            from,
+            to,
+            term: 3,
+            ..Message::default()
+        };
+        msg.set_msg_type(MessageType::MsgHeartbeat);
+        SlotMessage { slot: 5, msg }
+    }
+
+    /// Node 1 listening, with what it was delivered.
+    fn listen() -> (
+        SharedListener,
+        boltq_shards::Task<()>,
+        Rc<RefCell<Vec<(u64, Vec<SlotMessage>)>>>,
+    ) {
+        let shared = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = Listener::for_shard(&shared, None).unwrap();
+        let got = Rc::new(RefCell::new(Vec::new()));
+        let sink = Rc::clone(&got);
+        let deliver: Deliver = Rc::new(move |from, batch| sink.borrow_mut().push((from, batch)));
+        (shared, serve(listener, 1, deliver), got)
+    }
+
+    async fn until(what: &str, f: impl Fn() -> bool) {
+        for _ in 0..500 {
+            if f() {
+                return;
+            }
+            boltq_shards::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("timed out waiting for {what}");
+    }
+
+    fn hello(from: u64, to: u64) -> Vec<u8> {
+        let mut h = HELLO_MAGIC.to_vec();
+        h.extend_from_slice(&from.to_le_bytes());
+        h.extend_from_slice(&to.to_le_bytes());
+        h
+    }
+
+    fn frame(batch: &[SlotMessage]) -> Vec<u8> {
+        let mut body = Vec::new();
+        wire::encode(batch, &mut body);
+        let mut out = (body.len() as u32).to_le_bytes().to_vec();
+        out.extend_from_slice(&body);
+        out
+    }
+
+    /// Writes `bytes` on a new connection and says whether the listener closed it (a read
+    /// returns end of stream) within two seconds.
+    async fn closed_after(addr: SocketAddr, bytes: &[u8]) -> bool {
+        let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
+        conn.write_all(bytes).await.unwrap();
+        let mut buf = [0u8; 1];
+        matches!(
+            boltq_shards::timeout(Duration::from_secs(2), conn.read(&mut buf)).await,
+            Some(Ok(0)) | Some(Err(_))
+        )
+    }
+
+    #[test]
+    fn batches_reach_the_peer_in_order() {
+        run(|| async {
+            let (shared, _serving, got) = listen();
+            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
+            let out = Outbound::start(2, &peers);
+            until("the link to connect", || {
+                out.stats(1).unwrap().connects == 1
+            })
+            .await;
+            for _ in 0..10 {
+                assert!(out.send(1, &[heartbeat(2, 1), heartbeat(2, 1)]));
+            }
+            until("ten batches", || got.borrow().len() == 10).await;
+            assert!(got
+                .borrow()
+                .iter()
+                .all(|(from, b)| *from == 2 && b.len() == 2));
+            assert_eq!(out.stats(1).unwrap().batches_sent, 10);
+        });
+    }
+
+    #[test]
+    fn a_down_peer_costs_dropped_batches_and_a_lost_snapshot_report_not_a_stall() {
+        run(|| async {
+            // Nothing listens there.
+            let addr = {
+                let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+                probe.local_addr().unwrap()
+            };
+            let out = Outbound::start(2, &BTreeMap::from([(1, addr)]));
+            let mut snapshot = heartbeat(2, 1);
+            snapshot.msg.set_msg_type(MessageType::MsgSnapshot);
+            assert!(!out.send(1, &[snapshot]));
+            assert_eq!(out.take_snapshot_reports(), vec![(5, 1, false)]);
+            until("a failed connect", || {
+                out.stats(1).unwrap().connect_failures >= 2
+            })
+            .await;
+            let stats = out.stats(1).unwrap();
+            assert_eq!((stats.connects, stats.batches_dropped), (0, 1));
+        });
+    }
+
+    #[test]
+    fn strangers_wrong_addresses_oversized_frames_and_forged_senders_are_closed() {
+        run(|| async {
+            let (shared, _serving, got) = listen();
+            let addr = shared.local_addr().unwrap();
+            assert!(
+                closed_after(addr, b"GET / HTTP/1.1\r\n\r\nxxxxxx").await,
+                "not a hello"
+            );
+            assert!(
+                closed_after(addr, &hello(2, 7)).await,
+                "dialled another node"
+            );
+            assert!(closed_after(addr, &hello(1, 1)).await, "its own id");
+            let mut oversized = hello(2, 1);
+            oversized.extend_from_slice(&((wire::BATCH_BYTES_MAX + 1) as u32).to_le_bytes());
+            assert!(closed_after(addr, &oversized).await, "oversized frame");
+            let mut forged = hello(2, 1);
+            forged.extend_from_slice(&frame(&[heartbeat(3, 1)]));
+            assert!(
+                closed_after(addr, &forged).await,
+                "a message from another node"
+            );
+            let mut damaged = hello(2, 1);
+            damaged.extend_from_slice(&[3, 0, 0, 0, 9, 9, 9]);
+            assert!(closed_after(addr, &damaged).await, "an undecodable batch");
+            assert!(got.borrow().is_empty(), "nothing was delivered");
+            // And a well-behaved peer is still served.
+            let mut good = hello(2, 1);
+            good.extend_from_slice(&frame(&[heartbeat(2, 1)]));
+            let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
+            conn.write_all(&good).await.unwrap();
+            until("the good batch", || got.borrow().len() == 1).await;
+        });
+    }
+}
