@@ -378,12 +378,10 @@ mod tests {
         SlotMessage { slot: 5, msg }
     }
 
+    type Delivered = Rc<RefCell<Vec<(u64, Vec<SlotMessage>)>>>;
+
     /// Node 1 listening, with what it was delivered.
-    fn listen() -> (
-        SharedListener,
-        boltq_shards::Task<()>,
-        Rc<RefCell<Vec<(u64, Vec<SlotMessage>)>>>,
-    ) {
+    fn listen() -> (SharedListener, boltq_shards::Task<()>, Delivered) {
         let shared = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let listener = Listener::for_shard(&shared, None).unwrap();
         let got = Rc::new(RefCell::new(Vec::new()));
