@@ -10,8 +10,9 @@
 //! responses) are held until the caller reports the writes durable (`synced`), and only
 //! then does the replica count its own copy of new entries.
 
+use super::membership::{self, MemberChange};
 use super::storage::GroupStorage;
-use raft::prelude::{Entry, Message, Snapshot};
+use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
 use raft::{RawNode, StateRole};
 
 /// Ticks without a heartbeat before a follower campaigns: raft-rs draws it in `[min, max)`
@@ -52,6 +53,8 @@ pub struct Collected {
 pub enum ProposeError {
     /// Only the leader appends; `leader` is the one this replica knows, if any.
     NotLeader { leader: Option<u64> },
+    /// A membership change is proposed and not yet applied: one at a time.
+    MembershipPending,
 }
 
 pub struct Group {
@@ -134,6 +137,101 @@ impl Group {
         Ok((index, self.node.raft.term))
     }
 
+    /// Proposes a membership change (`membership.rs`) if this replica leads and none is
+    /// pending. Like `propose`, returns the index and term its entry got.
+    pub fn propose_membership(
+        &mut self,
+        changes: &[MemberChange],
+    ) -> Result<(u64, u64), ProposeError> {
+        if self.node.raft.state != StateRole::Leader {
+            return Err(ProposeError::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        let context = membership::encode(changes);
+        if self
+            .node
+            .propose_conf_change(context, membership::to_raft(changes))
+            .is_err()
+        {
+            return Err(ProposeError::NotLeader { leader: None });
+        }
+        // raft-rs turns a change proposed while another is pending into an empty entry.
+        let index = self.node.raft.raft_log.last_index();
+        let is_change = self
+            .node
+            .raft
+            .raft_log
+            .entries(index, 1, raft::GetEntriesContext::empty(false))
+            .ok()
+            .and_then(|e| {
+                e.first()
+                    .map(|e| e.get_entry_type() == EntryType::EntryConfChangeV2)
+            })
+            .unwrap_or(false);
+        if !is_change {
+            return Err(ProposeError::MembershipPending);
+        }
+        Ok((index, self.node.raft.term))
+    }
+
+    /// Applies a committed membership entry: raft-rs's view of the group and the image's
+    /// membership (which the next snapshot carries) change. A change raft-rs refuses (one
+    /// that would leave no voter) changes nothing, on every replica alike.
+    pub fn apply_membership(&mut self, entry: &Entry) -> Result<ConfState, String> {
+        let changes = membership::decode(&entry.context)?;
+        let conf_state = self
+            .node
+            .apply_conf_change(&membership::to_raft(&changes))
+            .map_err(|e| format!("membership change refused: {e}"))?;
+        self.node.mut_store().set_conf_state(conf_state.clone());
+        let member = conf_state.voters.contains(&self.id())
+            || conf_state.voters_outgoing.contains(&self.id());
+        if self.is_leader() && !member {
+            // A leader outside its own group: raft-rs would keep leading and panic on the
+            // next answer from a follower (it has no progress of its own any more). It
+            // steps down at once; the voters elect one of them after an election timeout.
+            let term = self.node.raft.term;
+            self.node.raft.become_follower(term, raft::INVALID_ID);
+        }
+        Ok(conf_state)
+    }
+
+    /// Hands leadership to the voter of the applied membership that is furthest along
+    /// (raft-rs sends it a TimeoutNow once it has the whole log). For a leader that a
+    /// membership change is about to remove.
+    pub fn hand_over_leadership(&mut self) {
+        let conf = self.node.raft.prs().conf().to_conf_state();
+        let target = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != self.id() && conf.voters.contains(id))
+            .max_by_key(|(id, pr)| (pr.matched, **id))
+            .map(|(id, _)| *id);
+        if let Some(target) = target {
+            self.node.transfer_leader(target);
+        }
+    }
+
+    /// True when the applied membership has this replica as a voter of the configuration
+    /// being entered (the only one, outside joint consensus).
+    pub fn votes_in_incoming(&self) -> bool {
+        self.node
+            .raft
+            .prs()
+            .conf()
+            .to_conf_state()
+            .voters
+            .contains(&self.id())
+    }
+
+    /// True while a membership change is proposed and not yet applied here.
+    pub fn membership_pending(&self) -> bool {
+        self.node.raft.has_pending_conf()
+    }
+
     pub fn is_leader(&self) -> bool {
         self.node.raft.state == StateRole::Leader
     }
@@ -143,6 +241,12 @@ impl Group {
             0 => None,
             id => Some(id),
         }
+    }
+
+    /// Whether raft-rs lets this replica campaign (a voter of its applied membership), and
+    /// ticks since it last heard a leader: for reports.
+    pub fn election_state(&self) -> (bool, usize) {
+        (self.node.raft.promotable(), self.node.raft.election_elapsed)
     }
 
     pub fn term(&self) -> u64 {

@@ -187,13 +187,13 @@ mod tests {
         let c = config(dir.path());
         run(move || async move {
             let mut rng = Rng::new(5);
-            let mut term = 1;
             let mut store = open_store(&c).await;
             let (mut log, recovered) = GroupLog::open(&store, 7, &VOTERS).await.unwrap();
             let Recovered {
                 mut storage,
                 log: mut writer,
             } = recovered;
+            let mut term = storage.hard_state().term;
             let mut dropped_front = false;
             for round in 0..8 {
                 for step in 0..400 {

@@ -83,6 +83,20 @@ impl Host {
         replica.propose(cmd).map_err(HostRefused::Proposal)
     }
 
+    pub fn propose_membership(
+        &mut self,
+        slot: u16,
+        changes: &[super::membership::MemberChange],
+    ) -> Result<ProposalId, HostRefused> {
+        let replica = self
+            .replicas
+            .get_mut(&slot)
+            .ok_or(HostRefused::UnknownSlot(slot))?;
+        replica
+            .propose_membership(changes)
+            .map_err(HostRefused::Proposal)
+    }
+
     pub fn tick(&mut self, now_ns: i64) {
         for replica in self.replicas.values_mut() {
             replica.tick(now_ns);

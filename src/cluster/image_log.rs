@@ -406,9 +406,10 @@ pub fn replay(
             _ => None,
         })
         .next_back()
-        .unwrap_or_default();
+        .unwrap_or_else(|| fresh.hard_state().clone());
     let mut snapshot = fresh.newest_snapshot().clone();
-    let mut base = (0, 0);
+    let fresh_meta = fresh.newest_snapshot().get_metadata();
+    let mut base = (fresh_meta.index, fresh_meta.term);
     let mut entries: BTreeMap<u64, Entry> = BTreeMap::new();
     let mut entry_records = VecDeque::new();
     let mut assembly = Assembly::default();

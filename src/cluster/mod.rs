@@ -16,6 +16,7 @@ pub mod group;
 pub mod group_log;
 pub mod host;
 pub mod image_log;
+pub mod membership;
 pub mod node;
 pub mod replica;
 pub mod storage;

@@ -17,13 +17,15 @@
 use super::group::ElectionTicks;
 use super::group_log::GroupLog;
 use super::host::{Batches, Host, HostRefused};
-use super::replica::{NotApplied, ProposalId, ProposalRefused};
+use super::membership::MemberChange;
+use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Outbound};
 use super::wire::SlotMessage;
 use crate::queue::broker::{Broker, BrokerConfig, Command, Outcome};
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
 use boltq_io::Store;
+use raft::prelude::ConfState;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -50,6 +52,10 @@ pub enum ProposeError {
     UnknownSlot(u16),
     /// `replica::PROPOSALS_MAX` proposals wait already.
     TooMany,
+    /// A membership change is proposed and not yet applied: one at a time.
+    MembershipPending,
+    /// The group refused the membership change (e.g. it would leave no voter).
+    MembershipRefused(String),
     /// The entry was not applied, or may not have been (`NotApplied`).
     NotApplied(NotApplied),
     /// No outcome in time: it may still be applied.
@@ -60,7 +66,7 @@ pub enum ProposeError {
 
 #[derive(Default)]
 struct Waiter {
-    answer: RefCell<Option<Result<Outcome, NotApplied>>>,
+    answer: RefCell<Option<Result<Applied, NotApplied>>>,
     ready: Event,
 }
 
@@ -159,20 +165,58 @@ impl Node {
         cmd: &Command,
         timeout: Duration,
     ) -> Result<Outcome, ProposeError> {
-        if let Some(e) = self.failed.borrow().clone() {
-            return Err(ProposeError::Stopped(e));
+        self.check_running()?;
+        let placed = self.host.borrow_mut().propose(slot, cmd);
+        match self.wait_for(slot, placed, timeout).await? {
+            Applied::Command(outcome) => Ok(outcome),
+            Applied::Membership(_) => unreachable!("a command's entry applies as a command"),
         }
-        let id = self
-            .host
-            .borrow_mut()
-            .propose(slot, cmd)
-            .map_err(|e| match e {
-                HostRefused::UnknownSlot(slot) => ProposeError::UnknownSlot(slot),
-                HostRefused::Proposal(ProposalRefused::NotLeader { leader }) => {
-                    ProposeError::NotLeader { leader }
-                }
-                HostRefused::Proposal(ProposalRefused::TooMany) => ProposeError::TooMany,
-            })?;
+    }
+
+    /// Proposes a membership change of slot `slot`'s group (this node must lead it) and
+    /// waits up to `timeout` for it to be applied here.
+    pub async fn change_membership(
+        &self,
+        slot: u16,
+        changes: &[MemberChange],
+        timeout: Duration,
+    ) -> Result<ConfState, ProposeError> {
+        self.check_running()?;
+        let placed = self.host.borrow_mut().propose_membership(slot, changes);
+        match self.wait_for(slot, placed, timeout).await? {
+            Applied::Membership(result) => result.map_err(ProposeError::MembershipRefused),
+            Applied::Command(_) => unreachable!("a membership entry applies as one"),
+        }
+    }
+
+    /// Slot `slot`'s membership as this replica applied it.
+    pub fn membership(&self, slot: u16) -> Option<ConfState> {
+        Some(self.host.borrow().replica(slot)?.group().conf_state())
+    }
+
+    fn check_running(&self) -> Result<(), ProposeError> {
+        match self.failed.borrow().clone() {
+            Some(e) => Err(ProposeError::Stopped(e)),
+            None => Ok(()),
+        }
+    }
+
+    async fn wait_for(
+        &self,
+        slot: u16,
+        placed: Result<ProposalId, HostRefused>,
+        timeout: Duration,
+    ) -> Result<Applied, ProposeError> {
+        let id = placed.map_err(|e| match e {
+            HostRefused::UnknownSlot(slot) => ProposeError::UnknownSlot(slot),
+            HostRefused::Proposal(ProposalRefused::NotLeader { leader }) => {
+                ProposeError::NotLeader { leader }
+            }
+            HostRefused::Proposal(ProposalRefused::TooMany) => ProposeError::TooMany,
+            HostRefused::Proposal(ProposalRefused::MembershipPending) => {
+                ProposeError::MembershipPending
+            }
+        })?;
         let waiter = Rc::new(Waiter::default());
         self.waiting
             .borrow_mut()
@@ -191,7 +235,7 @@ impl Node {
         self.waiting.borrow_mut().remove(&(slot, id));
         match answer {
             None => Err(ProposeError::TimedOut),
-            Some(Ok(outcome)) => Ok(outcome),
+            Some(Ok(applied)) => Ok(applied),
             Some(Err(NotApplied::Unknown)) if self.failed.borrow().is_some() => Err(
                 ProposeError::Stopped(self.failed.borrow().clone().unwrap_or_default()),
             ),

@@ -14,9 +14,10 @@
 
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
 use super::image_log::{ImageLog, Recovered, Written};
+use super::membership::MemberChange;
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use crate::queue::server::{snapshot as body, wal::record};
-use raft::prelude::{Message, Snapshot};
+use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
 use std::collections::BTreeMap;
 
 /// Most proposals of one replica waiting for their entry to be applied.
@@ -39,10 +40,18 @@ pub enum NotApplied {
     Unknown,
 }
 
+/// What applying a proposal's entry gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Applied {
+    Command(Outcome),
+    /// The membership after the change, or why it was refused (identically everywhere).
+    Membership(Result<ConfState, String>),
+}
+
 #[derive(Debug)]
 pub struct Answer {
     pub id: ProposalId,
-    pub outcome: Result<Outcome, NotApplied>,
+    pub outcome: Result<Applied, NotApplied>,
 }
 
 /// What one `collect` produced.
@@ -68,6 +77,8 @@ pub enum ProposalRefused {
     NotLeader {
         leader: Option<u64>,
     },
+    /// A membership change is proposed and not yet applied: one at a time.
+    MembershipPending,
     /// `PROPOSALS_MAX` proposals wait already.
     TooMany,
 }
@@ -142,10 +153,31 @@ impl Replica {
         }
         let mut data = Vec::new();
         record::encode(cmd, &mut data);
-        let (index, term) = self
-            .group
-            .propose(data)
-            .map_err(|ProposeError::NotLeader { leader }| ProposalRefused::NotLeader { leader })?;
+        let placed = self.group.propose(data);
+        self.track(placed)
+    }
+
+    /// Proposes a membership change (`membership.rs`); its outcome comes back like a
+    /// command's, as `Applied::Membership`.
+    pub fn propose_membership(
+        &mut self,
+        changes: &[MemberChange],
+    ) -> Result<ProposalId, ProposalRefused> {
+        if self.proposals.len() >= PROPOSALS_MAX {
+            return Err(ProposalRefused::TooMany);
+        }
+        let placed = self.group.propose_membership(changes);
+        self.track(placed)
+    }
+
+    fn track(
+        &mut self,
+        placed: Result<(u64, u64), ProposeError>,
+    ) -> Result<ProposalId, ProposalRefused> {
+        let (index, term) = placed.map_err(|e| match e {
+            ProposeError::NotLeader { leader } => ProposalRefused::NotLeader { leader },
+            ProposeError::MembershipPending => ProposalRefused::MembershipPending,
+        })?;
         let id = ProposalId { index, term };
         self.proposals.insert(index, id);
         Ok(id)
@@ -155,7 +187,11 @@ impl Replica {
     /// broker timer is due at `now_ns` (one at a time).
     pub fn tick(&mut self, now_ns: i64) {
         self.group.tick();
-        if !self.group.is_leader() || self.tick_in_flight.is_some() {
+        if !self.group.is_leader() {
+            return;
+        }
+        self.leave_joint_membership();
+        if self.tick_in_flight.is_some() {
             return;
         }
         let due = self
@@ -167,6 +203,24 @@ impl Replica {
                 // Nobody waits for a tick's outcome: no answer comes out for it.
                 self.proposals.remove(&id.index);
                 self.tick_in_flight = Some(id);
+            }
+        }
+    }
+
+    /// A leader finds the group in a joint membership (a change of several members was
+    /// applied) with nothing pending: it proposes the leave. Whoever leads does this, so a
+    /// leader change in between cannot leave the group joint for good. A leader the leave
+    /// would remove hands leadership to a voter that stays instead, which then leaves.
+    fn leave_joint_membership(&mut self) {
+        let joint = !self.group.conf_state().voters_outgoing.is_empty();
+        if joint && !self.group.membership_pending() {
+            if !self.group.votes_in_incoming() {
+                self.group.hand_over_leadership();
+                return;
+            }
+            if let Ok(id) = self.propose_membership(&[]) {
+                // Nobody waits for the leave's outcome.
+                self.proposals.remove(&id.index);
             }
         }
     }
@@ -212,19 +266,8 @@ impl Replica {
             self.applied = entry.index;
             out.applied.push((entry.index, entry.term));
             self.resolve_superseded(entry.index, entry.term, &mut out);
-            if entry.data.is_empty() {
+            let Some(applied) = self.apply_entry(&entry, &mut out) else {
                 continue; // a new leader's empty entry
-            }
-            let outcome = match record::decode(&entry.data) {
-                Ok(cmd) => {
-                    let (outcome, effects) = self.broker.apply(&cmd);
-                    out.effects.extend(effects);
-                    outcome
-                }
-                // Every replica has the same bytes and refuses them the same way.
-                Err(e) => {
-                    Outcome::Error(format!("undecodable command at index {}: {e}", entry.index))
-                }
             };
             let id = ProposalId {
                 index: entry.index,
@@ -234,7 +277,7 @@ impl Replica {
                 self.proposals.remove(&entry.index);
                 out.answers.push(Answer {
                     id,
-                    outcome: Ok(outcome),
+                    outcome: Ok(applied),
                 });
             }
             if self.tick_in_flight.is_some_and(|t| t.index <= entry.index) {
@@ -245,8 +288,39 @@ impl Replica {
                 self.take_snapshot(entry.term);
             }
         }
+        if self.group.storage().take_snapshot_wanted() && self.applied > 0 {
+            let term = raft::Storage::term(self.group.storage(), self.applied)
+                .expect("the applied entry is in the image");
+            self.take_snapshot(term);
+        }
         out.written = self.log.write(self.group.take_writes());
         out
+    }
+
+    /// Applies one committed entry: a command to the broker, a membership change to the
+    /// group. None for an empty entry (a new leader's first).
+    fn apply_entry(&mut self, entry: &Entry, out: &mut Output) -> Option<Applied> {
+        match entry.get_entry_type() {
+            EntryType::EntryConfChangeV2 => {
+                Some(Applied::Membership(self.group.apply_membership(entry)))
+            }
+            // Never proposed by this server: refused alike by every replica.
+            EntryType::EntryConfChange => Some(Applied::Membership(Err(
+                "membership change of the first raft-rs format".into(),
+            ))),
+            EntryType::EntryNormal if entry.data.is_empty() => None,
+            EntryType::EntryNormal => Some(Applied::Command(match record::decode(&entry.data) {
+                Ok(cmd) => {
+                    let (outcome, effects) = self.broker.apply(&cmd);
+                    out.effects.extend(effects);
+                    outcome
+                }
+                // Every replica has the same bytes and refuses them the same way.
+                Err(e) => {
+                    Outcome::Error(format!("undecodable command at index {}: {e}", entry.index))
+                }
+            })),
+        }
     }
 
     /// Proposals at `index` with another term, or below it, were never applied.

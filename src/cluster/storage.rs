@@ -13,6 +13,14 @@
 use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 
+/// Where a founding member's log starts: its image begins as a snapshot at this index and
+/// term that holds the founding membership. A node that joins later starts empty (index 0),
+/// so the leader can only catch it up with a snapshot — which is how it learns the
+/// membership it joins. (From index 1, it would receive entries and never the founders'
+/// membership, which no entry holds.)
+pub const FOUNDING_INDEX: u64 = 5;
+pub const FOUNDING_TERM: u64 = 5;
+
 /// Entries the log keeps behind the newest snapshot, by default.
 pub const ENTRIES_KEPT_BEHIND_SNAPSHOT: u64 = 256;
 
@@ -48,28 +56,46 @@ pub struct GroupStorage {
     kept_behind_snapshot: u64,
     /// Changes not yet taken by the raft log (`take_writes`).
     writes: Vec<ImageWrite>,
+    /// Set when raft-rs asked for a snapshot for a member the newest one does not know
+    /// (one that joined after it was taken): the replica takes a new one.
+    snapshot_wanted: std::cell::Cell<bool>,
 }
 
 impl GroupStorage {
     /// The image of a new group whose voters are `voters` (every member starts the same way,
     /// so all agree on the membership at index 0).
+    /// The image of a founding member of a group whose voters are `voters` (every founder
+    /// starts the same way, so all agree on the membership and the log's start), or, with
+    /// no voters, of a node that joins an existing group and learns everything from the
+    /// leader's snapshot.
     pub fn new(voters: &[u64]) -> GroupStorage {
-        assert!(!voters.is_empty(), "a group needs at least one voter");
         let conf_state = ConfState {
             voters: voters.to_vec(),
             ..ConfState::default()
         };
+        let (index, term) = if voters.is_empty() {
+            (0, 0)
+        } else {
+            (FOUNDING_INDEX, FOUNDING_TERM)
+        };
         let mut snapshot = Snapshot::default();
         snapshot.mut_metadata().set_conf_state(conf_state.clone());
+        snapshot.mut_metadata().index = index;
+        snapshot.mut_metadata().term = term;
         GroupStorage {
-            hard_state: HardState::default(),
+            hard_state: HardState {
+                term,
+                commit: index,
+                ..HardState::default()
+            },
             conf_state,
             snapshot,
-            base_index: 0,
-            base_term: 0,
+            base_index: index,
+            base_term: term,
             entries: Vec::new(),
             kept_behind_snapshot: ENTRIES_KEPT_BEHIND_SNAPSHOT,
             writes: Vec::new(),
+            snapshot_wanted: std::cell::Cell::new(false),
         }
     }
 
@@ -83,8 +109,8 @@ impl GroupStorage {
     ) -> Result<GroupStorage, String> {
         let (base_index, base_term) = base;
         let conf_state = snapshot.get_metadata().get_conf_state().clone();
-        if conf_state.voters.is_empty() {
-            return Err("the recovered membership has no voter".into());
+        if conf_state.voters.is_empty() && snapshot.get_metadata().index > 0 {
+            return Err("the recovered snapshot's membership has no voter".into());
         }
         let contiguous = entries
             .iter()
@@ -122,7 +148,13 @@ impl GroupStorage {
             entries,
             kept_behind_snapshot: ENTRIES_KEPT_BEHIND_SNAPSHOT,
             writes: Vec::new(),
+            snapshot_wanted: std::cell::Cell::new(false),
         })
+    }
+
+    /// True once if a snapshot was asked for that the newest one cannot serve.
+    pub fn take_snapshot_wanted(&self) -> bool {
+        self.snapshot_wanted.replace(false)
     }
 
     /// The changes made since the last call, in order, for the raft log to record.
@@ -143,6 +175,12 @@ impl GroupStorage {
 
     pub fn conf_state(&self) -> &ConfState {
         &self.conf_state
+    }
+
+    /// The membership after a change was applied. Not written by itself: a restart
+    /// restores the snapshot's and applies the changes after it again.
+    pub fn set_conf_state(&mut self, conf_state: ConfState) {
+        self.conf_state = conf_state;
     }
 
     /// The newest snapshot: what a restart restores before replaying the log after it.
@@ -322,10 +360,29 @@ impl raft::Storage for GroupStorage {
         Ok(self.last())
     }
 
-    fn snapshot(&self, _request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        if self.snapshot.get_metadata().index == 0 {
+    fn snapshot(&self, _request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let meta = self.snapshot.get_metadata();
+        if meta.index == 0 {
             // Nothing taken yet: every follower is caught up from the log (none was
             // compacted away either).
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        let cs = meta.get_conf_state();
+        let knows = [
+            &cs.voters,
+            &cs.learners,
+            &cs.voters_outgoing,
+            &cs.learners_next,
+        ]
+        .iter()
+        .any(|ids| ids.contains(&to));
+        if !knows {
+            // raft-rs on `to` refuses a snapshot whose membership does not name it: a node
+            // that joined after the newest snapshot needs a newer one. raft-rs asks again
+            // on its next probe.
+            self.snapshot_wanted.set(true);
             return Err(raft::Error::Store(
                 StorageError::SnapshotTemporarilyUnavailable,
             ));
@@ -352,13 +409,59 @@ mod tests {
         let mut s = Snapshot::default();
         s.mut_metadata().index = index;
         s.mut_metadata().term = term;
+        s.mut_metadata().set_conf_state(ConfState {
+            voters: vec![1, 2, 3],
+            ..ConfState::default()
+        });
         s.data = vec![1, 2, 3].into();
         s
     }
 
     #[test]
+    fn a_snapshot_that_does_not_name_the_follower_is_not_sent_and_a_new_one_is_wanted() {
+        let mut s = GroupStorage::new(&[]);
+        s.append(&[entry(1, 1)]);
+        s.set_commit(1);
+        s.compact(snapshot_at(1, 1));
+        assert!(!s.take_snapshot_wanted());
+        assert!(s.snapshot(0, 2).is_ok(), "node 2 is a voter in it");
+        assert!(matches!(
+            s.snapshot(0, 4),
+            Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable
+            ))
+        ));
+        assert!(s.take_snapshot_wanted());
+        assert!(!s.take_snapshot_wanted(), "taken once");
+    }
+
+    // The tests below start from a joining node's empty image (log from index 1); a
+    // founder's starts at `FOUNDING_INDEX`, which `a_founders_log_starts_after_the_founding_snapshot` checks.
+
+    #[test]
+    fn a_founders_log_starts_after_the_founding_snapshot() {
+        let s = GroupStorage::new(&[1, 2, 3]);
+        assert_eq!(s.first_index().unwrap(), FOUNDING_INDEX + 1);
+        assert_eq!(s.term(FOUNDING_INDEX).unwrap(), FOUNDING_TERM);
+        assert_eq!(
+            s.snapshot(0, 2)
+                .unwrap()
+                .get_metadata()
+                .get_conf_state()
+                .voters,
+            vec![1, 2, 3]
+        );
+        let joiner = GroupStorage::new(&[]);
+        assert_eq!(joiner.first_index().unwrap(), 1);
+        assert!(
+            joiner.snapshot(0, 2).is_err(),
+            "a joiner has nothing to send"
+        );
+    }
+
+    #[test]
     fn an_uncommitted_suffix_is_replaced_by_a_new_leaders_entries() {
-        let mut s = GroupStorage::new(&[1, 2, 3]);
+        let mut s = GroupStorage::new(&[]);
         s.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]);
         s.set_commit(1);
         s.append(&[entry(2, 2)]);
@@ -370,7 +473,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "overwrite the committed log")]
     fn the_committed_log_is_never_overwritten() {
-        let mut s = GroupStorage::new(&[1]);
+        let mut s = GroupStorage::new(&[]);
         s.append(&[entry(1, 1), entry(2, 1)]);
         s.set_commit(2);
         s.append(&[entry(2, 2)]);
@@ -378,7 +481,7 @@ mod tests {
 
     #[test]
     fn compaction_keeps_a_tail_behind_the_snapshot_and_reports_older_entries_compacted() {
-        let mut s = GroupStorage::new(&[1]);
+        let mut s = GroupStorage::new(&[]);
         let n = ENTRIES_KEPT_BEHIND_SNAPSHOT + 100;
         let all: Vec<Entry> = (1..=n).map(|i| entry(i, 1)).collect();
         s.append(&all);
@@ -401,7 +504,7 @@ mod tests {
 
     #[test]
     fn an_installed_snapshot_replaces_the_log() {
-        let mut s = GroupStorage::new(&[1, 2]);
+        let mut s = GroupStorage::new(&[]);
         s.append(&[entry(1, 1)]);
         s.install_snapshot(snapshot_at(10, 3));
         assert_eq!(s.first_index().unwrap(), 11);

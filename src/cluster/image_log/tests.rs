@@ -171,7 +171,7 @@ fn a_replayed_log_gives_back_the_image_after_any_history_of_changes() {
         let mut disk = Disk {
             records: Vec::new(),
         };
-        let mut term = 1;
+        let mut term = storage.hard_state().term;
         let (mut reboots, mut snapshots) = (0, 0);
         for step in 0..600 {
             let batch = 1 + rng.below(4);
@@ -214,7 +214,7 @@ fn a_write_cut_short_by_a_crash_replays_into_an_image_the_group_continues_from()
         let mut disk = Disk {
             records: Vec::new(),
         };
-        let mut term = 1;
+        let mut term = storage.hard_state().term;
         for _ in 0..400 {
             let before = storage.clone();
             change(&mut storage, &mut term, &mut rng, true);
@@ -266,15 +266,15 @@ fn a_snapshot_without_all_its_parts_is_ignored() {
         mut storage,
         mut log,
     } = Recovered::new_group(&VOTERS, 1);
-    let entries: Vec<Entry> = (1..=5).map(|i| entry(i, 1, &mut rng)).collect();
+    let entries: Vec<Entry> = (6..=10).map(|i| entry(i, 5, &mut rng)).collect();
     storage.append(&entries);
-    storage.set_commit(5);
+    storage.set_commit(10);
     let mut disk = Disk {
         records: Vec::new(),
     };
     disk.store(&log.write(storage.take_writes()));
     let image = storage.clone();
-    let mut big = snapshot(5, 1, &mut rng, false);
+    let mut big = snapshot(10, 5, &mut rng, false);
     big.data = vec![7u8; SNAPSHOT_PART_BYTES * 2 + 1].into();
     storage.compact(big);
     let written = log.write(storage.take_writes());
@@ -298,7 +298,7 @@ fn damaged_records_are_refused_with_their_sequence_number_and_never_panic() {
     let mut disk = Disk {
         records: Vec::new(),
     };
-    let mut term = 1;
+    let mut term = storage.hard_state().term;
     for _ in 0..200 {
         change(&mut storage, &mut term, &mut rng, false);
         disk.store(&log.write(storage.take_writes()));

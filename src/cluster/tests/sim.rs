@@ -5,10 +5,16 @@
 //! restarts (a node keeps its durable images and loses everything else), and clients, each
 //! on one slot, that publish, consume and ack through whichever node they believe leads it.
 //!
+//! Membership changes under the same faults: a fourth node boots empty at `JOIN_MS`, each
+//! slot's leader adds it as a learner, then swaps it in for one of the first three voters
+//! (drawn per seed) by joint consensus; whoever leads leaves the joint configuration, and
+//! a leader that removed itself hands leadership over.
+//!
 //! Checked on every step, per slot: at most one leader per term; every replica applies the
 //! same term at each index (hence, by Raft's log matching, the same command sequence); a
 //! message a consumer acked and was told so is never delivered again. Checked once the
-//! faults stop and the groups have settled, per slot: a leader exists, every replica
+//! faults stop and the groups have settled, per slot: the membership change completed, a
+//! leader exists, every member's replica
 //! applied the same entries and holds the same broker state byte for byte, every acknowledged publish is still held
 //! (ready, pending, delayed or dead-lettered) unless a consumer's ack of it was
 //! acknowledged, and no acknowledged ack's message is held.
@@ -28,7 +34,8 @@
 use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::{Batches, Host, HostRefused};
 use crate::cluster::image_log::{self, Recovered, Written};
-use crate::cluster::replica::{NotApplied, ProposalId, ProposalRefused, Replica};
+use crate::cluster::membership::MemberChange;
+use crate::cluster::replica::{Applied, NotApplied, ProposalId, ProposalRefused, Replica};
 use crate::cluster::wire::{self, SlotMessage};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
@@ -38,12 +45,22 @@ use bytes::Bytes;
 use raft::prelude::MessageType;
 use std::collections::{BTreeMap, BTreeSet};
 
-const NODES: u64 = 3;
+/// Nodes 1..=3 found each group; node 4 joins later.
+const NODES: u64 = 4;
+const FIRST_VOTERS: [u64; 3] = [1, 2, 3];
+const JOINER: u64 = 4;
+/// When the joining node boots and the membership changes start.
+const JOIN_MS: u64 = 1_000;
 const STEP_MS: u64 = 5;
 const TICK_MS: u64 = 100;
 /// Load under faults, then quiet until settled.
 const FAULTY_MS: u64 = 8_000;
 const SETTLE_MS: u64 = 4_000;
+/// Quiet time after the last membership step, whenever it happens: a leader that removed
+/// itself steps down, and the rest need an election timeout or two to elect another.
+const SETTLE_AFTER_MEMBERSHIP_MS: u64 = 3_000;
+/// The run ends by then whatever happened.
+const RUN_MS_MAX: u64 = FAULTY_MS + SETTLE_MS + 8_000;
 /// A client gives up on a reply after this long (the outcome is then unknown to it).
 const REQUEST_TIMEOUT_MS: u64 = 1_500;
 /// The slots every node hosts (one group each; leaders land where elections put them).
@@ -208,6 +225,8 @@ struct Totals {
     crashes: u64,
     /// Records written but not durable that crashes took away.
     records_lost: u64,
+    /// Membership changes a leader proposed (retries included).
+    membership_proposals: u64,
     partitions: u64,
     snapshots_installed: u64,
     published: u64,
@@ -230,33 +249,40 @@ struct Sim {
     ledger: Ledger,
     totals: Totals,
     healed: bool,
+    /// The first voter that the joining node replaces.
+    replaced: u64,
+    /// Since when every slot's leader shows the final membership.
+    membership_done_at_ms: Option<u64>,
 }
 
 impl Sim {
     fn new(seed: u64) -> Sim {
         let mut rng = Rng::new(seed);
         let faults = Faults::draw(&mut rng);
-        let voters: Vec<u64> = (1..=NODES).collect();
         let nodes = (1..=NODES)
             .map(|id| {
-                let host = Host::new(
-                    id,
-                    &SLOTS,
-                    |_| new_group(&voters),
-                    &broker_config(),
-                    SNAPSHOT_EVERY_ENTRIES,
-                    || election_ticks(&mut rng),
-                )
-                .expect("host");
+                let host = (id != JOINER).then(|| {
+                    Host::new(
+                        id,
+                        &SLOTS,
+                        |_| new_group(&FIRST_VOTERS),
+                        &broker_config(),
+                        SNAPSHOT_EVERY_ENTRIES,
+                        || election_ticks(&mut rng),
+                    )
+                    .expect("host")
+                });
                 Node {
                     disks: SLOTS.iter().map(|slot| (*slot, Disk::default())).collect(),
-                    host: Some(host),
-                    up_at_ms: 0,
+                    host,
+                    // The joiner boots (through the restart path, on an empty disk) then.
+                    up_at_ms: if id == JOINER { JOIN_MS } else { 0 },
                     tick_phase_ms: rng.below(TICK_MS),
                     sync_at_ms: None,
                 }
             })
             .collect();
+        let replaced = FIRST_VOTERS[rng.below(FIRST_VOTERS.len() as u64) as usize];
         let per_slot = PUBLISHERS + CONSUMERS;
         let clients = (0..per_slot * SLOTS.len() as u64)
             .map(|index| Client {
@@ -282,6 +308,8 @@ impl Sim {
             ledger: Ledger::default(),
             totals: Totals::default(),
             healed: false,
+            replaced,
+            membership_done_at_ms: None,
         }
     }
 
@@ -300,7 +328,13 @@ impl Sim {
     }
 
     fn run(&mut self) {
-        while self.now_ms < FAULTY_MS + SETTLE_MS {
+        while self.now_ms < RUN_MS_MAX {
+            let settled_after_membership = self
+                .membership_done_at_ms
+                .is_some_and(|at| self.now_ms >= at + SETTLE_AFTER_MEMBERSHIP_MS);
+            if self.now_ms >= FAULTY_MS + SETTLE_MS && settled_after_membership {
+                break;
+            }
             self.now_ms += STEP_MS;
             if self.now_ms >= FAULTY_MS && !self.healed {
                 self.heal();
@@ -315,6 +349,7 @@ impl Sim {
             if !self.healed {
                 self.clients_act();
             }
+            self.change_membership();
             self.expire_requests();
             self.collect_all();
             self.check_leaders();
@@ -355,11 +390,12 @@ impl Sim {
     }
 
     fn restart_due(&mut self) {
-        let voters: Vec<u64> = (1..=NODES).collect();
         for (i, n) in self.nodes.iter_mut().enumerate() {
             if n.host.is_none() && (n.up_at_ms <= self.now_ms || self.healed) {
                 let disks = &n.disks;
                 let id = i as u64 + 1;
+                // A joining node knows no membership until the leader sends it one.
+                let voters: &[u64] = if id == JOINER { &[] } else { &FIRST_VOTERS };
                 let rng = &mut self.rng;
                 n.host = Some(
                     Host::new(
@@ -368,7 +404,7 @@ impl Sim {
                         |slot| {
                             let disk = &disks[&slot];
                             let replayed =
-                                image_log::replay(disk.records.clone(), disk.next_seq(), &voters)
+                                image_log::replay(disk.records.clone(), disk.next_seq(), voters)
                                     .unwrap_or_else(|e| panic!("node {id} slot {slot}: {e}"));
                             keep_few_behind_snapshot(replayed)
                         },
@@ -530,8 +566,10 @@ impl Sim {
                         client.to_ack.push(id);
                     }
                 }
-                Err(HostRefused::Proposal(ProposalRefused::TooMany)) => {
-                    unreachable!("a client waits for each reply")
+                Err(HostRefused::Proposal(
+                    ProposalRefused::TooMany | ProposalRefused::MembershipPending,
+                )) => {
+                    unreachable!("a client waits for each reply, and proposes commands")
                 }
                 Err(HostRefused::UnknownSlot(slot)) => unreachable!("every node hosts {slot}"),
             }
@@ -617,10 +655,16 @@ impl Sim {
             }
             self.send_all(node, out.batches);
             for (slot, answer) in out.answers {
-                if answer.outcome == Err(NotApplied::Superseded) {
+                let outcome = match answer.outcome {
+                    Ok(Applied::Command(outcome)) => Ok(outcome),
+                    // Membership progress is read from the groups themselves.
+                    Ok(Applied::Membership(_)) => continue,
+                    Err(why) => Err(why),
+                };
+                if outcome == Err(NotApplied::Superseded) {
                     self.totals.superseded += 1;
                 }
-                self.answer(node, slot, answer.id, answer.outcome);
+                self.answer(node, slot, answer.id, outcome);
             }
         }
     }
@@ -673,6 +717,50 @@ impl Sim {
         }
     }
 
+    /// Every 100 ms from `JOIN_MS` on, each slot's leader proposes the next step of the
+    /// change its membership still lacks: the joiner as a learner, then the joiner in and
+    /// the replaced voter out (one joint change). Leaving the joint configuration is the
+    /// replicas' own job.
+    fn change_membership(&mut self) {
+        if self.now_ms < JOIN_MS || !self.now_ms.is_multiple_of(100) {
+            return;
+        }
+        let mut done = true;
+        for slot in SLOTS {
+            let mut led = false;
+            for node in 1..=NODES {
+                let Some(host) = self.nodes[(node - 1) as usize].host.as_mut() else {
+                    continue;
+                };
+                let group = host
+                    .replica(slot)
+                    .expect("every node hosts every slot")
+                    .group();
+                if !group.is_leader() {
+                    continue;
+                }
+                led = true;
+                let conf = group.conf_state();
+                let step = next_membership_step(&conf, self.replaced);
+                done &= step.is_none() && conf.voters_outgoing.is_empty();
+                if group.membership_pending() {
+                    continue;
+                }
+                if let Some(changes) = step {
+                    if host.propose_membership(slot, &changes).is_ok() {
+                        self.totals.membership_proposals += 1;
+                    }
+                }
+            }
+            done &= led;
+        }
+        self.membership_done_at_ms = match (done, self.membership_done_at_ms) {
+            (true, Some(at)) => Some(at),
+            (true, None) => Some(self.now_ms),
+            (false, _) => None,
+        };
+    }
+
     fn check_leaders(&mut self) {
         for node in 1..=NODES {
             let Some(host) = self.nodes[(node - 1) as usize].host.as_ref() else {
@@ -702,12 +790,33 @@ impl Sim {
     }
 
     fn check_settled_slot(&mut self, slot: u16) {
-        let replicas: Vec<&Replica> = self
+        let all: Vec<&Replica> = self
             .nodes
             .iter()
             .map(|n| {
                 let host = n.host.as_ref().expect("every node is up once healed");
                 host.replica(slot).expect("every node hosts every slot")
+            })
+            .collect();
+        let Some(leader) = all.iter().find(|r| r.group().is_leader()) else {
+            self.ledger.violations.push(format!(
+                "slot {slot}: no leader after settling\n{}",
+                views(&all)
+            ));
+            return;
+        };
+        let conf = leader.group().conf_state();
+        if next_membership_step(&conf, self.replaced).is_some() || !conf.voters_outgoing.is_empty()
+        {
+            self.ledger.violations.push(format!(
+                "slot {slot}: membership change did not complete: {conf:?}"
+            ));
+        }
+        // The replaced node left the group: only members must agree.
+        let replicas: Vec<&Replica> = all
+            .into_iter()
+            .filter(|r| {
+                conf.voters.contains(&r.group().id()) || conf.learners.contains(&r.group().id())
             })
             .collect();
         let leaders = replicas.iter().filter(|r| r.group().is_leader()).count();
@@ -719,25 +828,10 @@ impl Sim {
         let applied: Vec<u64> = replicas.iter().map(|r| r.applied()).collect();
         let commit: Vec<u64> = replicas.iter().map(|r| r.group().commit_index()).collect();
         if applied.iter().any(|a| *a != applied[0]) || commit.iter().any(|c| *c != applied[0]) {
-            let views: Vec<String> = replicas
-                .iter()
-                .map(|r| {
-                    let g = r.group();
-                    format!(
-                        "node {} term {} leader {:?} progress {:?} first {} snapshot {}",
-                        g.id(),
-                        g.term(),
-                        g.leader(),
-                        g.progress(),
-                        raft::Storage::first_index(g.storage()).unwrap_or(0),
-                        g.storage().newest_snapshot().get_metadata().index
-                    )
-                })
-                .collect();
             self.ledger.violations.push(format!(
                 "slot {slot}: replicas did not converge: applied {applied:?}, commit \
                  {commit:?}\n{}",
-                views.join("\n")
+                views(&replicas)
             ));
         }
         let states: Vec<Vec<u8>> = replicas
@@ -764,6 +858,48 @@ impl Sim {
             }
         }
     }
+}
+
+/// Each replica's view of its group, for a violation's report.
+fn views(replicas: &[&Replica]) -> String {
+    replicas
+        .iter()
+        .map(|r| {
+            let g = r.group();
+            format!(
+                "node {} {:?} term {} leader {:?} progress {:?} first {} snapshot {} members {:?}",
+                g.id(),
+                g.election_state(),
+                g.term(),
+                g.leader(),
+                g.progress(),
+                raft::Storage::first_index(g.storage()).unwrap_or(0),
+                g.storage().newest_snapshot().get_metadata().index,
+                g.conf_state()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The change slot membership `conf` still lacks, if any (None: done, or joint).
+fn next_membership_step(
+    conf: &raft::prelude::ConfState,
+    replaced: u64,
+) -> Option<Vec<MemberChange>> {
+    if !conf.voters_outgoing.is_empty() {
+        return None; // the leader leaves the joint configuration on its own
+    }
+    if !conf.voters.contains(&JOINER) && !conf.learners.contains(&JOINER) {
+        return Some(vec![MemberChange::AddLearner(JOINER)]);
+    }
+    if conf.learners.contains(&JOINER) || conf.voters.contains(&replaced) {
+        return Some(vec![
+            MemberChange::AddVoter(JOINER),
+            MemberChange::Remove(replaced),
+        ]);
+    }
+    None
 }
 
 /// One election timeout per replica life, drawn from the seed (raft-rs would draw from the
@@ -830,6 +966,7 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
         );
         all.crashes += t.crashes;
         all.records_lost += t.records_lost;
+        all.membership_proposals += t.membership_proposals;
         all.partitions += t.partitions;
         all.snapshots_installed += t.snapshots_installed;
         all.published += t.published;
