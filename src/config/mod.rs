@@ -89,6 +89,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub queue: QueueConfig,
     pub security: SecurityConfig,
+    pub admin: AdminConfig,
     pub cache: CacheConfig,
     pub cluster: ClusterConfig,
     pub messaging: MessagingConfig,
@@ -390,6 +391,22 @@ pub struct SecurityConfig {
     /// did. Default false: query strings end up in access logs and browser
     /// history (spec §8).
     pub allow_query_api_key: bool,
+}
+
+/// `[admin]`: what the admin HTTP listener shows to whom (issue 17, safe defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
+    /// Browser origins (`scheme://host[:port]`, exactly as browsers send `Origin`) that
+    /// may call the admin API from a web page: a request whose `Origin` equals one of them
+    /// gets the CORS headers, echoing that origin. `"*"` allows every origin (v1 sent
+    /// `Access-Control-Allow-Origin: *` on every answer). Default empty: no CORS headers,
+    /// so a web page an operator opens cannot read the admin API through their browser.
+    pub cors_origins: Vec<String>,
+    /// Serve `/metrics` without the API key when `security.api_key` is set. Default false:
+    /// the metrics name queues and durable subscriber ids, and every scrape gathers
+    /// statistics from every shard. Without an API key every route is open anyway.
+    pub metrics_public: bool,
 }
 
 /// `[cache]`: the KV store.

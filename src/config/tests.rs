@@ -105,6 +105,11 @@ fn defaults() {
     assert_eq!(c.queue.capacity, 1_048_576);
     assert_eq!(c.queue.overflow, OverflowPolicy::Reject);
     assert!(!c.security.allow_query_api_key);
+    assert!(c.admin.cors_origins.is_empty(), "no CORS by default");
+    assert!(
+        !c.admin.metrics_public,
+        "/metrics behind the key by default"
+    );
     assert!(c.cache.enabled);
     assert!(!c.cluster.enabled);
     assert_eq!(c.raft_dir(), Path::new("./data/raft"));
@@ -720,6 +725,16 @@ fn each_validation_error_names_its_key() {
         ("[queue]\ndurable_backlog_bytes_max = 1099511627777", "queue.durable_backlog_bytes_max"),
         ("[queue]\nretry_backoff_base_ms = 5000\nretry_backoff_max_ms = 100", "queue.retry_backoff_max_ms"),
         ("[queue]\nretry_backoff_max_ms = 3600001", "queue.retry_backoff_max_ms"),
+        ("[admin]\ncors_origins = [\"\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"*\", \"app.example\"]", "admin.cors_origins[1]"),
+        ("[admin]\ncors_origins = [\"https://app.example/\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"https://app.example/admin\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"https://\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"https://App.example\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"https://a b\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"https://a\\r\\nX-Evil: 1\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"null\"]", "admin.cors_origins[0]"),
+        ("[admin]\ncors_origins = [\"ftp://app.example\"]", "admin.cors_origins[0]"),
         ("[cache]\ncleanup_sec = 0", "cache.cleanup_sec"),
         ("[cluster]\nsnapshot_threshold = 0", "cluster.snapshot_threshold"),
         ("[cluster]\nseeds = [\"nohost\"]", "cluster.seeds[0]"),
@@ -783,6 +798,39 @@ fn each_validation_error_names_its_key() {
     assert_eq!(
         toml_error(&follower_gateway).key(),
         Some("messaging.gateway.enabled")
+    );
+}
+
+/// The `[admin]` keys load from a file and accept every origin form a browser sends.
+#[test]
+fn admin_keys_load_and_accept_browser_origins() {
+    let f = TempFile::new(
+        "toml",
+        "[admin]\ncors_origins = [\"*\", \"https://app.example\", \"http://localhost:3000\", \
+         \"http://[::1]:8080\", \"https://xn--bcher-kva.example\"]\nmetrics_public = true\n",
+    );
+    let c = Config::load(args(&["--config", f.arg()]), &no_env).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        c.admin.cors_origins,
+        vec![
+            "*",
+            "https://app.example",
+            "http://localhost:3000",
+            "http://[::1]:8080",
+            "https://xn--bcher-kva.example"
+        ]
+    );
+    assert!(c.admin.metrics_public);
+    let err = toml_error("[admin]\ncors_origins = [\"https://app.example/\"]");
+    assert_eq!(
+        err.to_string(),
+        "config error: admin.cors_origins[0] = \"https://app.example/\": \
+         must be scheme://host[:port] with no path or trailing slash"
+    );
+    assert_eq!(
+        toml_error("[admin]\nmetrics_publik = true").key(),
+        Some("admin.metrics_publik"),
+        "a typo is an error naming the key"
     );
 }
 

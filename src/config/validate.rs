@@ -31,6 +31,7 @@ pub(super) fn validate(c: &Config, env: EnvLookup) -> Check {
     server(c)?;
     storage(c)?;
     queue(c)?;
+    admin(c)?;
     cache(c)?;
     cluster(c)?;
     messaging(c, env)
@@ -184,6 +185,46 @@ fn queue(c: &Config) -> Check {
                 q.retry_backoff_base_ms
             ),
         ));
+    }
+    Ok(())
+}
+
+fn admin(c: &Config) -> Check {
+    for (i, origin) in c.admin.cors_origins.iter().enumerate() {
+        if let Err(reason) = cors_origin(origin) {
+            return Err(ConfigError::invalid(
+                &format!("admin.cors_origins[{i}]"),
+                format!("{origin:?}"),
+                reason,
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `"*"`, or an origin as a browser sends it in `Origin`: `http://` or `https://`, a host
+/// and an optional port, lowercase, no path. Anything else could never equal a request's
+/// `Origin`, so it is a mistake to report, not a value to keep. (`"null"`, the origin of
+/// sandboxed pages and local files, is refused: any page can make itself sandboxed.)
+fn cors_origin(origin: &str) -> Result<(), &'static str> {
+    if origin == "*" {
+        return Ok(());
+    }
+    let rest = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+        .ok_or("must be \"*\" or start with http:// or https://")?;
+    if rest.is_empty() {
+        return Err("names no host");
+    }
+    if rest.contains('/') {
+        return Err("must be scheme://host[:port] with no path or trailing slash");
+    }
+    if !rest.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("must be printable ASCII without spaces (browsers send hosts punycoded)");
+    }
+    if rest.bytes().any(|b| b.is_ascii_uppercase()) {
+        return Err("must be lowercase, as browsers send it");
     }
     Ok(())
 }
