@@ -20,7 +20,9 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
         let req = match read_request(&mut conn, &mut buf, stop.as_mut()).await {
             Ok(Some(req)) => req,
             Ok(None) => return,
-            Err(response) => {
+            Err(mut response) => {
+                // No request to read an `Origin` from: only `"*"` lets a browser see it.
+                ctx.cors.apply(None, &mut response);
                 crate::http::refuse(&mut conn, &response).await;
                 return;
             }
@@ -39,7 +41,8 @@ pub async fn serve(mut conn: Conn, ctx: Rc<AdminCtx>, stop: impl Future<Output =
         }
         // Boxed: route futures are large, and this connection's task lives as long as the
         // connection (a gateway WebSocket for days) — it should not carry their space.
-        let response = Box::pin(router::route(&req, &ctx)).await;
+        let mut response = Box::pin(router::route(&req, &ctx)).await;
+        ctx.cors.apply(req.header("origin"), &mut response);
         out.clear();
         encode_response(&response, req.method == "HEAD", req.close, &mut out);
         if conn.write_all(&out).await.is_err() || req.close {

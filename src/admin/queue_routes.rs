@@ -407,7 +407,8 @@ pub async fn serve_events(
     } else {
         None
     };
-    if let Some(r) = refusal {
+    if let Some(mut r) = refusal {
+        ctx.cors.apply(req.header("origin"), &mut r);
         crate::http::encode_response(&r, false, true, &mut out);
         let _ = conn.write_all(&out).await;
         return;
@@ -428,15 +429,18 @@ pub async fn serve_events(
     };
     let slot = slot_of_name(&topic);
     let outcome = ctx.plane.submit(slot, cmd).outcome(&ctx.plane).await;
-    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
-                Access-Control-Allow-Origin: *\r\nConnection: close\r\n\r\n";
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n\
+         {}Connection: close\r\n\r\n",
+        ctx.cors.event_stream_lines(req.header("origin"))
+    );
     out.extend_from_slice(head.as_bytes());
     let Outcome::Subscribed {
         catch_up,
         first_delivery,
     } = &outcome
     else {
-        let refusal = match outcome {
+        let mut refusal = match outcome {
             Outcome::Error(e) => Response::error(500, &e),
             other => Response::error(
                 500,
@@ -444,6 +448,7 @@ pub async fn serve_events(
             ),
         };
         out.clear();
+        ctx.cors.apply(req.header("origin"), &mut refusal);
         crate::http::encode_response(&refusal, false, true, &mut out);
         let _ = conn.write_all(&out).await;
         ctx.plane.unregister_conn(me);

@@ -20,6 +20,10 @@ pub struct AdminCtx {
     /// Accept the key as `?api_key=` too (v1 always did; off by default: query strings end
     /// up in access logs).
     pub allow_query_api_key: bool,
+    /// `admin.cors_origins`: which browser origins see CORS headers.
+    pub cors: super::cors::Cors,
+    /// `admin.metrics_public`: `/metrics` needs no key even when one is set.
+    pub metrics_public: bool,
     pub started: std::time::Instant,
     /// `None` when `cache.enabled` is false.
     pub cache: Option<Rc<crate::cache::service::CacheService>>,
@@ -49,12 +53,15 @@ impl AdminCtx {
 
 /// True when `req` lacks a valid key on a route that needs one.
 pub fn route_auth_failed(req: &Request, ctx: &AdminCtx) -> bool {
-    !is_public(&req.path) && !ctx.authorised(req)
+    !is_public(&req.path, ctx) && !ctx.authorised(req)
 }
 
-/// Routes open to everyone (health and metrics are scraped by infrastructure).
-fn is_public(path: &str) -> bool {
-    matches!(path, "/health" | "/livez" | "/readyz" | "/metrics")
+/// Routes open to everyone: health, probed by infrastructure that holds no key; `/metrics`
+/// only with `admin.metrics_public` (it names queues and durable subscriber ids, and each
+/// scrape gathers from every shard).
+fn is_public(path: &str, ctx: &AdminCtx) -> bool {
+    matches!(path, "/health" | "/livez" | "/readyz")
+        || (path == "/metrics" && ctx.metrics_public)
         || path == "/"
         || path.starts_with("/dashboard/")
         // A browser page cannot send the admin key; the demo is a dev-only feature and
@@ -94,7 +101,7 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
     if req.method == "OPTIONS" {
         return Response::text(204, "text/plain", Vec::new());
     }
-    if !is_public(&req.path) && !ctx.authorised(req) {
+    if route_auth_failed(req, ctx) {
         return Response::error(401, "unauthorized");
     }
     let get = req.method == "GET" || req.method == "HEAD";

@@ -32,14 +32,12 @@ impl Response {
     }
 }
 
-/// Appends the response's bytes, with the CORS headers every admin route carries (v1);
-/// the gateway's answers carry them too, as they always have.
+/// Appends the response's bytes. No CORS headers of its own: the admin listener puts the
+/// ones a request's origin may see among `r.headers` (`admin::cors`, issue 17; v1 wrote
+/// `Access-Control-Allow-Origin: *` here for every answer, the gateway's too).
 pub fn encode_response(r: &Response, head_only: bool, close: bool, out: &mut Vec<u8>) {
     let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n\
-         Access-Control-Allow-Origin: *\r\n\
-         Access-Control-Allow-Methods: GET, POST, DELETE, OPTIONS\r\n\
-         Access-Control-Allow-Headers: Content-Type, X-API-Key\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
         r.status,
         reason(r.status),
         r.content_type,

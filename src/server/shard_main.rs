@@ -100,6 +100,8 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         state: Arc::clone(&plan.state),
         api_key: plan.api_key.clone(),
         allow_query_api_key: plan.config.security.allow_query_api_key,
+        cors: admin::cors::Cors::new(&plan.config.admin.cors_origins),
+        metrics_public: plan.config.admin.metrics_public,
         started: plan.started,
         cache,
         storage_mode: plan.config.storage.mode.as_str(),

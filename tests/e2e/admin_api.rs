@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
 
 #[test]
-fn health_cors_routing_and_limits() {
+fn health_options_routing_and_limits() {
     let s = Server::start(&[]);
     assert_eq!(get(&s, "/health").json(), json!({"status": "ok"}));
     let ready = get(&s, "/readyz");
@@ -17,11 +17,8 @@ fn health_cors_routing_and_limits() {
     );
     let pre = http(s.http_port, "OPTIONS", "/publish", &[], b"");
     assert_eq!(pre.status, 204);
-    assert_eq!(pre.header("access-control-allow-origin"), Some("*"));
-    assert_eq!(
-        get(&s, "/stats").header("access-control-allow-headers"),
-        Some("Content-Type, X-API-Key")
-    );
+    // No CORS headers unless admin.cors_origins names the origin (tests/e2e/security_defaults.rs).
+    assert_eq!(pre.header("access-control-allow-origin"), None);
     let missing = get(&s, "/nowhere");
     assert_eq!(
         (missing.status, missing.body.as_str()),
@@ -51,7 +48,7 @@ fn health_cors_routing_and_limits() {
 }
 
 #[test]
-fn api_key_guards_every_route_but_health_and_metrics() {
+fn api_key_guards_every_route_but_health() {
     let dir = boltq_io::testutil::TempDir::new("adminkey");
     let cfg = dir.path().join("boltq.toml");
     std::fs::write(&cfg, "[security]\napi_key = \"k3y\"\n").unwrap();
@@ -73,6 +70,11 @@ fn api_key_guards_every_route_but_health_and_metrics() {
     );
     assert_eq!(get(&s, "/health").status, 200);
     assert_eq!(get(&s, "/readyz").status, 200);
+    assert_eq!(
+        get(&s, "/metrics").status,
+        401,
+        "admin.metrics_public is off"
+    );
     assert_eq!(http(s.http_port, "OPTIONS", "/stats", &[], b"").status, 204);
 }
 

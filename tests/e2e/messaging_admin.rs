@@ -227,8 +227,9 @@ fn routes_and_metrics_show_what_a_chat_session_did() {
     );
     assert_eq!(post.status, 405);
 
-    // /metrics (no key needed): the same counts, and both latency histograms.
-    let m = http(s.http_port, "GET", "/metrics", &[], b"");
+    // /metrics (behind the key, as every route but health): the same counts, and both
+    // latency histograms.
+    let m = admin(&s, "/metrics");
     assert_eq!(m.status, 200);
     let text = &m.body;
     let node = "{node=\"standalone\"}";

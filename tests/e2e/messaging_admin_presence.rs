@@ -248,7 +248,7 @@ fn presence_signals_and_push_numbers_follow_a_scripted_session() {
     assert_eq!(hook.calls.load(Ordering::SeqCst), 1, "one webhook call");
 
     // /metrics: the same numbers as series.
-    let m = http(s.http_port, "GET", "/metrics", &[], b"");
+    let m = admin(&s, "/metrics");
     assert_eq!(m.status, 200);
     let text = &m.body;
     for (name, want) in [
@@ -312,7 +312,8 @@ fn presence_is_absent_without_the_gateway() {
     for section in ["presence", "signals", "push", "gateway"] {
         assert!(o[section].is_null(), "{section}: {o}");
     }
-    let m = http(s.http_port, "GET", "/metrics", &[], b"");
+    let m = admin(&s, "/metrics");
+    assert_eq!(m.status, 200);
     assert!(!m.body.contains("boltq_presence_"), "no presence series");
     assert!(!m.body.contains("boltq_push_"), "no push series");
 }
