@@ -14,7 +14,9 @@ fn main() {
         }
     };
     log::set_max_level(config.log_level_filter());
-    if let Err(line) = boltq::server::refuse_unbuilt_features(&config) {
+    if let Err(line) = boltq::server::refuse_unbuilt_features(&config)
+        .and_then(|()| boltq::server::exposure::refuse_open_stream_commands(&config))
+    {
         eprintln!("{line}");
         std::process::exit(2);
     }

@@ -1,6 +1,7 @@
 //! Process startup and shutdown: lock the data directory, bind the listeners, replay the
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
+pub mod exposure;
 pub mod mesh;
 pub mod ready;
 pub mod shard_main;
@@ -136,6 +137,13 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         _ => None,
     };
     let gateway_listener = bind_gateway(&config, messaging.is_some())?;
+    let bound: Vec<(&str, SocketAddr)> = [("tcp", &tcp), ("http", &http)]
+        .into_iter()
+        .filter_map(|(name, l)| Some((name, l.local_addr().ok()?)))
+        .collect();
+    for w in exposure::open_listener_warnings(&config, &bound) {
+        log::warn!("{w}");
+    }
     let plan = Arc::new(Plan {
         messaging,
         gateway_listener,
