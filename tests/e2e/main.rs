@@ -31,5 +31,6 @@ mod messaging_push;
 mod planes_independent;
 mod queue_compat;
 mod queue_plane;
+mod security_defaults;
 mod stream_tcp;
 mod tls;
