@@ -4,13 +4,15 @@
 //!
 //! Built so far: the group (`group.rs`: Ready handling), its image (`storage.rs`), the
 //! image's changes as records of an append-only raft log and their replay
-//! (`image_log.rs`), that log in the shard's store (`group_log.rs`), a slot replica that
-//! proposes commands and applies committed ones to the broker (`replica.rs`), the replicas
-//! one node hosts driven together with their messages batched per destination
-//! (`host.rs`), the replication wire format (`wire.rs`), and a deterministic simulator
-//! with network faults and crashes that replay each group's records (`tests/sim.rs`). Not
-//! built yet, so `cluster.enabled = true` is still refused at start: the inter-node
-//! transport, forwarding, membership, the `meta` group. STATUS.md keeps the list.
+//! (`image_log.rs`), that log in the shard's store (`group_log.rs`), membership changes
+//! (`membership.rs`), a slot replica that proposes commands and applies committed ones to
+//! the broker (`replica.rs`), the replicas one node hosts driven together with their
+//! messages batched per destination (`host.rs`), the replication wire format (`wire.rs`),
+//! the links between nodes (`transport.rs`), a node's commit-round loop over all of that
+//! (`node.rs`), and a deterministic simulator with network faults, crashes that replay
+//! each group's records, and a node joining (`tests/sim.rs`). Not built yet, so
+//! `cluster.enabled = true` is still refused at start: serving clients through it,
+//! forwarding, the `meta` group. STATUS.md keeps the list.
 
 pub mod group;
 pub mod group_log;

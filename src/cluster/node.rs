@@ -41,6 +41,10 @@ pub struct NodeConfig {
     pub election: ElectionTicks,
     pub snapshot_every_entries: u64,
     pub broker: BrokerConfig,
+    /// A node joining groups that exist: its replicas start empty and learn the
+    /// membership from the leaders' snapshots (false: a founder, whose groups' voters are
+    /// it and `peers`).
+    pub joining: bool,
 }
 
 /// Why a proposal has no outcome.
@@ -74,7 +78,7 @@ pub struct Node {
     cfg: NodeConfig,
     host: RefCell<Host>,
     store: Rc<Store>,
-    outbound: Outbound,
+    outbound: RefCell<Outbound>,
     inbox: RefCell<Vec<(u64, Vec<SlotMessage>)>>,
     wake: Event,
     waiting: RefCell<HashMap<(u16, ProposalId), Rc<Waiter>>>,
@@ -96,9 +100,12 @@ impl Node {
         store: Rc<Store>,
         listener: Listener,
     ) -> Result<Running, String> {
-        let mut voters: Vec<u64> = cfg.peers.keys().copied().collect();
-        voters.push(cfg.node_id);
-        voters.sort_unstable();
+        let mut voters: Vec<u64> = Vec::new();
+        if !cfg.joining {
+            voters.extend(cfg.peers.keys().copied());
+            voters.push(cfg.node_id);
+            voters.sort_unstable();
+        }
         let mut logs = BTreeMap::new();
         let mut recovered = BTreeMap::new();
         for &slot in &cfg.slots {
@@ -121,7 +128,7 @@ impl Node {
             cfg,
             host: RefCell::new(host),
             store,
-            outbound,
+            outbound: RefCell::new(outbound),
             inbox: RefCell::new(Vec::new()),
             wake: Event::default(),
             waiting: RefCell::new(HashMap::new()),
@@ -144,6 +151,11 @@ impl Node {
 
     pub fn id(&self) -> u64 {
         self.cfg.node_id
+    }
+
+    /// Links this node to one that joined (before the membership change that adds it).
+    pub fn add_peer(&self, id: u64, addr: SocketAddr) {
+        self.outbound.borrow_mut().add_peer(id, addr);
     }
 
     /// The leader of `slot` this node knows of.
@@ -266,7 +278,7 @@ impl Node {
 
     async fn round(&self, logs: &mut BTreeMap<u16, GroupLog>) -> Result<(), String> {
         let inbox = std::mem::take(&mut *self.inbox.borrow_mut());
-        let reports = self.outbound.take_snapshot_reports();
+        let reports = self.outbound.borrow().take_snapshot_reports();
         let out = {
             let mut host = self.host.borrow_mut();
             for (_, batch) in inbox {
@@ -309,7 +321,7 @@ impl Node {
     fn send(&self, batches: Batches) {
         for (to, batches) in batches {
             for batch in batches {
-                self.outbound.send(to, &batch);
+                self.outbound.borrow().send(to, &batch);
             }
         }
     }

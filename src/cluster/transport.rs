@@ -73,6 +73,7 @@ struct Link {
 
 /// This node's outbound links, one per peer, each written by its own task.
 pub struct Outbound {
+    node_id: u64,
     links: BTreeMap<u64, Rc<Link>>,
     reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
     tasks: Vec<boltq_shards::Task<()>>,
@@ -82,30 +83,37 @@ impl Outbound {
     /// Starts a link from `node_id` to each of `peers` (id → address). Dropping the
     /// `Outbound` stops them.
     pub fn start(node_id: u64, peers: &BTreeMap<u64, SocketAddr>) -> Outbound {
-        let reports = Rc::new(RefCell::new(Vec::new()));
-        let mut links = BTreeMap::new();
-        let mut tasks = Vec::new();
+        let mut out = Outbound {
+            node_id,
+            links: BTreeMap::new(),
+            reports: Rc::new(RefCell::new(Vec::new())),
+            tasks: Vec::new(),
+        };
         for (&to, &addr) in peers {
-            assert_ne!(to, node_id, "a node has no link to itself");
-            let link = Rc::new(Link {
-                from: node_id,
-                to,
-                addr,
-                queue: RefCell::new(VecDeque::new()),
-                queued_bytes: Cell::new(0),
-                connected: Cell::new(false),
-                wake: Event::default(),
-                stats: Cell::new(LinkStats::default()),
-                reports: Rc::clone(&reports),
-            });
-            tasks.push(boltq_shards::spawn(Rc::clone(&link).run()));
-            links.insert(to, link);
+            out.add_peer(to, addr);
         }
-        Outbound {
-            links,
-            reports,
-            tasks,
+        out
+    }
+
+    /// Starts a link to a node that joined (a known one keeps its link and address).
+    pub fn add_peer(&mut self, to: u64, addr: SocketAddr) {
+        assert_ne!(to, self.node_id, "a node has no link to itself");
+        if self.links.contains_key(&to) {
+            return;
         }
+        let link = Rc::new(Link {
+            from: self.node_id,
+            to,
+            addr,
+            queue: RefCell::new(VecDeque::new()),
+            queued_bytes: Cell::new(0),
+            connected: Cell::new(false),
+            wake: Event::default(),
+            stats: Cell::new(LinkStats::default()),
+            reports: Rc::clone(&self.reports),
+        });
+        self.tasks.push(boltq_shards::spawn(Rc::clone(&link).run()));
+        self.links.insert(to, link);
     }
 
     /// Queues a batch for node `to`. Returns false when it was dropped (peer unknown,

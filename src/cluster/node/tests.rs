@@ -4,6 +4,7 @@
 //! which catches up from its raft log and the leader.
 
 use super::*;
+use crate::cluster::membership::MemberChange;
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use boltq_io::listener::SharedListener;
 use boltq_io::testutil::TempDir;
@@ -56,6 +57,7 @@ fn message(id: MessageId) -> Message {
 
 struct Member {
     id: u64,
+    joining: bool,
     addr: SocketAddr,
     store_config: StoreConfig,
     _dir: TempDir,
@@ -79,6 +81,7 @@ impl Member {
             election: ElectionTicks { min: 10, max: 20 },
             snapshot_every_entries: 25,
             broker: BrokerConfig::default(),
+            joining: self.joining,
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));
@@ -136,24 +139,112 @@ async fn publish(node: &Node, slot: u16, ids: &mut IdGenerator) -> MessageId {
     id
 }
 
+fn member(id: u64, joining: bool) -> Member {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    let dir = TempDir::new(&format!("cluster-node-{id}"));
+    Member {
+        id,
+        joining,
+        addr,
+        store_config: store_config(dir.path()),
+        _dir: dir,
+        running: None,
+    }
+}
+
+/// Until `f` holds, for at most `within`.
+async fn until(what: &str, within: Duration, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + within;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        boltq_shards::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn a_joining_node_becomes_a_learner_then_replaces_a_voter_and_holds_everything() {
+    run(|| async {
+        let mut members: Vec<Member> = (1..=3).map(|id| member(id, false)).collect();
+        let mut addrs: BTreeMap<u64, SocketAddr> = members.iter().map(|m| (m.id, m.addr)).collect();
+        for m in members.iter_mut() {
+            m.start(&addrs).await;
+        }
+        let mut ids = IdGenerator::new([7; 7]);
+        let mut published = Vec::new();
+        let leader_id = agreed_leader(&members, 0, Duration::from_secs(10)).await;
+        let leader = members[(leader_id - 1) as usize].node().unwrap().clone();
+        for _ in 0..40 {
+            published.push(publish(&leader, 0, &mut ids).await);
+        }
+        // Node 4 boots empty and links up; the founders learn its address.
+        let mut joiner = member(4, true);
+        addrs.insert(4, joiner.addr);
+        joiner.start(&addrs).await;
+        for m in &members {
+            m.node().unwrap().add_peer(4, joiner.addr);
+        }
+        members.push(joiner);
+        let timeout = Duration::from_secs(10);
+        let learner = leader
+            .change_membership(0, &[MemberChange::AddLearner(4)], timeout)
+            .await
+            .unwrap();
+        assert_eq!(
+            (learner.voters.len(), learner.learners.clone()),
+            (3, vec![4])
+        );
+        let node4 = members[3].node().unwrap().clone();
+        let held = |node: &Node, ids: &[MessageId]| {
+            node.with_broker(0, |b| ids.iter().filter(|id| b.holds(id)).count())
+                .unwrap()
+        };
+        until("the learner to catch up", timeout, || {
+            held(&node4, &published) == published.len()
+        })
+        .await;
+        // Swap a follower founder out for node 4 (joint consensus, left on a tick).
+        let replaced = (1..=3).find(|id| *id != leader_id).unwrap();
+        leader
+            .change_membership(
+                0,
+                &[MemberChange::AddVoter(4), MemberChange::Remove(replaced)],
+                timeout,
+            )
+            .await
+            .unwrap();
+        let mut want: Vec<u64> = (1..=4).filter(|id| *id != replaced).collect();
+        want.sort_unstable();
+        until(
+            "every member to apply the final membership",
+            timeout,
+            || {
+                members.iter().filter(|m| m.id != replaced).all(|m| {
+                    let conf = m.node().unwrap().membership(0).unwrap();
+                    let mut voters = conf.voters.clone();
+                    voters.sort_unstable();
+                    voters == want && conf.voters_outgoing.is_empty() && conf.learners.is_empty()
+                })
+            },
+        )
+        .await;
+        // The replaced node can go: the group commits with 4 in its place.
+        members[(replaced - 1) as usize].crash().await;
+        for _ in 0..20 {
+            published.push(publish(&leader, 0, &mut ids).await);
+        }
+        until("node 4 to hold every publish", timeout, || {
+            held(&node4, &published) == published.len()
+        })
+        .await;
+    });
+}
+
 #[test]
 fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
     run(|| async {
         // Ports first, so every node knows every address.
-        let mut members: Vec<Member> = (1..=3)
-            .map(|id| {
-                let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                let addr = probe.local_addr().unwrap();
-                let dir = TempDir::new(&format!("cluster-node-{id}"));
-                Member {
-                    id,
-                    addr,
-                    store_config: store_config(dir.path()),
-                    _dir: dir,
-                    running: None,
-                }
-            })
-            .collect();
+        let mut members: Vec<Member> = (1..=3).map(|id| member(id, false)).collect();
         let addrs: BTreeMap<u64, SocketAddr> = members.iter().map(|m| (m.id, m.addr)).collect();
         for m in members.iter_mut() {
             m.start(&addrs).await;
