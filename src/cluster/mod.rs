@@ -14,6 +14,7 @@
 //! `cluster.enabled = true` is still refused at start: serving clients through it,
 //! forwarding, the `meta` group. STATUS.md keeps the list.
 
+pub mod forward;
 pub mod group;
 pub mod group_log;
 pub mod host;

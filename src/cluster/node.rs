@@ -14,12 +14,13 @@
 //! yet: `propose` is the seam the queue plane's connections will call (forwarding,
 //! NOT_LEADER and pushes to subscribers on other nodes are not built).
 
+use super::forward::{self, Answer};
 use super::group::ElectionTicks;
 use super::group_log::GroupLog;
 use super::host::{Batches, Host, HostRefused};
 use super::membership::MemberChange;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
-use super::transport::{self, Outbound};
+use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
 use crate::queue::broker::{Broker, BrokerConfig, Command, Outcome};
 use boltq_io::event::Event;
@@ -31,6 +32,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// How long a node waits before asking again when it knows no leader for a slot, or the
+/// one it asked no longer leads (an election is under way).
+pub const LEADER_RETRY_MS: u64 = 50;
+/// How long a leader works on a forwarded command before it answers "timed out".
+pub const FORWARDED_TIMEOUT_MS: u64 = 10_000;
 
 pub struct NodeConfig {
     pub node_id: u64,
@@ -82,7 +89,16 @@ pub struct Node {
     inbox: RefCell<Vec<(u64, Vec<SlotMessage>)>>,
     wake: Event,
     waiting: RefCell<HashMap<(u16, ProposalId), Rc<Waiter>>>,
+    /// Commands this node forwarded, by request id, until their reply.
+    forwarded: RefCell<HashMap<u64, Rc<ReplyWaiter>>>,
+    next_request_id: std::cell::Cell<u64>,
     failed: RefCell<Option<String>>,
+}
+
+#[derive(Default)]
+struct ReplyWaiter {
+    answer: RefCell<Option<Answer>>,
+    ready: Event,
 }
 
 /// A started node; dropping it stops its loop, its links and its listener (what a crash
@@ -90,6 +106,15 @@ pub struct Node {
 pub struct Running {
     pub node: Rc<Node>,
     _tasks: Vec<boltq_shards::Task<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Forwarded commands still being served hold the node: they must find it stopped
+        // and its links gone, as after a crash.
+        self.node.outbound.borrow_mut().close();
+        self.node.stop("the node was stopped".into());
+    }
 }
 
 impl Node {
@@ -132,12 +157,20 @@ impl Node {
             inbox: RefCell::new(Vec::new()),
             wake: Event::default(),
             waiting: RefCell::new(HashMap::new()),
+            forwarded: RefCell::new(HashMap::new()),
+            next_request_id: std::cell::Cell::new(1),
             failed: RefCell::new(None),
         });
         let inbound = Rc::clone(&node);
-        let deliver: transport::Deliver = Rc::new(move |from, batch| {
-            inbound.inbox.borrow_mut().push((from, batch));
-            inbound.wake.notify();
+        let deliver: transport::Deliver = Rc::new(move |from, incoming| match incoming {
+            Incoming::Raft(batch) => {
+                inbound.inbox.borrow_mut().push((from, batch));
+                inbound.wake.notify();
+            }
+            Incoming::Forward(request) => {
+                boltq_shards::spawn(Rc::clone(&inbound).serve_forwarded(from, request)).detach();
+            }
+            Incoming::Reply(reply) => inbound.take_reply(reply),
         });
         let tasks = vec![
             transport::serve(listener, node_id, deliver),
@@ -204,6 +237,122 @@ impl Node {
     /// Slot `slot`'s membership as this replica applied it.
     pub fn membership(&self, slot: u16) -> Option<ConfState> {
         Some(self.host.borrow().replica(slot)?.group().conf_state())
+    }
+
+    /// Runs `cmd` on slot `slot`'s leader, wherever it is, and waits up to `timeout` for
+    /// its outcome: proposed here when this node leads, else forwarded to the leader it
+    /// knows and the reply relayed. While no leader is known (an election), it asks again
+    /// every `LEADER_RETRY_MS`; only when `timeout` passes without one is the answer
+    /// `NotLeader` (what a v1 client gets as NOT_LEADER). A forwarded command whose leader
+    /// is lost before it answers gets `NotApplied(Unknown)` (it may have been applied; the
+    /// client decides whether to retry), as soon as this node sees the leader change.
+    pub async fn submit(
+        &self,
+        slot: u16,
+        cmd: &Command,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposeError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let leader = match self.propose(slot, cmd, left).await {
+                Err(ProposeError::NotLeader { leader }) => leader,
+                done => return done,
+            };
+            let answer = match leader {
+                Some(leader) if leader != self.id() => self.forward(leader, slot, cmd, left).await,
+                _ => None,
+            };
+            match answer {
+                Some(Answer::Applied(outcome)) => return Ok(outcome),
+                Some(Answer::NotApplied(why)) => return Err(ProposeError::NotApplied(why)),
+                Some(Answer::TimedOut) => return Err(ProposeError::TimedOut),
+                Some(Answer::TooMany) => return Err(ProposeError::TooMany),
+                Some(Answer::Stopped(why)) => return Err(ProposeError::Stopped(why)),
+                Some(Answer::UnknownSlot) => return Err(ProposeError::UnknownSlot(slot)),
+                // No leader known, the one asked no longer leads, or the request could
+                // not be sent (it never left: asking again cannot apply it twice).
+                Some(Answer::NotLeader(_)) | None => {}
+            }
+            let retry = Duration::from_millis(LEADER_RETRY_MS);
+            if Instant::now() + retry >= deadline {
+                return Err(ProposeError::NotLeader { leader });
+            }
+            boltq_shards::sleep(retry).await;
+        }
+    }
+
+    /// Sends `cmd` to node `leader` and waits for its answer. None: it could not be sent.
+    async fn forward(
+        &self,
+        leader: u64,
+        slot: u16,
+        cmd: &Command,
+        timeout: Duration,
+    ) -> Option<Answer> {
+        let id = self.next_request_id.get();
+        self.next_request_id.set(id + 1);
+        let request = forward::Request {
+            id,
+            slot,
+            cmd: cmd.clone(),
+        };
+        if !self.outbound.borrow().send_forward(leader, &request) {
+            return None;
+        }
+        let waiter = Rc::new(ReplyWaiter::default());
+        self.forwarded.borrow_mut().insert(id, Rc::clone(&waiter));
+        let deadline = Instant::now() + timeout;
+        let answer = loop {
+            let ticket = waiter.ready.ticket();
+            if let Some(answer) = waiter.answer.borrow_mut().take() {
+                break answer;
+            }
+            // Sent and unanswered: it may have been applied, so it is not sent again. The
+            // wait ends once this node sees another leader (or none): a leader that died
+            // or was deposed never answers.
+            if self.leader(slot) != Some(leader) {
+                break Answer::NotApplied(NotApplied::Unknown);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Answer::TimedOut;
+            }
+            let step = left.min(Duration::from_millis(LEADER_RETRY_MS));
+            boltq_shards::timeout(step, waiter.ready.wait(ticket)).await;
+        };
+        self.forwarded.borrow_mut().remove(&id);
+        Some(answer)
+    }
+
+    fn take_reply(&self, reply: forward::Reply) {
+        if let Some(waiter) = self.forwarded.borrow().get(&reply.id) {
+            *waiter.answer.borrow_mut() = Some(reply.answer);
+            waiter.ready.notify();
+        }
+    }
+
+    /// Runs a command another node forwarded and answers it. It is not forwarded again:
+    /// a node that no longer leads says so, and the sender asks whoever leads now.
+    async fn serve_forwarded(self: Rc<Self>, from: u64, request: forward::Request) {
+        let timeout = Duration::from_millis(FORWARDED_TIMEOUT_MS);
+        let answer = match self.propose(request.slot, &request.cmd, timeout).await {
+            Ok(outcome) => Answer::Applied(outcome),
+            Err(ProposeError::NotLeader { leader }) => Answer::NotLeader(leader),
+            Err(ProposeError::NotApplied(why)) => Answer::NotApplied(why),
+            Err(ProposeError::TimedOut) => Answer::TimedOut,
+            Err(ProposeError::TooMany) => Answer::TooMany,
+            Err(ProposeError::Stopped(why)) => Answer::Stopped(why),
+            Err(ProposeError::UnknownSlot(_)) => Answer::UnknownSlot,
+            Err(e @ (ProposeError::MembershipPending | ProposeError::MembershipRefused(_))) => {
+                Answer::Stopped(format!("{e:?}"))
+            }
+        };
+        let reply = forward::Reply {
+            id: request.id,
+            answer,
+        };
+        self.outbound.borrow().send_reply(from, &reply);
     }
 
     fn check_running(&self) -> Result<(), ProposeError> {

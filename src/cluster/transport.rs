@@ -4,8 +4,10 @@
 //!
 //! ```text
 //! stream = hello frame*
-//! hello  = magic "BQRAFT1\n" | from:u64 | to:u64       (the dialling node, the dialled one)
-//! frame  = len:u32 | batch                             (len ≤ wire::BATCH_BYTES_MAX)
+//! hello  = magic "BQRAFT2\n" | from:u64 | to:u64       (the dialling node, the dialled one)
+//! frame  = len:u32 | kind:u8 | body                    (len counts kind and body,
+//!                                                        ≤ wire::BATCH_BYTES_MAX + 1)
+//! kind   = 1 raft batch (wire.rs) | 2 forwarded command | 3 its reply (forward.rs)
 //! ```
 //!
 //! Raft tolerates lost messages and retries on its own, so the links never block the
@@ -21,6 +23,7 @@
 //! for itself only). Anything else closes the connection with a log line. Not built:
 //! TLS/mTLS on the links, heartbeat coalescing per node pair.
 
+use super::forward;
 use super::wire::{self, SlotMessage};
 use boltq_io::connect::connect_tcp;
 use boltq_io::event::Event;
@@ -34,7 +37,18 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT1\n";
+pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT2\n";
+const KIND_RAFT: u8 = 1;
+const KIND_FORWARD: u8 = 2;
+const KIND_REPLY: u8 = 3;
+
+/// What a peer sent.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Incoming {
+    Raft(Vec<SlotMessage>),
+    Forward(forward::Request),
+    Reply(forward::Reply),
+}
 const HELLO_BYTES: usize = 8 + 8 + 8;
 pub const HELLO_TIMEOUT_MS: u64 = 5_000;
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
@@ -129,9 +143,36 @@ impl Outbound {
             reports.extend(snapshots.iter().map(|slot| (*slot, to, false)));
             return false;
         };
-        let mut bytes = Vec::new();
+        let mut bytes = vec![KIND_RAFT];
         wire::encode(batch, &mut bytes);
         link.enqueue(Frame { bytes, snapshots })
+    }
+
+    /// Sends a command to node `to` to run (it leads the slot). False: dropped.
+    pub fn send_forward(&self, to: u64, request: &forward::Request) -> bool {
+        let mut bytes = vec![KIND_FORWARD];
+        forward::encode_request(request, &mut bytes);
+        self.send_other(to, bytes)
+    }
+
+    /// Answers a command node `to` forwarded. False: dropped.
+    pub fn send_reply(&self, to: u64, reply: &forward::Reply) -> bool {
+        let mut bytes = vec![KIND_REPLY];
+        forward::encode_reply(reply, &mut bytes);
+        self.send_other(to, bytes)
+    }
+
+    fn send_other(&self, to: u64, bytes: Vec<u8>) -> bool {
+        if bytes.len() > wire::BATCH_BYTES_MAX + 1 {
+            return false;
+        }
+        match self.links.get(&to) {
+            Some(link) => link.enqueue(Frame {
+                bytes,
+                snapshots: Vec::new(),
+            }),
+            None => false,
+        }
     }
 
     pub fn stats(&self, to: u64) -> Option<LinkStats> {
@@ -146,6 +187,12 @@ impl Outbound {
     /// How many link tasks run (one per peer).
     pub fn links(&self) -> usize {
         self.tasks.len()
+    }
+
+    /// Stops every link (what a crash does to them).
+    pub fn close(&mut self) {
+        self.links.clear();
+        self.tasks.clear();
     }
 }
 
@@ -260,8 +307,8 @@ impl Link {
     }
 }
 
-/// Where inbound batches go: `(from node, batch)`.
-pub type Deliver = Rc<dyn Fn(u64, Vec<SlotMessage>)>;
+/// Where inbound frames go: `(from node, what it sent)`.
+pub type Deliver = Rc<dyn Fn(u64, Incoming)>;
 
 /// Most inbound connections one node keeps (peers reconnecting, or strangers waiting out
 /// the hello timeout); more are closed at once.
@@ -326,24 +373,42 @@ async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result
             .await
             .map_err(|e| format!("node {from}: {e}"))?;
         let len = u32::from_le_bytes(len) as usize;
-        if len > wire::BATCH_BYTES_MAX {
+        if len == 0 || len > wire::BATCH_BYTES_MAX + 1 {
             return Err(format!(
                 "node {from} sent a frame of {len} bytes (limit {})",
-                wire::BATCH_BYTES_MAX
+                wire::BATCH_BYTES_MAX + 1
             ));
         }
         let mut body = vec![0u8; len];
         conn.read_exact(&mut body)
             .await
             .map_err(|e| format!("node {from}: {e}"))?;
-        let batch = wire::decode(Bytes::from(body)).map_err(|e| format!("node {from}: {e}"))?;
-        if let Some(m) = batch.iter().find(|m| m.msg.from != from) {
-            return Err(format!(
-                "node {from} sent a message from node {}",
-                m.msg.from
-            ));
+        deliver(from, decode_frame(from, Bytes::from(body))?);
+    }
+}
+
+/// One frame's kind and body, checked: a raft message must come from the node that said
+/// hello (a peer speaks for itself only).
+fn decode_frame(from: u64, frame: Bytes) -> Result<Incoming, String> {
+    let body = frame.slice(1..);
+    match frame[0] {
+        KIND_RAFT => {
+            let batch = wire::decode(body).map_err(|e| format!("node {from}: {e}"))?;
+            if let Some(m) = batch.iter().find(|m| m.msg.from != from) {
+                return Err(format!(
+                    "node {from} sent a message from node {}",
+                    m.msg.from
+                ));
+            }
+            Ok(Incoming::Raft(batch))
         }
-        deliver(from, batch);
+        KIND_FORWARD => forward::decode_request(&body)
+            .map(Incoming::Forward)
+            .map_err(|e| format!("node {from}: {e}")),
+        KIND_REPLY => forward::decode_reply(&body)
+            .map(Incoming::Reply)
+            .map_err(|e| format!("node {from}: {e}")),
+        kind => Err(format!("node {from} sent a frame of kind {kind}")),
     }
 }
 
@@ -386,7 +451,7 @@ mod tests {
         SlotMessage { slot: 5, msg }
     }
 
-    type Delivered = Rc<RefCell<Vec<(u64, Vec<SlotMessage>)>>>;
+    type Delivered = Rc<RefCell<Vec<(u64, Incoming)>>>;
 
     /// Node 1 listening, with what it was delivered.
     fn listen() -> (SharedListener, boltq_shards::Task<()>, Delivered) {
@@ -416,7 +481,7 @@ mod tests {
     }
 
     fn frame(batch: &[SlotMessage]) -> Vec<u8> {
-        let mut body = Vec::new();
+        let mut body = vec![KIND_RAFT];
         wire::encode(batch, &mut body);
         let mut out = (body.len() as u32).to_le_bytes().to_vec();
         out.extend_from_slice(&body);
@@ -448,12 +513,28 @@ mod tests {
             for _ in 0..10 {
                 assert!(out.send(1, &[heartbeat(2, 1), heartbeat(2, 1)]));
             }
-            until("ten batches", || got.borrow().len() == 10).await;
-            assert!(got
-                .borrow()
+            let request = forward::Request {
+                id: 9,
+                slot: 5,
+                cmd: crate::queue::broker::Command::Tick { now_ns: 3 },
+            };
+            assert!(out.send_forward(1, &request));
+            let reply = forward::Reply {
+                id: 9,
+                answer: forward::Answer::NotLeader(Some(3)),
+            };
+            assert!(out.send_reply(1, &reply));
+            until("ten batches, a request and a reply", || {
+                got.borrow().len() == 12
+            })
+            .await;
+            let got = got.borrow();
+            assert!(got[..10]
                 .iter()
-                .all(|(from, b)| *from == 2 && b.len() == 2));
-            assert_eq!(out.stats(1).unwrap().batches_sent, 10);
+                .all(|(from, b)| *from == 2 && matches!(b, Incoming::Raft(b) if b.len() == 2)));
+            assert_eq!(got[10], (2, Incoming::Forward(request)));
+            assert_eq!(got[11], (2, Incoming::Reply(reply)));
+            assert_eq!(out.stats(1).unwrap().batches_sent, 12);
         });
     }
 
@@ -494,7 +575,7 @@ mod tests {
             );
             assert!(closed_after(addr, &hello(1, 1)).await, "its own id");
             let mut oversized = hello(2, 1);
-            oversized.extend_from_slice(&((wire::BATCH_BYTES_MAX + 1) as u32).to_le_bytes());
+            oversized.extend_from_slice(&((wire::BATCH_BYTES_MAX + 2) as u32).to_le_bytes());
             assert!(closed_after(addr, &oversized).await, "oversized frame");
             let mut forged = hello(2, 1);
             forged.extend_from_slice(&frame(&[heartbeat(3, 1)]));
@@ -503,8 +584,14 @@ mod tests {
                 "a message from another node"
             );
             let mut damaged = hello(2, 1);
-            damaged.extend_from_slice(&[3, 0, 0, 0, 9, 9, 9]);
+            damaged.extend_from_slice(&[4, 0, 0, 0, KIND_RAFT, 9, 9, 9]);
             assert!(closed_after(addr, &damaged).await, "an undecodable batch");
+            let mut unknown = hello(2, 1);
+            unknown.extend_from_slice(&[2, 0, 0, 0, 9, 0]);
+            assert!(closed_after(addr, &unknown).await, "an unknown frame kind");
+            let mut empty = hello(2, 1);
+            empty.extend_from_slice(&[0, 0, 0, 0]);
+            assert!(closed_after(addr, &empty).await, "an empty frame");
             assert!(got.borrow().is_empty(), "nothing was delivered");
             // And a well-behaved peer is still served.
             let mut good = hello(2, 1);

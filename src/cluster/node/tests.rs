@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::cluster::membership::MemberChange;
+use crate::queue::broker::ConsumerRef;
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use boltq_io::listener::SharedListener;
 use boltq_io::testutil::TempDir;
@@ -277,10 +278,70 @@ fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
                 leader: Some(first)
             })
         );
+        // A follower forwards to the leader and relays the outcome: publish, then consume.
+        let forwarded = ids.next(0);
+        let outcome = follower
+            .submit(
+                0,
+                &Command::Publish {
+                    msg: message(forwarded),
+                },
+                Duration::from_secs(5),
+            )
+            .await;
+        assert_eq!(outcome, Ok(Outcome::Published));
+        published.push(forwarded);
+        assert!(leader.with_broker(0, |b| b.holds(&forwarded)).unwrap());
+        let consume = Command::Consume {
+            queue: QUEUE.to_string(),
+            consumer: ConsumerRef {
+                shard: 0,
+                conn: 1 << 40,
+            },
+            max: 2,
+            now_ns: 2,
+        };
+        match follower.submit(0, &consume, Duration::from_secs(5)).await {
+            Ok(Outcome::Delivered(messages)) => assert_eq!(messages.len(), 2),
+            other => panic!("a forwarded consume gave {other:?}"),
+        }
         drop(leader);
 
         members[(first - 1) as usize].crash().await;
         let crashed_at = Instant::now();
+        // Submitted to a survivor during the election, as a client would: an answer comes
+        // within about an election, not at the timeout; a command forwarded to the dead
+        // leader is "maybe applied", and the client sends it again (same id: a duplicate
+        // publish is not applied twice).
+        let survivor = members
+            .iter()
+            .find(|m| m.node().is_some())
+            .unwrap()
+            .node()
+            .unwrap();
+        let during = ids.next(0);
+        let cmd = Command::Publish {
+            msg: message(during),
+        };
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let asked = Instant::now();
+            match survivor.submit(0, &cmd, Duration::from_secs(10)).await {
+                Ok(Outcome::Published) => break,
+                // The first attempt had been applied after all.
+                Ok(Outcome::Error(e)) if attempts > 1 && e.contains("already exists") => break,
+                Err(ProposeError::NotApplied(NotApplied::Unknown)) if attempts < 3 => {
+                    assert!(
+                        asked.elapsed() < Duration::from_secs(5),
+                        "{:?}",
+                        asked.elapsed()
+                    );
+                }
+                other => panic!("submitted during the election: {other:?}"),
+            }
+        }
+        published.push(during);
         let second = agreed_leader(&members, 0, Duration::from_secs(10)).await;
         let failover = crashed_at.elapsed();
         assert_ne!(second, first);
