@@ -191,6 +191,11 @@ impl Node {
         self.outbound.borrow_mut().add_peer(id, addr);
     }
 
+    /// Counters of the link to node `to`.
+    pub fn link_stats(&self, to: u64) -> Option<transport::LinkStats> {
+        self.outbound.borrow().stats(to)
+    }
+
     /// The leader of `slot` this node knows of.
     pub fn leader(&self, slot: u16) -> Option<u64> {
         self.host.borrow().replica(slot)?.group().leader()
