@@ -209,12 +209,17 @@ pub struct GatewayConfig {
     pub pong_timeout: Duration,
     /// Per connection. Default 200; 1..=100000.
     pub max_subscriptions: u32,
-    /// Outbound frames queued before a slow client is dropped. Default 256;
+    /// Outbound frames queued per connection before its producers wait. Default 256;
     /// 1..=65536.
     pub send_buffer: u32,
-    /// Bytes of outbound frames per connection before its producers wait and, if the
-    /// client still does not read, it is closed as a slow consumer. Default 4194304.
+    /// Bytes of outbound frames queued per connection before its producers wait.
+    /// Default 4194304; 64 KiB..=256 MiB.
     pub send_buffer_bytes: u64,
+    /// A connection whose socket accepts no bytes this long while outbound frames wait
+    /// is closed as a slow consumer (1008). A client reading slowly but steadily is
+    /// never closed by it. Default `"10s"`; 1s..=10m.
+    #[serde(with = "duration::as_string")]
+    pub slow_consumer_timeout: Duration,
     /// Accept `security.api_key` as the anonymous principal on the gateway. Default false:
     /// the backend key must never reach a device on a public listener.
     pub allow_shared_key: bool,
@@ -244,6 +249,7 @@ impl Default for GatewayConfig {
             max_subscriptions: 200,
             send_buffer: 256,
             send_buffer_bytes: 4 * 1024 * 1024,
+            slow_consumer_timeout: Duration::from_secs(10),
             allow_shared_key: false,
             read_limit: 1024 * 1024,
             history_limit: 200,

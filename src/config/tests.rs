@@ -762,6 +762,8 @@ fn each_validation_error_names_its_key() {
         ("[messaging.gateway]\npong_timeout = \"500ms\"", "messaging.gateway.pong_timeout"),
         ("[messaging.gateway]\nmax_subscriptions = 0", "messaging.gateway.max_subscriptions"),
         ("[messaging.gateway]\nsend_buffer = 0", "messaging.gateway.send_buffer"),
+        ("[messaging.gateway]\nslow_consumer_timeout = \"500ms\"", "messaging.gateway.slow_consumer_timeout"),
+        ("[messaging.gateway]\nslow_consumer_timeout = \"11m\"", "messaging.gateway.slow_consumer_timeout"),
         ("[messaging.gateway]\nread_limit = 100", "messaging.gateway.read_limit"),
         ("[messaging.gateway]\nhistory_limit = 0", "messaging.gateway.history_limit"),
         ("[messaging.gateway.tls]\nenabled = true", "messaging.gateway.tls.cert_file"),

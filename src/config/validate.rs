@@ -370,6 +370,17 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
         64 * 1024,
         256 * MIB,
     )?;
+    // Under a second, a routine network hiccup on a healthy mobile link closes it; past
+    // ten minutes a stuck device pins its queue and socket buffers for nothing.
+    if g.slow_consumer_timeout < Duration::from_secs(1)
+        || g.slow_consumer_timeout > Duration::from_secs(600)
+    {
+        return Err(ConfigError::invalid(
+            "messaging.gateway.slow_consumer_timeout",
+            format!("\"{}\"", format_duration(g.slow_consumer_timeout)),
+            "must be between 1s and 10m",
+        ));
+    }
     range(
         "messaging.gateway.history_limit",
         u64::from(g.history_limit),

@@ -70,6 +70,7 @@ impl MessagingPlan {
             max_subscriptions: g.max_subscriptions as usize,
             send_buffer_frames: g.send_buffer as usize,
             send_buffer_bytes: g.send_buffer_bytes as usize,
+            slow_consumer_timeout: g.slow_consumer_timeout,
             read_limit_bytes: g.read_limit as usize,
             history_limit: g.history_limit,
             leeway_s: m.identity.leeway.as_secs() as i64,

@@ -6,6 +6,7 @@
 
 use super::frame::{self, ErrorCode};
 use super::outbound::{Out, Outbound, WRITE_BATCH_BYTES_MAX};
+use super::progress::{Metered, SendProgress};
 use super::session::SubKey;
 use super::GatewayCtx;
 use crate::messaging::identity::principal::Principal;
@@ -26,14 +27,14 @@ use std::time::{Duration, Instant};
 /// posted to the kernel, so it is small: chat frames are small, and a large frame only
 /// costs more reads.
 pub const READ_CHUNK_BYTES: usize = 1024;
-/// Per-frame write deadline: a socket that takes longer is dead or hostile.
-pub const WRITE_TIMEOUT_MS: u64 = 10_000;
 /// How long queued frames may take to leave at close.
 pub const CLOSE_DRAIN_MS: u64 = 2_000;
 /// How long a `hello` may take after the upgrade.
 pub const HELLO_TIMEOUT_MS: u64 = 10_000;
-/// How long the outbound queue may stay full before the client counts as a slow consumer.
-pub const SLOW_CONSUMER_MS: u64 = 10_000;
+
+/// The socket as the WebSocket layer sees it: writes report the bytes the kernel accepted,
+/// which is how a slow consumer is told from a slow but reading one.
+type Socket = Metered<Conn>;
 
 pub struct Connection {
     pub id: u64,
@@ -81,8 +82,9 @@ fn ws_config(read_limit: usize) -> WebSocketConfig {
 }
 
 pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<GatewayCtx>) {
+    let progress = Rc::new(SendProgress::default());
     let ws = WebSocketStream::from_partially_read(
-        conn,
+        Metered::new(conn, Rc::clone(&progress)),
         leftover,
         Role::Server,
         Some(ws_config(gw.settings.read_limit_bytes)),
@@ -108,7 +110,7 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     });
     gw.conns.borrow_mut().insert(id, Rc::clone(&out));
     gw.stats.borrow_mut().connections += 1;
-    let writer = boltq_shards::spawn(write_loop(sender, Rc::clone(&c)));
+    let writer = boltq_shards::spawn(write_loop(sender, Rc::clone(&c), progress));
     let liveness = boltq_shards::spawn(liveness_loop(Rc::clone(&c)));
     let expiry = boltq_shards::spawn(expiry_timer(Rc::clone(&c)));
     read_loop(&mut receiver, &c).await;
@@ -124,17 +126,21 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
         if let Ok(ws) = WebSocketStream::reunite(sender, receiver) {
             // A peer that stopped reading still has our last write posted to the kernel;
             // shut the socket so it is released now, not when that write completes.
-            ws.get_ref().abort().await;
+            ws.get_ref().get_ref().abort().await;
         }
     }
     gw.conns.borrow_mut().remove(&id);
 }
 
-async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c: &Rc<Connection>) {
+async fn read_loop(
+    receiver: &mut async_tungstenite::WebSocketReceiver<Socket>,
+    c: &Rc<Connection>,
+) {
     let pong_timeout = c.gw.settings.pong_timeout;
     loop {
-        // Backpressure: do not take new requests while replies cannot leave.
-        if !c.out.has_room() && !wait_room_or_drop(c).await {
+        // Backpressure: do not take new requests while replies cannot leave. No deadline
+        // here: the writer closes a client whose socket stops taking bytes.
+        if !c.out.has_room() && !c.out.wait_room().await {
             return;
         }
         let deadline = if c.session.borrow().is_none() {
@@ -210,8 +216,9 @@ async fn read_loop(receiver: &mut async_tungstenite::WebSocketReceiver<Conn>, c:
     }
 }
 
-/// Closes a client that has not read for `SLOW_CONSUMER_MS` while its queue was full; its
-/// session stays resumable from what it did receive.
+/// Closes a client whose socket accepted no bytes for `slow_consumer_timeout` while data
+/// waited; its session stays resumable from what it did receive. Queued frames are
+/// dropped: they could not leave anyway, and the writer then tries the close frame.
 pub fn slow_consumer(c: &Connection) {
     if c.out.is_closing() {
         return;
@@ -224,20 +231,6 @@ pub fn slow_consumer(c: &Connection) {
     );
 }
 
-/// Waits for room in the outbound queue; a client that leaves it full past
-/// `SLOW_CONSUMER_MS` is closed. False when the connection is closing.
-pub async fn wait_room_or_drop(c: &Connection) -> bool {
-    let waited =
-        boltq_shards::timeout(Duration::from_millis(SLOW_CONSUMER_MS), c.out.wait_room()).await;
-    match waited {
-        Some(ok) => ok,
-        None => {
-            slow_consumer(c);
-            false
-        }
-    }
-}
-
 /// Writes queued frames until the connection closes; returns the sending half so the
 /// socket can be shut down.
 ///
@@ -246,10 +239,18 @@ pub async fn wait_room_or_drop(c: &Connection) -> bool {
 /// The batch and its marks live in vectors kept across wake-ups while frames keep coming,
 /// so a steady stream of batches allocates nothing here; they are dropped when the
 /// connection goes idle.
+///
+/// A batch has no overall deadline: a device that reads slowly but steadily keeps its
+/// connection however long the batch takes. What ends it is the socket accepting no byte
+/// for `slow_consumer_timeout` while the batch waits (issue 17): the client is then a
+/// slow consumer, closed with 1008 if the close frame can still get out within
+/// `CLOSE_DRAIN_MS`, else dropped without one.
 async fn write_loop(
-    mut sender: async_tungstenite::WebSocketSender<Conn>,
+    mut sender: async_tungstenite::WebSocketSender<Socket>,
     c: Rc<Connection>,
-) -> async_tungstenite::WebSocketSender<Conn> {
+    progress: Rc<SendProgress>,
+) -> async_tungstenite::WebSocketSender<Socket> {
+    let stall_after = c.gw.settings.slow_consumer_timeout;
     let out = Rc::clone(&c.out);
     let mut batch: Vec<Out> = Vec::new();
     let mut marks: Vec<(SubKey, u64)> = Vec::new();
@@ -257,20 +258,40 @@ async fn write_loop(
         let t = out.has_work.ticket();
         if out.pop_batch(&mut batch, WRITE_BATCH_BYTES_MAX) > 0 {
             c.gw.stats.borrow_mut().writes_out += 1;
+            // The batch waits from now: the time the writer sat idle before it is not the
+            // device's fault.
+            progress.restart();
             // Boxed: the write's future exists only while a batch is written, so an idle
-            // connection's task does not carry its size.
-            let written = boltq_shards::timeout(
-                Duration::from_millis(WRITE_TIMEOUT_MS),
-                Box::pin(write_batch(&mut sender, &mut batch, &mut marks)),
-            )
+            // connection's task does not carry its size. The write is polled first, so a
+            // write that completes as the deadline passes counts as progress.
+            let write = Box::pin(write_batch(&mut sender, &mut batch, &mut marks));
+            let written = futures_lite::future::or(async { Some(write.await) }, async {
+                progress.stalled(stall_after).await;
+                None
+            })
             .await;
-            // A timed-out write leaves part of the batch unsent: the connection is over.
             batch.clear();
-            if !matches!(written, Some(Ok(()))) {
-                break;
+            match written {
+                Some(Ok(())) => {
+                    advance_positions(&c, &mut marks);
+                    continue;
+                }
+                Some(Err(_)) => break,
+                None => {
+                    // Part of the batch may be unsent: positions stay where the last
+                    // complete batch left them, so a resume re-sends rather than skips.
+                    marks.clear();
+                    if out.is_closing() {
+                        // Stuck while draining for another close: give up on the socket.
+                        break;
+                    }
+                    slow_consumer(&c);
+                    // The closing branch below tries the close frame. It goes after what
+                    // the WebSocket layer still buffers of this batch, so it only leaves
+                    // if the device reads again within CLOSE_DRAIN_MS.
+                    continue;
+                }
             }
-            advance_positions(&c, &mut marks);
-            continue;
         }
         if let Some((code, reason)) = out.closing() {
             let frame = CloseFrame {
@@ -295,10 +316,10 @@ async fn write_loop(
 }
 
 /// Feeds the batch's frames to the socket's write buffer in order and flushes once,
-/// collecting the subscription marks the batch carries into `marks`. The write deadline
-/// covers the whole batch: it is at most `WRITE_BATCH_BYTES_MAX` (or one frame).
+/// collecting the subscription marks the batch carries into `marks`. The batch is at most
+/// `WRITE_BATCH_BYTES_MAX` (or one frame); the caller watches the socket's progress.
 async fn write_batch(
-    sender: &mut async_tungstenite::WebSocketSender<Conn>,
+    sender: &mut async_tungstenite::WebSocketSender<Socket>,
     batch: &mut Vec<Out>,
     marks: &mut Vec<(SubKey, u64)>,
 ) -> Result<(), WsError> {

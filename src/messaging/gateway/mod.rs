@@ -5,6 +5,7 @@
 //! - `ops/`: one file per client operation.
 //! - `subscription`: streaming a partition to a socket.
 //! - `session`, `outbound`: state kept across sockets; the bounded outbound queue.
+//! - `progress`: what a socket accepted and when, which decides slow consumers.
 //! - `frame`: the JSON frame codec.
 //!
 //! The ephemeral path (presence and typing, docs/presence-and-typing.md) is wired here: the
@@ -26,6 +27,7 @@ mod mesh;
 pub mod ops;
 pub mod outbound;
 mod presence_routing;
+pub mod progress;
 pub mod session;
 mod settings;
 mod signal_routing;

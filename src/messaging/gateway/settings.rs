@@ -15,6 +15,9 @@ pub struct GatewaySettings {
     pub max_subscriptions: usize,
     pub send_buffer_frames: usize,
     pub send_buffer_bytes: usize,
+    /// A socket that accepts no bytes this long while outbound data waits is closed as a
+    /// slow consumer (`messaging.gateway.slow_consumer_timeout`).
+    pub slow_consumer_timeout: Duration,
     pub read_limit_bytes: usize,
     pub history_limit: u32,
     pub leeway_s: i64,
