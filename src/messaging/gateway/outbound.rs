@@ -3,8 +3,9 @@
 //!
 //! Bounded in frames and bytes. Producers (subscriptions, the request loop) wait for room
 //! instead of overflowing it, so a client that keeps reading is never dropped for the
-//! server's own pace; a client that stops reading stalls its own producers only, and is
-//! closed as a slow consumer when the queue stays full past a deadline.
+//! server's own pace; a client that stops reading stalls its own producers only. Whether
+//! it is a slow consumer is judged by what its socket accepts (`progress`), not by this
+//! queue: the writer empties it into a batch, so it may look roomy while the socket is stuck.
 //!
 //! The writer takes the queue in batches ([`Outbound::pop_batch`]): everything queued since
 //! its last write, up to [`WRITE_BATCH_BYTES_MAX`] on the wire, goes to the socket in one
