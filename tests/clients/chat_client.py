@@ -214,64 +214,6 @@ async def scenario_verify_acked(url, secret, acked_path):
     print(json.dumps({"acked": len(acked), "stored": len(seen)}))
 
 
-def raw_ws(url, token, frames):
-    """A WebSocket client on a plain socket that sends `frames` (masked text frames, as
-    RFC 6455 requires of clients) and then never reads: the truly slow device."""
-    import os as _os, socket, struct
-    host, port = url.split("//")[1].split("/")[0].split(":")
-    sock = socket.create_connection((host, int(port)))
-    key = base64.b64encode(_os.urandom(16)).decode()
-    sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-                  f"Authorization: Bearer {token}\r\n\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        head += sock.recv(1)
-    assert head.startswith(b"HTTP/1.1 101"), head
-    for f in frames:
-        data = json.dumps(f).encode()
-        mask = _os.urandom(4)
-        hdr = bytes([0x81]) + (bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0x80 | 126]) + struct.pack(">H", len(data)))
-        sock.sendall(hdr + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-    return sock
-
-
-async def scenario_slow(url, secret):
-    """A device that never reads is closed; another device of the same conversation gets
-    every message meanwhile."""
-    topic = "chat.direct.alice:bob"
-    alice = await Device.connect(url, mint(secret, "alice"), "phone")
-    good = await Device.connect(url, mint(secret, "bob"), "laptop")
-    slow = raw_ws(url, mint(secret, "bob"), [{"op": "hello", "id": "h", "device_id": "tablet"},
-                                              {"op": "subscribe", "id": "s", "topic": topic}])
-    assert (await good.request({"op": "subscribe", "topic": topic}))["op"] == "ack"
-    big = pay("x" * 200_000)
-    n = 100
-    got = []
-    for i in range(n):
-        r = await alice.request({"op": "send", "conversation": "alice:bob", "payload": big})
-        assert r["op"] == "sent", r
-        got += await good.records(topic, 1)
-    assert [r["seq"] for r in got] == list(range(1, n + 1)), "the reading device got everything"
-    t_sent = time.time()
-    # The server gives up on the device within the slow-consumer (10 s) or write (10 s)
-    # deadline and closes the socket: reading it now ends in EOF or a reset.
-    await asyncio.sleep(12)
-    slow.settimeout(20)
-    received = 0
-    try:
-        while True:
-            chunk = slow.recv(1 << 20)
-            if not chunk:
-                break
-            received += len(chunk)
-    except ConnectionResetError:
-        pass
-    assert received < n * 200_000, f"the slow device was sent everything ({received} bytes)"
-    print(json.dumps({"slow_device_bytes_before_close": received,
-                      "closed_after_s": round(time.time() - t_sent, 1)}))
-
-
 async def scenario_commit_many(url, secret):
     """1100 sends, a commit after each (enough records to compact the cursor log), and 50
     subscriptions to conversations that do not exist (which must create nothing)."""
@@ -357,7 +299,7 @@ async def scenario_takeover(url, secret):
     assert [r["seq"] for r in first + rest] == list(range(1, 7)), [r["seq"] for r in first + rest]
 
 
-SCENARIOS = {"slow": scenario_slow, "takeover": scenario_takeover, "retention": scenario_retention, "commit_many": scenario_commit_many,
+SCENARIOS = {"takeover": scenario_takeover, "retention": scenario_retention, "commit_many": scenario_commit_many,
              "cursor_after_restart": scenario_cursor_after_restart, "dedup": scenario_dedup, "acl": scenario_acl, "cursors": scenario_cursors,
              "resume": scenario_resume, "expiry": scenario_expiry}
 
