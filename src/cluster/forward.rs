@@ -295,27 +295,14 @@ mod tests {
     use crate::queue::broker::ConsumerRef;
     use crate::queue::message::{IdGenerator, Message};
     use boltq_io::testutil::Rng;
-    use bytes::Bytes;
     use std::collections::BTreeMap;
 
     fn message(ids: &mut IdGenerator) -> Message {
-        let id = ids.next(3);
-        Message {
-            id,
-            topic: "jobs".into(),
-            payload: Bytes::from(format!("\"{id}\"")),
-            headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
-            timestamp_ns: 1,
-            retry: 1,
-            max_retry: 3,
-            priority: 2,
-            delay_ns: 0,
-            ttl_ns: 0,
-            deliver_at_ns: 0,
-            expires_at_ns: 0,
-            exchange: String::new(),
-            routing_key: String::new(),
-        }
+        let mut msg = crate::queue::server::wal::tests::message("jobs");
+        msg.id = ids.next(3);
+        msg.headers = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        msg.priority = 2;
+        msg
     }
 
     fn every_answer() -> Vec<Answer> {

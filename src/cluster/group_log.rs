@@ -114,30 +114,9 @@ mod tests {
     use super::*;
     use crate::cluster::image_log::tests::{assert_same, VOTERS};
     use crate::cluster::storage::GroupStorage;
+    use crate::cluster::tests::support::{open_store, run, store_config};
     use boltq_io::testutil::{Rng, TempDir};
-    use boltq_io::{Durability, StoreConfig};
     use raft::prelude::{ConfState, Entry, Snapshot};
-    use std::path::Path;
-
-    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        boltq_shards::block_on("group-log-test", move || Box::pin(f())).unwrap();
-    }
-
-    fn config(dir: &Path) -> StoreConfig {
-        let mut c = StoreConfig::new(dir);
-        c.durability = Durability::Always;
-        c.journal_file_bytes = 8 * 1024 * 1024;
-        c.log.segment_bytes = 4096;
-        c
-    }
-
-    async fn open_store(c: &StoreConfig) -> Rc<Store> {
-        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
-        boltq_io::recovery::recover(&c.data_dir, &c.log)
-            .await
-            .unwrap();
-        Store::open(c.clone(), 0).await.unwrap()
-    }
 
     /// What a busy group writes: entries in small batches, commits following them,
     /// snapshots every 100 entries that keep 256 entries behind them (so a replay starts
@@ -184,8 +163,8 @@ mod tests {
     #[test]
     fn the_image_survives_restarts_of_the_store_and_the_front_is_dropped() {
         let dir = TempDir::new("group-log");
-        let c = config(dir.path());
-        run(move || async move {
+        let c = store_config(dir.path(), 4096);
+        run("group-log-test", move || async move {
             let mut rng = Rng::new(5);
             let mut store = open_store(&c).await;
             let (mut log, recovered) = GroupLog::open(&store, 7, &VOTERS).await.unwrap();

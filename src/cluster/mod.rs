@@ -27,4 +27,4 @@ pub mod transport;
 pub mod wire;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -156,6 +156,16 @@ pub(in crate::cluster) fn assert_same(
     );
 }
 
+/// A founder's new group: its image, its log writer, an empty disk, and its term.
+fn founder() -> (GroupStorage, ImageLog, Disk, u64) {
+    let Recovered { storage, log } = Recovered::new_group(&VOTERS, 1);
+    let term = storage.hard_state().term;
+    let disk = Disk {
+        records: Vec::new(),
+    };
+    (storage, log, disk, term)
+}
+
 fn reboot(disk: &Disk, log: &ImageLog) -> Recovered {
     replay(disk.records.clone(), log.next_seq(), &VOTERS).expect("the log replays")
 }
@@ -164,14 +174,7 @@ fn reboot(disk: &Disk, log: &ImageLog) -> Recovered {
 fn a_replayed_log_gives_back_the_image_after_any_history_of_changes() {
     for seed in 0..40 {
         let mut rng = Rng::new(seed);
-        let Recovered {
-            mut storage,
-            mut log,
-        } = Recovered::new_group(&VOTERS, 1);
-        let mut disk = Disk {
-            records: Vec::new(),
-        };
-        let mut term = storage.hard_state().term;
+        let (mut storage, mut log, mut disk, mut term) = founder();
         let (mut reboots, mut snapshots) = (0, 0);
         for step in 0..600 {
             let batch = 1 + rng.below(4);
@@ -207,14 +210,7 @@ fn a_replayed_log_gives_back_the_image_after_any_history_of_changes() {
 fn a_write_cut_short_by_a_crash_replays_into_an_image_the_group_continues_from() {
     for seed in 0..40 {
         let mut rng = Rng::new(seed);
-        let Recovered {
-            mut storage,
-            mut log,
-        } = Recovered::new_group(&VOTERS, 1);
-        let mut disk = Disk {
-            records: Vec::new(),
-        };
-        let mut term = storage.hard_state().term;
+        let (mut storage, mut log, mut disk, mut term) = founder();
         for _ in 0..400 {
             let before = storage.clone();
             change(&mut storage, &mut term, &mut rng, true);
@@ -262,16 +258,10 @@ fn a_write_cut_short_by_a_crash_replays_into_an_image_the_group_continues_from()
 #[test]
 fn a_snapshot_without_all_its_parts_is_ignored() {
     let mut rng = Rng::new(7);
-    let Recovered {
-        mut storage,
-        mut log,
-    } = Recovered::new_group(&VOTERS, 1);
+    let (mut storage, mut log, mut disk, _) = founder();
     let entries: Vec<Entry> = (6..=10).map(|i| entry(i, 5, &mut rng)).collect();
     storage.append(&entries);
     storage.set_commit(10);
-    let mut disk = Disk {
-        records: Vec::new(),
-    };
     disk.store(&log.write(storage.take_writes()));
     let image = storage.clone();
     let mut big = snapshot(10, 5, &mut rng, false);
@@ -291,14 +281,7 @@ fn a_snapshot_without_all_its_parts_is_ignored() {
 #[test]
 fn damaged_records_are_refused_with_their_sequence_number_and_never_panic() {
     let mut rng = Rng::new(11);
-    let Recovered {
-        mut storage,
-        mut log,
-    } = Recovered::new_group(&VOTERS, 1);
-    let mut disk = Disk {
-        records: Vec::new(),
-    };
-    let mut term = storage.hard_state().term;
+    let (mut storage, mut log, mut disk, mut term) = founder();
     for _ in 0..200 {
         change(&mut storage, &mut term, &mut rng, false);
         disk.store(&log.write(storage.take_writes()));

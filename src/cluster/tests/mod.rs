@@ -1,1 +1,35 @@
 mod sim;
+
+/// What the cluster tests that need a real store share.
+pub(in crate::cluster) mod support {
+    use boltq_io::{Durability, Store, StoreConfig};
+    use std::path::Path;
+    use std::rc::Rc;
+
+    /// Runs `f` on a fresh executor of its own (a test's "process").
+    pub fn run<F: std::future::Future<Output = ()> + 'static>(
+        name: &str,
+        f: impl FnOnce() -> F + Send + 'static,
+    ) {
+        boltq_shards::block_on(name, move || Box::pin(f())).unwrap();
+    }
+
+    /// A store that syncs every commit round, with small files (so segments seal and the
+    /// front of a log can be dropped within a test).
+    pub fn store_config(dir: &Path, segment_bytes: u64) -> StoreConfig {
+        let mut c = StoreConfig::new(dir);
+        c.durability = Durability::Always;
+        c.journal_file_bytes = 8 * 1024 * 1024;
+        c.log.segment_bytes = segment_bytes;
+        c
+    }
+
+    /// Recovers and opens the store at `c`, as the server's startup does.
+    pub async fn open_store(c: &StoreConfig) -> Rc<Store> {
+        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
+        boltq_io::recovery::recover(&c.data_dir, &c.log)
+            .await
+            .unwrap();
+        Store::open(c.clone(), 0).await.unwrap()
+    }
+}
