@@ -7,17 +7,18 @@
 #![no_main]
 
 use boltq::cluster::forward::{decode_reply, decode_request, encode_reply};
+use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
-    if let Err(e) = decode_request(input) {
+    if let Err(e) = decode_request(Bytes::copy_from_slice(input)) {
         assert!(!e.to_string().is_empty());
     }
-    match decode_reply(input) {
+    match decode_reply(Bytes::copy_from_slice(input)) {
         Ok(reply) => {
             let mut again = Vec::new();
             encode_reply(&reply, &mut again);
-            assert_eq!(decode_reply(&again).expect("its own encoding decodes"), reply);
+            assert_eq!(decode_reply(again.into()).expect("its own encoding decodes"), reply);
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }

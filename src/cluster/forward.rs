@@ -16,8 +16,11 @@
 //! left before anything is allocated.
 
 use super::replica::NotApplied;
+use super::wire::{Reader, WireError};
 use crate::queue::broker::{Command, Outcome};
+use crate::queue::message::Message;
 use crate::queue::server::wal::record;
+use bytes::Bytes;
 use std::fmt;
 
 /// A command one node asks the slot's leader to run.
@@ -49,6 +52,12 @@ pub struct Reply {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardError(pub String);
 
+impl From<WireError> for ForwardError {
+    fn from(e: WireError) -> ForwardError {
+        ForwardError(e.to_string())
+    }
+}
+
 impl fmt::Display for ForwardError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "forwarded frame: {}", self.0)
@@ -61,11 +70,12 @@ pub fn encode_request(r: &Request, out: &mut Vec<u8>) {
     record::encode(&r.cmd, out);
 }
 
-pub fn decode_request(bytes: &[u8]) -> Result<Request, ForwardError> {
-    let mut r = Reader { bytes, at: 0 };
+pub fn decode_request(bytes: Bytes) -> Result<Request, ForwardError> {
+    let mut r = Reader::new(bytes);
     let id = r.u64("request id")?;
-    let slot = u16::from_le_bytes(r.array("slot")?);
-    let cmd = record::decode(r.rest()).map_err(|e| ForwardError(format!("command: {e}")))?;
+    let slot = r.u16("slot")?;
+    let cmd = r.take(r.remaining(), "command")?;
+    let cmd = record::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?;
     Ok(Request { id, slot, cmd })
 }
 
@@ -92,11 +102,11 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
     }
 }
 
-pub fn decode_reply(bytes: &[u8]) -> Result<Reply, ForwardError> {
-    let mut r = Reader { bytes, at: 0 };
+pub fn decode_reply(bytes: Bytes) -> Result<Reply, ForwardError> {
+    let mut r = Reader::new(bytes);
     let id = r.u64("reply id")?;
     let answer = match r.u8("status")? {
-        0 => Answer::Applied(r.outcome()?),
+        0 => Answer::Applied(outcome(&mut r)?),
         1 => Answer::NotLeader(match r.u64("leader")? {
             0 => None,
             id => Some(id),
@@ -105,11 +115,16 @@ pub fn decode_reply(bytes: &[u8]) -> Result<Reply, ForwardError> {
         3 => Answer::NotApplied(NotApplied::Unknown),
         4 => Answer::TimedOut,
         5 => Answer::TooMany,
-        6 => Answer::Stopped(r.text("reason")?),
+        6 => Answer::Stopped(text(&mut r, "reason")?),
         7 => Answer::UnknownSlot,
         s => return Err(ForwardError(format!("unknown status {s}"))),
     };
-    r.finish()?;
+    if r.remaining() > 0 {
+        return Err(ForwardError(format!(
+            "{} bytes after the reply",
+            r.remaining()
+        )));
+    }
     Ok(Reply { id, answer })
 }
 
@@ -161,7 +176,7 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
     }
 }
 
-fn put_messages(messages: &[crate::queue::message::Message], out: &mut Vec<u8>) {
+fn put_messages(messages: &[Message], out: &mut Vec<u8>) {
     out.extend_from_slice(&(messages.len() as u32).to_le_bytes());
     let mut one = Vec::new();
     for msg in messages {
@@ -177,116 +192,60 @@ fn put_text(text: &str, out: &mut Vec<u8>) {
     out.extend_from_slice(text.as_bytes());
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
+fn text(r: &mut Reader, field: &'static str) -> Result<String, ForwardError> {
+    let bytes = r.bytes(field)?;
+    String::from_utf8(bytes.to_vec()).map_err(|_| ForwardError(format!("{field} is not UTF-8")))
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &str) -> Result<&'a [u8], ForwardError> {
-        if self.bytes.len() - self.at < n {
-            return Err(ForwardError(format!("ends inside {field}")));
-        }
-        let out = &self.bytes[self.at..self.at + n];
-        self.at += n;
-        Ok(out)
+fn messages(r: &mut Reader) -> Result<Vec<Message>, ForwardError> {
+    let count = r.u32("message count")? as usize;
+    // Each message takes at least its length and a record's first byte.
+    if count > r.remaining() / 5 {
+        return Err(ForwardError(format!(
+            "{count} messages in {} bytes",
+            r.remaining()
+        )));
     }
-
-    fn array<const N: usize>(&mut self, field: &str) -> Result<[u8; N], ForwardError> {
-        Ok(self.take(N, field)?.try_into().expect("took N bytes"))
-    }
-
-    fn u8(&mut self, field: &str) -> Result<u8, ForwardError> {
-        Ok(self.array::<1>(field)?[0])
-    }
-
-    fn u32(&mut self, field: &str) -> Result<u32, ForwardError> {
-        Ok(u32::from_le_bytes(self.array(field)?))
-    }
-
-    fn u64(&mut self, field: &str) -> Result<u64, ForwardError> {
-        Ok(u64::from_le_bytes(self.array(field)?))
-    }
-
-    fn bool(&mut self, field: &str) -> Result<bool, ForwardError> {
-        match self.u8(field)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            v => Err(ForwardError(format!("{field} is {v}, not 0 or 1"))),
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        match record::decode(&r.bytes("message")?) {
+            Ok(Command::Publish { msg }) => out.push(msg),
+            Ok(_) => return Err(ForwardError("a message that is not one".into())),
+            Err(e) => return Err(ForwardError(format!("message: {e}"))),
         }
     }
+    Ok(out)
+}
 
-    fn rest(&mut self) -> &'a [u8] {
-        let out = &self.bytes[self.at..];
-        self.at = self.bytes.len();
-        out
-    }
-
-    fn text(&mut self, field: &str) -> Result<String, ForwardError> {
-        let len = self.u32(field)? as usize;
-        let bytes = self.take(len, field)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| ForwardError(format!("{field} is not UTF-8")))
-    }
-
-    fn messages(&mut self) -> Result<Vec<crate::queue::message::Message>, ForwardError> {
-        let count = self.u32("message count")? as usize;
-        // Each message takes at least its length and a record's first byte.
-        if count > (self.bytes.len() - self.at) / 5 {
-            return Err(ForwardError(format!(
-                "{count} messages in {} bytes",
-                self.bytes.len() - self.at
-            )));
-        }
-        let mut out = Vec::with_capacity(count);
-        for _ in 0..count {
-            let len = self.u32("message length")? as usize;
-            let bytes = self.take(len, "message")?;
-            match record::decode(bytes) {
-                Ok(Command::Publish { msg }) => out.push(msg),
-                Ok(_) => return Err(ForwardError("a message that is not one".into())),
-                Err(e) => return Err(ForwardError(format!("message: {e}"))),
+fn outcome(r: &mut Reader) -> Result<Outcome, ForwardError> {
+    Ok(match r.u8("outcome")? {
+        0 => Outcome::Published,
+        1 => Outcome::PublishedLive,
+        2 => Outcome::Delivered(messages(r)?),
+        3 => Outcome::Empty,
+        4 => Outcome::Acked,
+        5 => Outcome::Nacked,
+        6 => {
+            let has_first = r.bool("has first delivery")?;
+            let first = r.u64("first delivery")?;
+            Outcome::Subscribed {
+                first_delivery: has_first.then_some(first),
+                catch_up: messages(r)?,
             }
         }
-        Ok(out)
-    }
-
-    fn outcome(&mut self) -> Result<Outcome, ForwardError> {
-        Ok(match self.u8("outcome")? {
-            0 => Outcome::Published,
-            1 => Outcome::PublishedLive,
-            2 => Outcome::Delivered(self.messages()?),
-            3 => Outcome::Empty,
-            4 => Outcome::Acked,
-            5 => Outcome::Nacked,
-            6 => {
-                let has_first = self.bool("has first delivery")?;
-                let first = self.u64("first delivery")?;
-                Outcome::Subscribed {
-                    first_delivery: has_first.then_some(first),
-                    catch_up: self.messages()?,
-                }
-            }
-            7 => Outcome::Confirmed(self.u64("confirmed")?),
-            8 => Outcome::Requeued(self.u32("requeued")?),
-            9 => Outcome::Purged(self.u64("purged")?),
-            10 => Outcome::Declared {
-                created: self.bool("created")?,
-            },
-            11 => Outcome::Ticked {
-                changed: self.bool("changed")?,
-            },
-            12 => Outcome::Disconnected,
-            13 => Outcome::Error(self.text("error")?),
-            k => return Err(ForwardError(format!("unknown outcome {k}"))),
-        })
-    }
-
-    fn finish(&self) -> Result<(), ForwardError> {
-        match self.bytes.len() - self.at {
-            0 => Ok(()),
-            n => Err(ForwardError(format!("{n} bytes after the reply"))),
-        }
-    }
+        7 => Outcome::Confirmed(r.u64("confirmed")?),
+        8 => Outcome::Requeued(r.u32("requeued")?),
+        9 => Outcome::Purged(r.u64("purged")?),
+        10 => Outcome::Declared {
+            created: r.bool("created")?,
+        },
+        11 => Outcome::Ticked {
+            changed: r.bool("changed")?,
+        },
+        12 => Outcome::Disconnected,
+        13 => Outcome::Error(text(r, "error")?),
+        k => return Err(ForwardError(format!("unknown outcome {k}"))),
+    })
 }
 
 #[cfg(test)]
@@ -365,7 +324,7 @@ mod tests {
             };
             let mut bytes = Vec::new();
             encode_request(&req, &mut bytes);
-            assert_eq!(decode_request(&bytes).unwrap(), req);
+            assert_eq!(decode_request(bytes.into()).unwrap(), req);
         }
         for (id, answer) in every_answer().into_iter().enumerate() {
             let reply = Reply {
@@ -374,10 +333,10 @@ mod tests {
             };
             let mut bytes = Vec::new();
             encode_reply(&reply, &mut bytes);
-            assert_eq!(decode_reply(&bytes).unwrap(), reply);
+            assert_eq!(decode_reply(bytes.clone().into()).unwrap(), reply);
             for cut in 0..bytes.len() {
                 assert!(
-                    decode_reply(&bytes[..cut]).is_err(),
+                    decode_reply(Bytes::copy_from_slice(&bytes[..cut])).is_err(),
                     "{reply:?} cut at {cut}"
                 );
             }
@@ -399,10 +358,10 @@ mod tests {
             let mut bytes = frames[rng.below(frames.len() as u64) as usize].clone();
             let at = rng.below(bytes.len() as u64) as usize;
             bytes[at] = rng.below(256) as u8;
-            if let Err(e) = decode_reply(&bytes) {
+            if let Err(e) = decode_reply(Bytes::copy_from_slice(&bytes)) {
                 assert!(!e.to_string().is_empty());
             }
-            let _ = decode_request(&bytes);
+            let _ = decode_request(bytes.into());
         }
     }
 }

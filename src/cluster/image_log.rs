@@ -242,6 +242,7 @@ enum Decoded {
     SnapshotPart(Part),
 }
 
+#[derive(Clone)]
 struct Part {
     index: u64,
     term: u64,
@@ -462,15 +463,7 @@ fn newest_replay_from(decoded: &[(u64, Decoded)]) -> Result<u64, String> {
     for (seq, d) in decoded {
         match d {
             Decoded::SnapshotPart(part) => {
-                let part = Part {
-                    index: part.index,
-                    term: part.term,
-                    part: part.part,
-                    parts: part.parts,
-                    head: part.head.clone(),
-                    data: Bytes::new(),
-                };
-                if let Some(whole) = assembly.add(*seq, part) {
+                if let Some(whole) = assembly.add(*seq, part.clone()) {
                     if whole.replay_from > whole.first_seq {
                         return Err(format!(
                             "raft log record {}: a snapshot replays from {}, after itself",

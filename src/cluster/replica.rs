@@ -212,7 +212,7 @@ impl Replica {
     /// leader change in between cannot leave the group joint for good. A leader the leave
     /// would remove hands leadership to a voter that stays instead, which then leaves.
     fn leave_joint_membership(&mut self) {
-        let joint = !self.group.conf_state().voters_outgoing.is_empty();
+        let joint = !self.group.storage().conf_state().voters_outgoing.is_empty();
         if joint && !self.group.membership_pending() {
             if !self.group.votes_in_incoming() {
                 self.group.hand_over_leadership();

@@ -184,11 +184,6 @@ impl Outbound {
         std::mem::take(&mut *self.reports.borrow_mut())
     }
 
-    /// How many link tasks run (one per peer).
-    pub fn links(&self) -> usize {
-        self.tasks.len()
-    }
-
     /// Stops every link (what a crash does to them).
     pub fn close(&mut self) {
         self.links.clear();
@@ -402,10 +397,10 @@ fn decode_frame(from: u64, frame: Bytes) -> Result<Incoming, String> {
             }
             Ok(Incoming::Raft(batch))
         }
-        KIND_FORWARD => forward::decode_request(&body)
+        KIND_FORWARD => forward::decode_request(body)
             .map(Incoming::Forward)
             .map_err(|e| format!("node {from}: {e}")),
-        KIND_REPLY => forward::decode_reply(&body)
+        KIND_REPLY => forward::decode_reply(body)
             .map(Incoming::Reply)
             .map_err(|e| format!("node {from}: {e}")),
         kind => Err(format!("node {from} sent a frame of kind {kind}")),

@@ -204,6 +204,18 @@ fn a_client_that_never_reads_is_disconnected_and_others_are_unaffected() {
     // Filling the socket buffers takes a few MiB; the stall then takes STALL_TIMEOUT.
     let bound = Duration::from_secs(30);
     let mut sent = 0;
+    // Alice sends message `n`; the reading device gets it at once.
+    let mut send_and_check = |n: usize| {
+        let r = alice
+            .send_text("alice:bob", "direct", "", &big_text(n))
+            .unwrap();
+        assert_eq!(r["op"], "sent", "{r}");
+        let got = good.records(topic, 1, prompt).unwrap();
+        assert_eq!(
+            got[0]["seq"], n as u64,
+            "the reading device gets every message"
+        );
+    };
     while slow_client_drops(&s) == 0 {
         assert!(
             started.elapsed() < bound,
@@ -212,15 +224,7 @@ fn a_client_that_never_reads_is_disconnected_and_others_are_unaffected() {
             s.log()
         );
         sent += 1;
-        let r = alice
-            .send_text("alice:bob", "direct", "", &big_text(sent))
-            .unwrap();
-        assert_eq!(r["op"], "sent", "{r}");
-        let got = good.records(topic, 1, prompt).unwrap();
-        assert_eq!(
-            got[0]["seq"], sent as u64,
-            "the reading device gets every message"
-        );
+        send_and_check(sent);
     }
     let closed_after = started.elapsed();
     // The device reads again: what the kernel held, the rest of the server's last batch,
@@ -250,12 +254,7 @@ fn a_client_that_never_reads_is_disconnected_and_others_are_unaffected() {
     // The reading device is untouched by the close.
     for _ in 0..3 {
         sent += 1;
-        let r = alice
-            .send_text("alice:bob", "direct", "", &big_text(sent))
-            .unwrap();
-        assert_eq!(r["op"], "sent", "{r}");
-        let got = good.records(topic, 1, prompt).unwrap();
-        assert_eq!(got[0]["seq"], sent as u64);
+        send_and_check(sent);
     }
     assert_eq!(slow_client_drops(&s), 1);
     println!(
