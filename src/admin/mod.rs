@@ -2,6 +2,7 @@
 //! the dashboard, the browser chat demo.
 
 pub mod cache_routes;
+pub mod cluster_routes;
 pub mod cors;
 pub mod dashboard;
 pub mod demo;

@@ -102,7 +102,7 @@ pub async fn overview(ctx: &AdminCtx) -> Response {
                 "connections": r.connections,
             },
             "uptime_ms": ctx.started.elapsed().as_millis() as u64,
-            "cluster": {"enabled": false},
+            "cluster": {"enabled": ctx.plane.cluster_view().is_some()},
             "cache": cache,
         }),
     )

@@ -109,7 +109,7 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
     match req.path.as_str() {
         "/health" => Response::json(200, &json!({"status": "ok"})),
         "/livez" => Response::json(200, &json!({"status": "ok"})),
-        "/readyz" => readyz(ctx),
+        "/readyz" => super::cluster_routes::readyz(ctx).await,
         "/metrics" => {
             let report = ctx.plane.gather_stats().merged().await;
             let messaging = match &ctx.messaging {
@@ -146,10 +146,8 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         }
         p if p.starts_with("/cache/") => super::cache_routes::route(req, ctx).await,
         p if super::messaging_routes::handles(p) => super::messaging_routes::route(req, ctx).await,
-        "/cluster/status" if get => Response::json(200, &json!({"enabled": false})),
-        "/cluster/join" | "/cluster/leave" if post => {
-            Response::error(400, "clustering is not enabled")
-        }
+        "/cluster/status" if get => super::cluster_routes::status(ctx).await,
+        "/cluster/join" | "/cluster/leave" if post => super::cluster_routes::join_or_leave(ctx),
         p if KNOWN_PATHS.contains(&p) => Response::error(405, "method not allowed"),
         _ => Response::text(404, "text/plain; charset=utf-8", "404 page not found\n"),
     }
@@ -181,21 +179,6 @@ const KNOWN_PATHS: &[&str] = &[
     "/cluster/leave",
     "/subscribe",
 ];
-
-fn readyz(ctx: &AdminCtx) -> Response {
-    let ready = ctx.state.is_ready();
-    let mut body = json!({
-        "ready": ready,
-        "clustered": false,
-        "node_id": "",
-        "state": if ready { "Standalone" } else { "Starting" },
-        "uptime_seconds": ctx.started.elapsed().as_secs(),
-    });
-    if !ready {
-        body["reason"] = json!("starting or shutting down");
-    }
-    Response::json(if ready { 200 } else { 503 }, &body)
-}
 
 /// `GET /subscribe?topic=T&id=S`: server-sent events of a pub/sub subscription (v1
 /// documented it; BoltQ implements it). Auth as any route.

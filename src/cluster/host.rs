@@ -20,7 +20,8 @@ pub struct HostOutput {
     pub batches: Batches,
     /// Outcomes of this node's own proposals, by slot.
     pub answers: Vec<(u16, Answer)>,
-    /// The brokers' effects, by slot, for the leaders to carry out.
+    /// The brokers' effects, by slot: every replica has them, and each node carries out
+    /// those for its own connections.
     pub effects: Vec<(u16, Effect)>,
     /// (slot, index, term) of every entry applied.
     pub applied: Vec<(u16, u64, u64)>,

@@ -10,9 +10,10 @@
 //! messages batched per destination (`host.rs`), the replication wire format (`wire.rs`),
 //! the links between nodes (`transport.rs`), a node's commit-round loop over all of that
 //! (`node.rs`), and a deterministic simulator with network faults, crashes that replay
-//! each group's records, and a node joining (`tests/sim.rs`). Not built yet, so
-//! `cluster.enabled = true` is still refused at start: serving clients through it,
-//! forwarding, the `meta` group. STATUS.md keeps the list.
+//! each group's records, and a node joining (`tests/sim.rs`). The queue plane serves
+//! clients through it with `cluster.enabled` (`queue/server/replicated.rs`, members
+//! listed in `cluster.peers`). Not built yet: the `meta` group (exchanges, member
+//! addresses), joining and leaving, leader balancing. STATUS.md keeps the list.
 
 pub mod forward;
 pub mod group;

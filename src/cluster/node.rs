@@ -10,9 +10,9 @@
 //!    snapshots made redundant.
 //!
 //! A store failure stops the node: its unsynced messages are never sent, every waiting
-//! proposal is told, and later proposals are refused. Clients are not served from here
-//! yet: `propose` is the seam the queue plane's connections will call (forwarding,
-//! NOT_LEADER and pushes to subscribers on other nodes are not built).
+//! proposal is told, and later proposals are refused. The queue plane calls `submit`
+//! (`queue/server/replicated.rs`) and carries out the applied commands' effects for its
+//! own connections (`set_observer`).
 
 use super::forward::{self, Answer};
 use super::group::ElectionTicks;
@@ -22,7 +22,7 @@ use super::membership::MemberChange;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
-use crate::queue::broker::{Broker, BrokerConfig, Command, Outcome};
+use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
 use boltq_io::Store;
@@ -36,6 +36,8 @@ use std::time::{Duration, Instant};
 /// How long a node waits before asking again when it knows no leader for a slot, or the
 /// one it asked no longer leads (an election is under way).
 pub const LEADER_RETRY_MS: u64 = 50;
+/// Least time between two warnings about misrouted raft messages.
+pub const MISROUTED_LOG_MS: u64 = 10_000;
 /// How long a leader works on a forwarded command before it answers "timed out".
 pub const FORWARDED_TIMEOUT_MS: u64 = 10_000;
 
@@ -52,6 +54,17 @@ pub struct NodeConfig {
     /// membership from the leaders' snapshots (false: a founder, whose groups' voters are
     /// it and `peers`).
     pub joining: bool,
+}
+
+/// One hosted group as this node sees it (`/cluster/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotStatus {
+    pub slot: u16,
+    /// The leader this replica knows of.
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
 }
 
 /// Why a proposal has no outcome.
@@ -75,6 +88,11 @@ pub enum ProposeError {
     Stopped(String),
 }
 
+/// Told after every round that applied entries: the effects of every command applied (on
+/// every replica, not only leaders: each node carries out those for its own connections)
+/// and the slots that applied anything.
+pub type Observer = Box<dyn Fn(Vec<(u16, Effect)>, &[u16])>;
+
 #[derive(Default)]
 struct Waiter {
     answer: RefCell<Option<Result<Applied, NotApplied>>>,
@@ -93,6 +111,10 @@ pub struct Node {
     forwarded: RefCell<HashMap<u64, Rc<ReplyWaiter>>>,
     next_request_id: std::cell::Cell<u64>,
     failed: RefCell<Option<String>>,
+    observer: RefCell<Option<Observer>>,
+    /// Raft messages received for slots this node does not host, and when that was last
+    /// logged (a sign that the nodes' `server.shards` differ).
+    misrouted: std::cell::Cell<(u64, Option<Instant>)>,
 }
 
 #[derive(Default)]
@@ -160,6 +182,8 @@ impl Node {
             forwarded: RefCell::new(HashMap::new()),
             next_request_id: std::cell::Cell::new(1),
             failed: RefCell::new(None),
+            observer: RefCell::new(None),
+            misrouted: std::cell::Cell::new((0, None)),
         });
         let inbound = Rc::clone(&node);
         let deliver: transport::Deliver = Rc::new(move |from, incoming| match incoming {
@@ -199,6 +223,33 @@ impl Node {
     /// The leader of `slot` this node knows of.
     pub fn leader(&self, slot: u16) -> Option<u64> {
         self.host.borrow().replica(slot)?.group().leader()
+    }
+
+    /// Sets what is told of the effects of applied commands (replacing any earlier one).
+    pub fn set_observer(&self, observer: Observer) {
+        *self.observer.borrow_mut() = Some(observer);
+    }
+
+    /// Every hosted group's leader, term, commit and applied index, by slot.
+    pub fn slot_status(&self) -> Vec<SlotStatus> {
+        self.host
+            .borrow()
+            .replicas()
+            .map(|(slot, replica)| SlotStatus {
+                slot,
+                leader: replica.group().leader(),
+                term: replica.group().term(),
+                commit: replica.group().commit_index(),
+                applied: replica.applied(),
+            })
+            .collect()
+    }
+
+    /// Calls `f` with every hosted slot's broker as this replica has applied it.
+    pub fn for_each_broker(&self, mut f: impl FnMut(u16, &Broker)) {
+        for (slot, replica) in self.host.borrow().replicas() {
+            f(slot, replica.broker());
+        }
     }
 
     /// Reads slot `slot`'s broker as this replica has applied it.
@@ -435,9 +486,11 @@ impl Node {
         let reports = self.outbound.borrow().take_snapshot_reports();
         let out = {
             let mut host = self.host.borrow_mut();
+            let mut misrouted = 0;
             for (_, batch) in inbox {
-                host.receive(batch);
+                misrouted += host.receive(batch) as u64;
             }
+            self.note_misrouted(misrouted);
             for (slot, to, delivered) in reports {
                 host.report_snapshot(slot, to, delivered);
             }
@@ -455,6 +508,7 @@ impl Node {
                 waiter.ready.notify();
             }
         }
+        self.tell_observer(out.effects, &out.applied);
         if !self.host.borrow().needs_sync() {
             return Ok(());
         }
@@ -470,6 +524,38 @@ impl Node {
             log.drop_covered_front().await?;
         }
         Ok(())
+    }
+
+    fn tell_observer(&self, effects: Vec<(u16, Effect)>, applied: &[(u16, u64, u64)]) {
+        if applied.is_empty() {
+            return;
+        }
+        let mut slots: Vec<u16> = applied.iter().map(|&(slot, _, _)| slot).collect();
+        slots.dedup();
+        if let Some(observer) = self.observer.borrow().as_ref() {
+            observer(effects, &slots);
+        }
+    }
+
+    /// Counts raft messages for slots this node does not host and says so at most every
+    /// `MISROUTED_LOG_MS`: peers that place slots on shards differently never converge.
+    fn note_misrouted(&self, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let (total, logged) = self.misrouted.get();
+        let total = total + count;
+        let now = Instant::now();
+        let due =
+            logged.is_none_or(|at| now.duration_since(at).as_millis() as u64 >= MISROUTED_LOG_MS);
+        if due {
+            log::warn!(
+                "raft node {}: {total} messages for slots this shard does not host (does every node run the same server.shards?)",
+                self.cfg.node_id
+            );
+        }
+        self.misrouted
+            .set((total, if due { Some(now) } else { logged }));
     }
 
     fn send(&self, batches: Batches) {

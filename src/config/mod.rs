@@ -461,7 +461,9 @@ pub struct ClusterConfig {
     /// (newest v1's `BOLTQ_BOOTSTRAP_NODE_ID`, so one manifest serves every
     /// replica). Default "".
     pub bootstrap_node_id: String,
-    /// Parsed but unused, as in v1. Default [].
+    /// The other members, `node_id@host:port` (their `cluster.raft_addr`); with
+    /// `enabled`, this node and these are the voters of every slot's raft group (v1
+    /// parsed this key and did not use it). Default [].
     pub peers: Vec<String>,
     /// HTTP `host:port` addresses for join/leave. Final order: `--join`, then
     /// `BOLTQ_JOIN_ADDR`, then these (or `BOLTQ_SEEDS`); trimmed,
@@ -757,6 +759,12 @@ fn policy(mode: FsyncMode, interval_ms: u64) -> FsyncPolicy {
 }
 
 /// Splits `host:port` (host may be empty or a bracketed IPv6 literal).
+/// `node_id@host:port` → (node id, address); None when either part is empty.
+pub(crate) fn split_peer(peer: &str) -> Option<(&str, &str)> {
+    let (id, addr) = peer.split_once('@')?;
+    (!id.is_empty() && !addr.is_empty()).then_some((id, addr))
+}
+
 pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {

@@ -488,7 +488,7 @@ fn env_overrides() {
         ("BOLTQ_RAFT_ADDR", "10.1.1.1:9100"),
         ("BOLTQ_RAFT_DIR", "/raft"),
         ("BOLTQ_BOOTSTRAP_NODE_ID", "host-a"),
-        ("BOLTQ_CLUSTER_PEERS", "p1:1"),
+        ("BOLTQ_CLUSTER_PEERS", "p1@h:1"),
         ("BOLTQ_SEEDS", "s1:1, s2:2,,"),
         ("BOLTQ_JOIN_ADDR", "j1:1,s2:2"),
         ("BOLTQ_NON_VOTER", "true"),
@@ -518,7 +518,7 @@ fn env_overrides() {
     assert!(c.is_bootstrap_node("host-a"));
     assert!(!c.is_bootstrap_node("host-b"));
     assert_eq!(c.raft_dir(), Path::new("/raft"));
-    assert_eq!(c.cluster.peers, vec!["p1:1"]);
+    assert_eq!(c.cluster.peers, vec!["p1@h:1"]);
     assert_eq!(c.cluster.seeds, vec!["j1:1", "s2:2", "s1:1"]);
     assert_eq!(c.cluster.session_timeout_seconds, 20);
     assert!(c.messaging.stream.enabled);
@@ -742,6 +742,12 @@ fn each_validation_error_names_its_key() {
         ("[cluster]\nenabled = true\nraft_addr = \"10.0.0.1:9091\"", "cluster.raft_addr"),
         ("[cluster]\nenabled = true\nraft_addr = \"10.0.0.1:65535\"", "cluster.raft_addr"),
         ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\nmeta_raft_addr = \"x\"", "cluster.meta_raft_addr"),
+        ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\npeers = [\"h:2\"]", "cluster.peers[0]"),
+        ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\npeers = [\"@h:2\"]", "cluster.peers[0]"),
+        ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\npeers = [\"b@h\"]", "cluster.peers[0]"),
+        ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\nnode_id = \"a\"\npeers = [\"a@h:2\"]", "cluster.peers[0]"),
+        ("[cluster]\nenabled = true\nraft_addr = \"h:1\"\npeers = [\"b@h:2\", \"b@h:3\"]", "cluster.peers[1]"),
+        ("[server]\nshards = 4\n[cluster]\nenabled = true\nraft_addr = \"h:65533\"\nmeta_raft_addr = \"h:9\"", "cluster.raft_addr"),
         ("[messaging]\nfsync_interval_ms = 0", "messaging.fsync_interval_ms"),
         ("[messaging]\nfsync = \"never\"\n[messaging.stream]\nsync_on_append = true", "messaging.stream.sync_on_append"),
         ("[messaging.stream]\ndefault_partitions = 0", "messaging.stream.default_partitions"),

@@ -261,6 +261,44 @@ fn cluster(c: &Config) -> Check {
                 "port must differ from server.tcp_port and the HTTP port",
             ));
         }
+        // Shard k listens on the raft port + k (`Config::cluster_members`).
+        let last = u32::from(raft_port) + c.server.shards.saturating_sub(1);
+        if last > u32::from(u16::MAX) {
+            return Err(ConfigError::invalid(
+                "cluster.raft_addr",
+                format!("{:?}", cl.raft_addr),
+                format!(
+                    "shard k listens on this port + k: {} shards need ports up to {last}",
+                    c.server.shards
+                ),
+            ));
+        }
+    }
+    cluster_membership(c)
+}
+
+/// `cluster.peers`: `node_id@host:port` each, no node id twice. What else this build's
+/// clustering needs is checked at start (`server::refuse_unbuilt_features`).
+fn cluster_membership(c: &Config) -> Check {
+    let cl = &c.cluster;
+    let mut seen = std::collections::BTreeSet::from([cl.node_id.as_str()]);
+    for (i, peer) in cl.peers.iter().enumerate() {
+        let key = format!("cluster.peers[{i}]");
+        let Some((id, addr)) = super::split_peer(peer) else {
+            return Err(ConfigError::invalid(
+                &key,
+                format!("{peer:?}"),
+                "must be node_id@host:port (the member's node id and its cluster.raft_addr)",
+            ));
+        };
+        host_port(&key, addr)?;
+        if !seen.insert(id) {
+            return Err(ConfigError::invalid(
+                &key,
+                format!("{peer:?}"),
+                "names a node id twice (or this node's own cluster.node_id)",
+            ));
+        }
     }
     Ok(())
 }

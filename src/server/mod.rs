@@ -1,6 +1,7 @@
 //! Process startup and shutdown: lock the data directory, bind the listeners, replay the
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
+pub mod cluster;
 pub mod exposure;
 pub mod mesh;
 pub mod ready;
@@ -49,6 +50,8 @@ pub struct Plan {
     pub messaging: Option<crate::messaging::plane::MessagingPlan>,
     /// The dedicated gateway listener (`messaging.gateway.port` ≠ 0) and its TLS.
     pub gateway_listener: Option<(SharedListener, Option<TlsConfig>)>,
+    /// `cluster.enabled`: the raft listeners and members.
+    pub cluster: Option<cluster::ClusterPlan>,
 }
 
 /// Checks the settings a plane validates itself because config, the lowest layer, cannot
@@ -63,11 +66,38 @@ pub fn check_plane_settings(config: &Config) -> Result<(), crate::config::Config
 /// they enabled.
 /// Returns the one-line error to print (exit code 2, like any configuration error).
 pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
+    let cl = &config.cluster;
+    let clustered = cl.enabled;
     let unbuilt = [
         (
-            config.cluster.enabled,
-            "cluster.enabled = true",
-            "clustering",
+            clustered && !cl.seeds.is_empty(),
+            "cluster.seeds with cluster.enabled = true",
+            "joining a cluster through seeds (list every member in cluster.peers instead)",
+        ),
+        (
+            clustered && cl.non_voter,
+            "cluster.non_voter = true",
+            "joining as a non-voter",
+        ),
+        (
+            clustered && (cl.bootstrap || !cl.bootstrap_node_id.is_empty()),
+            "cluster.bootstrap with cluster.enabled = true",
+            "a single-voter cluster that grows by joins (list every member in cluster.peers instead)",
+        ),
+        (
+            clustered && config.messaging.stream.enabled,
+            "messaging.stream.enabled = true with cluster.enabled = true",
+            "the replicated messaging plane",
+        ),
+        (
+            clustered && config.storage.mode == StorageMode::Memory,
+            "cluster.enabled = true with storage.mode = \"memory\"",
+            "clustering without disk storage (each slot's raft log is on disk)",
+        ),
+        (
+            clustered && config.server.shards == 0,
+            "cluster.enabled = true with server.shards = 0",
+            "clustering nodes whose shard counts may differ (set server.shards to the same number on every node)",
         ),
         (
             config.messaging.replication.enabled,
@@ -121,6 +151,16 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let host = &config.server.host;
     let tcp = bind(host, config.server.tcp_port, "tcp", tls.as_ref())?;
     let http = bind(host, config.http_port(), "http", tls.as_ref())?;
+    let random = process_random();
+    let cluster = match (&store, config.cluster.enabled) {
+        (Some(store), true) => {
+            let boot_id = crate::queue::server::plane::connection_boot_id(random);
+            cluster::check_members(&store.data_dir, &config)?;
+            let boots = cluster::note_boot(&store.data_dir, boot_id)?;
+            Some(cluster::ClusterPlan::build(&config, shard_count, boots)?)
+        }
+        _ => None,
+    };
     if let Some(s) = &store {
         recover(s)?;
     }
@@ -147,10 +187,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let plan = Arc::new(Plan {
         messaging,
         gateway_listener,
+        cluster,
         tls,
         broker,
         api_key,
-        random: process_random(),
+        random,
         started: std::time::Instant::now(),
         slot_compaction_bytes: slot_compaction_bytes(config.storage.compaction_threshold),
         config,
@@ -359,4 +400,39 @@ fn recover(store: &StoreConfig) -> Result<(), ServerError> {
         log::warn!("journal tail cut at damage (unacknowledged data): {t}");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clustered() -> Config {
+        let mut c = Config::default();
+        c.cluster.enabled = true;
+        c.cluster.node_id = "a".into();
+        c.server.shards = 2;
+        c
+    }
+
+    #[test]
+    fn a_cluster_this_build_can_run_is_accepted_and_every_missing_feature_is_named() {
+        assert_eq!(refuse_unbuilt_features(&clustered()), Ok(()));
+        type Change = fn(&mut Config);
+        let cases: [(&str, Change); 6] = [
+            ("cluster.seeds", |c| c.cluster.seeds = vec!["h:1".into()]),
+            ("cluster.non_voter", |c| c.cluster.non_voter = true),
+            ("cluster.bootstrap", |c| c.cluster.bootstrap = true),
+            ("messaging.stream.enabled", |c| {
+                c.messaging.stream.enabled = true
+            }),
+            ("storage.mode", |c| c.storage.mode = StorageMode::Memory),
+            ("server.shards", |c| c.server.shards = 0),
+        ];
+        for (key, change) in cases {
+            let mut c = clustered();
+            change(&mut c);
+            let refused = refuse_unbuilt_features(&c).unwrap_err();
+            assert!(refused.contains(key), "{key}: {refused}");
+        }
+    }
 }

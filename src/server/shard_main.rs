@@ -7,7 +7,7 @@ use crate::admin;
 use crate::messaging::engine::Engine;
 use crate::queue::protocol::frame::Frame;
 use crate::queue::server::extra::ExtraCommands;
-use crate::queue::server::plane::Plane;
+use crate::queue::server::plane::{Plane, PlaneSettings};
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
 use std::cell::Cell;
@@ -32,11 +32,14 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let plane = Plane::start(
         shard.port(),
         store.clone(),
-        plan.broker.clone(),
-        plan.api_key.clone(),
-        plan.random,
-        plan.slot_compaction_bytes,
-        plan.config.queue.report_unroutable,
+        PlaneSettings {
+            broker: plan.broker.clone(),
+            api_key: plan.api_key.clone(),
+            random: plan.random,
+            compaction_threshold_bytes: plan.slot_compaction_bytes,
+            report_unroutable: plan.config.queue.report_unroutable,
+        },
+        cluster_node(&shard, &plan)?,
     )
     .await?;
     let cache = plan.config.cache.enabled.then(|| {
@@ -314,4 +317,23 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
             Rc::clone(&gw),
         ))
     })
+}
+
+/// With `cluster.enabled`: this shard's raft node settings and listener (the slots and the
+/// broker settings are filled in by the plane).
+fn cluster_node(
+    shard: &Shard<ShardMsg>,
+    plan: &Plan,
+) -> Result<Option<crate::queue::server::replicated::ClusterStart>, String> {
+    let Some(cluster) = &plan.cluster else {
+        return Ok(None);
+    };
+    let listener = Listener::for_shard(&cluster.listeners[shard.id()], None)
+        .map_err(|e| format!("raft listener: {e}"))?;
+    Ok(Some(crate::queue::server::replicated::ClusterStart {
+        node: cluster.node_config(shard.id(), Vec::new(), plan.broker.clone()),
+        listener,
+        view: cluster.view(&plan.config.cluster.raft_addr),
+        earlier_boots: cluster.earlier_boots.clone(),
+    }))
 }

@@ -672,6 +672,11 @@ impl Broker {
         self.pubsub.has_live()
     }
 
+    /// The connections that have live subscriptions.
+    pub fn live_subscribers(&self) -> impl Iterator<Item = ConsumerRef> + '_ {
+        self.pubsub.live_consumers()
+    }
+
     pub fn stats(&self) -> BrokerStats {
         let mut stats = BrokerStats {
             pending_count: self.pending.len() as u64,

@@ -370,6 +370,10 @@ impl PubSub {
         !self.by_consumer.is_empty()
     }
 
+    pub fn live_consumers(&self) -> impl Iterator<Item = ConsumerRef> + '_ {
+        self.by_consumer.keys().copied()
+    }
+
     /// Every registration, copied in O(1) (for `Broker::freeze`).
     pub fn registrations(&self) -> Registrations {
         self.topics.clone()

@@ -159,6 +159,12 @@ impl Plane {
 
     pub(super) fn submit_with(&self, slot: u16, cmd: Command, sync: bool) -> Submitted {
         let owner = self.owner_of(slot);
+        if let (Some(replication), true) = (self.replication.get(), owner == self.shard.id()) {
+            // A quorum's fdatasync is behind every committed command, whatever `sync` says.
+            let (parked, answer) = Parked::with_answer();
+            replication.submit(slot, cmd, answer);
+            return Submitted::Parked(parked);
+        }
         if owner == self.shard.id() {
             let (outcome, lsn) = self.apply_local(slot, cmd);
             return if sync {

@@ -151,6 +151,7 @@ pub enum Pending {
         queue: String,
     },
     Stats(StatsGather),
+    ClusterStatus(StatsGather),
     /// Another plane's command (see `extra.rs`), run when the reply is due.
     Extra(ExtraReply),
     Exchange(super::plane::ExchangeSubmitted),
@@ -254,6 +255,13 @@ impl Pending {
                 other => error_reply(other, out),
             },
             Pending::Stats(gather) => reply::stats(&gather.merged().await.stats, out),
+            Pending::ClusterStatus(gather) => {
+                let report = gather.merged().await;
+                match plane.cluster_view() {
+                    Some(view) => reply::cluster_status(&view.summary(&report.raft).info, out),
+                    None => reply::cluster_disabled(out),
+                }
+            }
             Pending::Extra(reply) => out.extend_from_slice(&reply.await),
             Pending::Exchange(ex) => match ex.result(plane).await {
                 Ok(()) => reply::ok(out),
@@ -378,8 +386,15 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             Pending::Ready(out)
         }
         Request::ClusterJoin { .. } | Request::ClusterLeave { .. } => {
-            reply::error("clustering is not enabled", &mut out);
+            let text = match plane.cluster_view() {
+                None => "clustering is not enabled",
+                Some(_) => "joining and leaving are not available in this build yet: members are listed in cluster.peers",
+            };
+            reply::error(text, &mut out);
             Pending::Ready(out)
+        }
+        Request::ClusterStatus if plane.cluster_view().is_some() => {
+            Pending::ClusterStatus(plane.gather_stats())
         }
         Request::ClusterStatus => {
             reply::cluster_disabled(&mut out);

@@ -162,6 +162,13 @@ impl Plane {
             ExchangeOp::Bind(b) => Some(b.queue.clone()),
             _ => None,
         };
+        if self.replication.get().is_some() {
+            let refused = "exchanges are not replicated yet: with cluster.enabled only the default exchange routes (see docs/clustering.md)";
+            return ExchangeSubmitted {
+                change: ChangeSubmitted::Local(Err(refused.into()), None),
+                declare_after: None,
+            };
+        }
         let change = if self.shard.id() == META_SHARD {
             let (result, lsn) = self.apply_exchange_local(op);
             ChangeSubmitted::Local(result, lsn)

@@ -78,25 +78,25 @@ impl Plane {
         queue: Option<&str>,
     ) -> std::collections::BTreeMap<String, u64> {
         let mut out = std::collections::BTreeMap::new();
-        for cell in self.slots.borrow().values() {
-            for (q, n) in cell.borrow().broker.dead_letter_queues() {
+        self.each_broker(|_, broker| {
+            for (q, n) in broker.dead_letter_queues() {
                 if queue.is_none_or(|want| want == q) {
                     out.insert(q, n);
                 }
             }
-        }
+        });
         out
     }
 
     pub(super) fn local_dead_letters(&self, queue: &str, offset: u64, limit: u32) -> Vec<Message> {
         let slot = super::dispatch::slot_of_name(queue);
-        match self.slots.borrow().get(&slot) {
-            Some(cell) => cell
-                .borrow()
-                .broker
-                .dead_letters(queue, offset as usize, limit as usize),
-            None => Vec::new(),
-        }
+        let mut out = Vec::new();
+        self.each_broker(|s, broker| {
+            if s == slot {
+                out = broker.dead_letters(queue, offset as usize, limit as usize);
+            }
+        });
+        out
     }
 
     pub fn gather_dlq_list(&self, queue: Option<String>) -> DlqListGather {
@@ -136,11 +136,10 @@ impl Plane {
 
     pub fn local_report(&self) -> ShardReport {
         let mut report = ShardReport::default();
-        for cell in self.slots.borrow().values() {
-            let st = cell.borrow();
-            report.stats.merge(&st.broker.stats());
-            report.counters.merge(&st.broker.counters());
-        }
+        self.each_broker(|_, broker| {
+            report.stats.merge(&broker.stats());
+            report.counters.merge(&broker.counters());
+        });
         if let Some(store) = &self.store {
             report.storage_bytes = store.size_bytes();
             report.journal_commit_rounds = store.journal().commit_rounds();
@@ -155,6 +154,9 @@ impl Plane {
             .map(|o| (self.shard.id(), o.peer.borrow().clone(), o.since_ms.get()))
             .collect();
         report.metrics = self.shard.metrics().snapshot();
+        if let Some(replication) = self.replication.get() {
+            report.raft = replication.node().slot_status();
+        }
         report
     }
 

@@ -17,10 +17,26 @@ pub struct Parked {
     pub(super) ready: Event,
 }
 
+impl Parked {
+    /// A parked answer slot and the `Answer` that fills it.
+    pub(super) fn with_answer() -> (Rc<Parked>, Answer) {
+        let parked = Rc::new(Parked::default());
+        let fill = Rc::clone(&parked);
+        let answer: Answer = Box::new(move |outcome, lsn| {
+            *fill.answer.borrow_mut() = Some((outcome, lsn));
+            fill.ready.notify();
+        });
+        (parked, answer)
+    }
+}
+
 impl Plane {
     /// A consume that parks on this shard (the owner) when nothing is ready and `wait_ms`
     /// allows; `answer` is called once, with the messages or EMPTY at the deadline.
     pub(super) fn consume_or_park(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
+        if let Some(replication) = self.replication.get() {
+            return replication.consume_waiting(slot, cmd, wait_ms, answer);
+        }
         let (outcome, lsn) = self.apply_local(slot, cmd.clone());
         let Command::Consume {
             queue,
@@ -54,17 +70,8 @@ impl Plane {
             let req = QueueMsg::ConsumeWait { slot, cmd, wait_ms };
             return Submitted::Remote(owner, self.shard.request(owner, req, REMOTE_TIMEOUT_MS));
         }
-        let parked = Rc::new(Parked::default());
-        let slot_for_answer = Rc::clone(&parked);
-        self.consume_or_park(
-            slot,
-            cmd,
-            wait_ms,
-            Box::new(move |outcome, lsn| {
-                *slot_for_answer.answer.borrow_mut() = Some((outcome, lsn));
-                slot_for_answer.ready.notify();
-            }),
-        );
+        let (parked, answer) = Parked::with_answer();
+        self.consume_or_park(slot, cmd, wait_ms, answer);
         Submitted::Parked(parked)
     }
 

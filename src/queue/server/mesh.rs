@@ -70,6 +70,8 @@ pub struct ShardReport {
     pub shards_missing: u64,
     /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
     pub metrics: boltq_shards::MetricsSnapshot,
+    /// With `cluster.enabled`: the shard's raft groups, by slot.
+    pub raft: Vec<crate::cluster::node::SlotStatus>,
 }
 
 impl ShardReport {
@@ -83,6 +85,7 @@ impl ShardReport {
         self.shards_missing += other.shards_missing;
         self.connection_list
             .extend(other.connection_list.iter().cloned());
+        self.raft.extend(other.raft.iter().copied());
         self.metrics = boltq_shards::MetricsSnapshot::merge([
             std::mem::take(&mut self.metrics),
             other.metrics.clone(),
@@ -113,8 +116,21 @@ impl Plane {
         match incoming {
             Incoming::Message(QueueMsg::Effect(e)) => self.deliver_effect(e),
             Incoming::Message(QueueMsg::Disconnect { consumer }) => self.disconnect_local(consumer),
-            Incoming::Message(QueueMsg::Confirm { slot, cmd }) => {
-                let _ = self.apply_local(slot, cmd);
+            Incoming::Message(QueueMsg::Confirm { slot, cmd }) => match self.replication.get() {
+                Some(replication) => replication.submit(slot, cmd, Box::new(|_, _| {})),
+                None => {
+                    let _ = self.apply_local(slot, cmd);
+                }
+            },
+            Incoming::Request {
+                msg: QueueMsg::Apply { slot, cmd, .. },
+                token,
+            } if self.replication.get().is_some() => {
+                let plane = Rc::clone(self);
+                let answer =
+                    move |outcome, _| plane.shard.reply(token, QueueReply::Applied(outcome));
+                let replication = self.replication.get().expect("matched");
+                replication.submit(slot, cmd, Box::new(answer));
             }
             Incoming::Request {
                 msg: QueueMsg::Apply { slot, cmd, sync },

@@ -17,9 +17,11 @@ use super::delivery::Tracked;
 use super::exchanges::{self, META_SHARD};
 use super::mesh::{QueueMsg, QueuePort};
 use super::outbound::Outbound;
+use super::replicated::{ClusterStart, ClusterView, Replication};
 use super::slot::SlotState;
 use super::unsynced::Unsynced;
 use super::waiters::Waiters;
+use crate::cluster::node::NodeConfig;
 use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::IdGenerator;
@@ -71,23 +73,48 @@ pub struct Plane {
     pub(super) unsynced: RefCell<Unsynced>,
     /// The last message pushed, encoded (see `reply::PushHead`).
     pub(super) push_head: RefCell<Option<reply::PushHead>>,
+    /// `cluster.enabled`: this shard's raft node, through which its slots' commands go
+    /// (`replicated.rs`); then `slots` stays empty.
+    pub(super) replication: std::cell::OnceCell<Rc<Replication>>,
+}
+
+/// The high 32 bits of every connection id of this process (the low 32 count connections):
+/// random per process, so a consumer recorded in the log by an earlier process, or by
+/// another node, never names a connection of this one.
+pub fn connection_boot_id(random: u64) -> u64 {
+    (random >> 32) << 32
 }
 
 pub fn now_ns() -> i64 {
     boltq_io::store::now_ns()
 }
 
+/// The plane's settings, the same on every shard.
+pub struct PlaneSettings {
+    pub broker: BrokerConfig,
+    pub api_key: Option<String>,
+    /// Per-process randomness for message and connection ids.
+    pub random: u64,
+    pub compaction_threshold_bytes: u64,
+    pub report_unroutable: bool,
+}
+
 impl Plane {
-    /// Opens (and replays) every slot this shard owns, then starts the timer loop.
+    /// Opens (and replays) every slot this shard owns, or with `cluster` starts the raft
+    /// node that hosts them, then starts the timer loop.
     pub async fn start(
         shard: QueuePort,
         store: Option<Rc<Store>>,
-        cfg: BrokerConfig,
-        api_key: Option<String>,
-        random: u64,
-        compaction_threshold_bytes: u64,
-        report_unroutable: bool,
+        settings: PlaneSettings,
+        cluster: Option<ClusterStart>,
     ) -> Result<Rc<Plane>, String> {
+        let PlaneSettings {
+            broker: cfg,
+            api_key,
+            random,
+            compaction_threshold_bytes,
+            report_unroutable,
+        } = settings;
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
         let (exchanges, meta_log) = match (&store, shard.id() == META_SHARD) {
@@ -110,7 +137,7 @@ impl Plane {
             ids: RefCell::new(IdGenerator::new(prefix)),
             conns: RefCell::new(HashMap::new()),
             conn_ids: Cell::new(0),
-            boot_id: (random >> 32) << 32,
+            boot_id: connection_boot_id(random),
             timers_changed: Event::default(),
             cfg,
             api_key,
@@ -123,17 +150,49 @@ impl Plane {
             serving_waiters: Cell::new(false),
             unsynced: RefCell::new(Unsynced::default()),
             push_head: RefCell::new(None),
+            replication: std::cell::OnceCell::new(),
         });
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
         }
-        for slot in 0..boltq_shards::SLOTS {
-            if boltq_shards::owner_of_slot(slot, shard.count()) == shard.id() {
-                plane.open_slot(slot).await?;
+        let owned: Vec<u16> = (0..boltq_shards::SLOTS)
+            .filter(|&slot| boltq_shards::owner_of_slot(slot, shard.count()) == shard.id())
+            .collect();
+        match cluster {
+            Some(mut start) => {
+                let store = plane.store.clone().ok_or("clustering needs disk storage")?;
+                start.node = NodeConfig {
+                    slots: owned,
+                    broker: plane.cfg.clone(),
+                    ..start.node
+                };
+                let replication = Replication::start(start, store, Rc::downgrade(&plane)).await?;
+                let _ = plane.replication.set(replication);
+            }
+            None => {
+                for slot in owned {
+                    plane.open_slot(slot).await?;
+                }
             }
         }
         boltq_shards::spawn(Rc::clone(&plane).timer_loop()).detach();
         Ok(plane)
+    }
+
+    /// Calls `f` with the broker of every slot this shard owns: its own, or with
+    /// `cluster.enabled` this node's replica of it (the state this node has applied).
+    pub(super) fn each_broker(&self, mut f: impl FnMut(u16, &crate::queue::broker::Broker)) {
+        if let Some(replication) = self.replication.get() {
+            return replication.node().for_each_broker(f);
+        }
+        for (&slot, cell) in self.slots.borrow().iter() {
+            f(slot, &cell.borrow().broker);
+        }
+    }
+
+    /// With `cluster.enabled`: who this node and its peers are.
+    pub fn cluster_view(&self) -> Option<&ClusterView> {
+        self.replication.get().map(|r| r.view())
     }
 
     pub fn owner_of(&self, slot: u16) -> ShardId {
@@ -193,6 +252,9 @@ impl Plane {
     }
 
     pub(super) fn disconnect_local(&self, consumer: ConsumerRef) {
+        if let Some(replication) = self.replication.get() {
+            return replication.disconnect(consumer);
+        }
         let gone = self.waiters.borrow_mut().take_of(consumer);
         for w in gone {
             (w.answer)(Outcome::Empty, None);

@@ -1,0 +1,269 @@
+//! `cluster.enabled = true`: the settings turned into what each shard's raft node needs.
+//!
+//! Every node lists the others in `cluster.peers` (`node_id@host:port`); this node and
+//! those are the voters of every slot's group. Shard k of a node hosts the groups of the
+//! slots it owns and listens on the raft port + k; it links to shard k of every peer, so
+//! every node must run the same `server.shards` (checked at start; a mismatch shows as
+//! misrouted-message warnings, since the peers cannot be asked).
+
+use super::ServerError;
+use crate::cluster::group::{ElectionTicks, ELECTION_TICKS};
+use crate::cluster::node::NodeConfig;
+use crate::config::{split_host_port, split_peer, Config};
+use crate::queue::broker::BrokerConfig;
+use crate::queue::server::replicated::ClusterView;
+use boltq_io::listener::SharedListener;
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+
+/// Milliseconds per raft tick: heartbeats every tick, elections after 10–20 ticks
+/// (design §9: heartbeat ~100 ms, election timeout ~1 s).
+pub const TICK_MS: u64 = 100;
+
+pub struct ClusterPlan {
+    /// This node's raft id (`raft_id(cluster.node_id)`) and its configured name.
+    pub node_id: u64,
+    pub name: String,
+    /// The peers' raft ids, names and raft addresses (of their shard 0).
+    pub peers: Vec<(u64, String, SocketAddr)>,
+    /// Shard k's raft listener, on the raft port + k.
+    pub listeners: Vec<SharedListener>,
+    pub snapshot_every_entries: u64,
+    pub election: ElectionTicks,
+    /// Connection boot ids of this node's earlier processes (`note_boot`).
+    pub earlier_boots: Vec<u64>,
+}
+
+/// Records the member set (this node's name and its peers') in
+/// `<data_dir>/cluster/members` at the first start, and refuses a later start whose
+/// configuration names other members. The groups are founded with the configured members
+/// and nothing in this build changes them, so a reconfigured node would vote in groups
+/// whose other members count different voters.
+pub fn check_members(data_dir: &Path, config: &Config) -> Result<(), ServerError> {
+    let mut names: Vec<String> = config
+        .cluster
+        .peers
+        .iter()
+        .map(|p| {
+            split_peer(p)
+                .expect("validated: node_id@host:port")
+                .0
+                .to_string()
+        })
+        .collect();
+    names.push(config.cluster.node_id.clone());
+    names.sort();
+    let text: String = names.iter().map(|n| format!("{n}\n")).collect();
+    let dir = data_dir.join("cluster");
+    let path = dir.join("members");
+    let fail =
+        |what: &str, e: std::io::Error| ServerError(format!("{what} {}: {e}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(founded) if founded == text => Ok(()),
+        Ok(founded) => Err(ServerError(format!(
+            "cluster.peers: this node's groups were founded with the members {:?}, but its configuration names {:?}; changing the members of a cluster is not available in this build yet",
+            founded.lines().collect::<Vec<_>>(),
+            names
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(&dir).map_err(|e| fail("create the directory of", e))?;
+            write_durably(&dir, &path, &text).map_err(|e| fail("write", e))
+        }
+        Err(e) => Err(fail("read", e)),
+    }
+}
+
+/// Writes `text` to `path` through a temporary file, synced, then renamed, the directory
+/// synced: a crash leaves the old file or the new one.
+fn write_durably(dir: &Path, path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Earlier processes' boot ids this node remembers: enough for every restart a sweep may
+/// not have finished after (a sweep takes seconds once a leader is known).
+pub const BOOTS_KEPT_MAX: usize = 64;
+
+/// Records this process's connection boot id in `<data_dir>/cluster/boots` (durably,
+/// before any connection is served) and returns the earlier ones, newest last.
+pub fn note_boot(data_dir: &Path, boot_id: u64) -> Result<Vec<u64>, ServerError> {
+    let dir = data_dir.join("cluster");
+    let path = dir.join("boots");
+    let fail =
+        |what: &str, e: std::io::Error| ServerError(format!("{what} {}: {e}", path.display()));
+    std::fs::create_dir_all(&dir).map_err(|e| fail("create the directory of", e))?;
+    let earlier = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            parse_boots(&text).map_err(|e| ServerError(format!("{}: {e}", path.display())))?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(fail("read", e)),
+    };
+    let mut kept: Vec<u64> = earlier.clone();
+    kept.push(boot_id);
+    let skip = kept.len().saturating_sub(BOOTS_KEPT_MAX);
+    let text: String = kept[skip..].iter().map(|b| format!("{b:016x}\n")).collect();
+    write_durably(&dir, &path, &text).map_err(|e| fail("write", e))?;
+    Ok(earlier)
+}
+
+fn parse_boots(text: &str) -> Result<Vec<u64>, String> {
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            u64::from_str_radix(line.trim(), 16)
+                .map_err(|e| format!("line {}: {line:?} is not a boot id: {e}", i + 1))
+        })
+        .collect()
+}
+
+/// A node's raft id: its configured name hashed (FNV-1a 64), never 0 (raft's "none").
+/// Stable across restarts and the same on every node that names it.
+pub fn raft_id(name: &str) -> u64 {
+    boltq_shards::fnv1a_64(name.as_bytes()).max(1)
+}
+
+impl ClusterPlan {
+    /// Resolves the peers and binds one raft listener per shard. Errors name the key.
+    pub fn build(
+        config: &Config,
+        shard_count: usize,
+        earlier_boots: Vec<u64>,
+    ) -> Result<ClusterPlan, ServerError> {
+        let cl = &config.cluster;
+        let name = cl.node_id.clone();
+        let node_id = raft_id(&name);
+        let mut peers = Vec::new();
+        for peer in &cl.peers {
+            let (peer_name, addr) = split_peer(peer).expect("validated: node_id@host:port");
+            let resolved = resolve(addr, "cluster.peers")?;
+            let id = raft_id(peer_name);
+            if id == node_id || peers.iter().any(|&(other, _, _)| other == id) {
+                return Err(ServerError(format!(
+                    "cluster.peers: node id {peer_name:?} hashes to the raft id of another member; rename it"
+                )));
+            }
+            peers.push((id, peer_name.to_string(), resolved));
+        }
+        let base = resolve(&cl.raft_addr, "cluster.raft_addr")?;
+        let mut listeners = Vec::with_capacity(shard_count);
+        for shard in 0..shard_count {
+            let addr = with_port_offset(base, shard)?;
+            let l = super::bind_retrying(addr).map_err(|e| {
+                ServerError(format!("cluster.raft_addr: shard {shard} on {addr}: {e}"))
+            })?;
+            log::info!("listening raft (shard {shard}) on {addr}");
+            listeners.push(l);
+        }
+        Ok(ClusterPlan {
+            node_id,
+            name,
+            peers,
+            listeners,
+            snapshot_every_entries: cl.snapshot_threshold,
+            election: ELECTION_TICKS,
+            earlier_boots,
+        })
+    }
+
+    /// Who this node and its peers are (`raft_addr` as configured).
+    pub fn view(&self, raft_addr: &str) -> ClusterView {
+        let mut members = vec![(self.node_id, self.name.clone(), raft_addr.to_string())];
+        members.extend(
+            self.peers
+                .iter()
+                .map(|(id, name, addr)| (*id, name.clone(), addr.to_string())),
+        );
+        ClusterView {
+            node_id: self.node_id,
+            name: self.name.clone(),
+            raft_addr: raft_addr.to_string(),
+            members,
+        }
+    }
+
+    /// What shard `shard`'s raft node runs with: the groups of `slots`, linked to shard
+    /// `shard` of every peer.
+    pub fn node_config(&self, shard: usize, slots: Vec<u16>, broker: BrokerConfig) -> NodeConfig {
+        let peers: BTreeMap<u64, SocketAddr> = self
+            .peers
+            .iter()
+            .map(|&(id, _, addr)| {
+                let addr = with_port_offset(addr, shard).expect("checked when the plan was built");
+                (id, addr)
+            })
+            .collect();
+        NodeConfig {
+            node_id: self.node_id,
+            peers,
+            slots,
+            tick_ms: TICK_MS,
+            election: self.election,
+            snapshot_every_entries: self.snapshot_every_entries,
+            broker,
+            joining: false,
+        }
+    }
+}
+
+fn resolve(addr: &str, key: &str) -> Result<SocketAddr, ServerError> {
+    let (host, port) = split_host_port(addr).expect("validated: host:port");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| ServerError(format!("{key}: cannot resolve {addr}: {e}")))?
+        .next()
+        .ok_or_else(|| ServerError(format!("{key}: no address for {addr}")))
+}
+
+/// `addr` with its port + `shard` (shard k's raft listener).
+fn with_port_offset(mut addr: SocketAddr, shard: usize) -> Result<SocketAddr, ServerError> {
+    let port = u16::try_from(usize::from(addr.port()) + shard)
+        .map_err(|_| ServerError(format!("raft port of {addr} + shard {shard} is past 65535")))?;
+    addr.set_port(port);
+    Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raft_ids_are_stable_distinct_and_never_zero() {
+        assert_eq!(raft_id("node-a"), raft_id("node-a"));
+        assert_ne!(raft_id("node-a"), raft_id("node-b"));
+        assert_ne!(raft_id(""), 0);
+    }
+
+    #[test]
+    fn boots_are_remembered_across_starts_up_to_the_limit() {
+        let dir = boltq_io::testutil::TempDir::new("boots");
+        assert_eq!(note_boot(dir.path(), 7 << 32).unwrap(), Vec::<u64>::new());
+        assert_eq!(note_boot(dir.path(), 9 << 32).unwrap(), vec![7 << 32]);
+        for i in 0..BOOTS_KEPT_MAX as u64 {
+            note_boot(dir.path(), (100 + i) << 32).unwrap();
+        }
+        let kept = note_boot(dir.path(), 1).unwrap();
+        assert_eq!(kept.len(), BOOTS_KEPT_MAX);
+        assert_eq!(
+            kept.last(),
+            Some(&((100 + BOOTS_KEPT_MAX as u64 - 1) << 32))
+        );
+        std::fs::write(dir.path().join("cluster/boots"), "zz\n").unwrap();
+        let refused = note_boot(dir.path(), 1).unwrap_err().0;
+        assert!(refused.contains("line 1"), "{refused}");
+    }
+
+    #[test]
+    fn shard_k_uses_the_raft_port_plus_k() {
+        let base: SocketAddr = "127.0.0.1:9100".parse().unwrap();
+        assert_eq!(with_port_offset(base, 3).unwrap().port(), 9103);
+        let top: SocketAddr = "127.0.0.1:65535".parse().unwrap();
+        assert!(with_port_offset(top, 1).is_err());
+    }
+}

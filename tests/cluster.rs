@@ -1,0 +1,497 @@
+//! Three real `boltq` processes clustered on loopback (`cluster.enabled`, issue 14): what a
+//! client connected to any of them sees when one is killed with SIGKILL or cut off from the
+//! others (SIGSTOP: a paused process answers nobody, as an isolated host would).
+//!
+//! A binary of its own: it runs three servers and kills them, which would starve the timing
+//! assertions of the `e2e` binary on a 2-core machine.
+
+mod support;
+
+use boltq::client::{Client, ClientError, ClientOptions, PublishOptions};
+use boltq_io::testutil::TempDir;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::{free_ports_below_ephemeral, http_get, Server};
+
+const SHARDS: u16 = 2;
+/// Queues spread over both shards and many slots.
+const QUEUES: usize = 16;
+/// How long a client keeps trying before the test calls the cluster unavailable: a
+/// liveness bound, far above the failover time measured (docs/benchmarks.md).
+const PATIENCE: Duration = Duration::from_secs(30);
+
+struct Member {
+    name: String,
+    tcp: u16,
+    http: u16,
+    data: PathBuf,
+    args: Vec<String>,
+    server: Option<Server>,
+}
+
+impl Member {
+    fn start(&mut self) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        self.server = Some(Server::start_raw(&args, self.tcp, self.http, &self.data));
+    }
+
+    fn client(&self) -> Client {
+        let opts = ClientOptions {
+            timeout_ms: 15_000,
+            ..ClientOptions::default()
+        };
+        Client::connect(&format!("127.0.0.1:{}", self.tcp), opts).unwrap()
+    }
+
+    fn get_json(&self, path: &str) -> Value {
+        let (code, body) = http_get(self.http, path).unwrap();
+        assert_eq!(code, 200, "{path} on {}: {body}", self.name);
+        serde_json::from_str(&body).unwrap()
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = self.server.as_ref().unwrap().pid();
+        // SAFETY: kill(2) on our own child, which has not been reaped (the Server holds it).
+        assert_eq!(unsafe { libc::kill(pid as i32, signal) }, 0);
+    }
+}
+
+/// Three members that list each other, started together (none is ready alone: readiness
+/// waits for a leader of every slot, which needs a quorum).
+fn start_cluster(dir: &TempDir) -> Vec<Member> {
+    let names = ["n1", "n2", "n3"];
+    let raft: Vec<u16> = names
+        .iter()
+        .map(|_| free_ports_below_ephemeral(SHARDS)[0])
+        .collect();
+    let mut members: Vec<Member> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let ports = free_ports_below_ephemeral(2);
+            let peers: Vec<String> = names
+                .iter()
+                .enumerate()
+                .filter(|&(j, _)| j != i)
+                .map(|(j, peer)| format!("\"{peer}@127.0.0.1:{}\"", raft[j]))
+                .collect();
+            let toml = format!(
+                "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"{name}\"\nraft_addr = \"127.0.0.1:{}\"\npeers = [{}]\n",
+                raft[i],
+                peers.join(", ")
+            );
+            let cfg = dir.path().join(format!("{name}.toml"));
+            std::fs::write(&cfg, toml).unwrap();
+            let data = dir.path().join(name);
+            let (http, tcp) = (ports[0], ports[1]);
+            let args = [
+                "--config",
+                cfg.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--tcp-port",
+                &tcp.to_string(),
+                "--http-port",
+                &http.to_string(),
+            ]
+            .map(String::from)
+            .to_vec();
+            Member {
+                name: name.to_string(),
+                tcp,
+                http,
+                data,
+                args,
+                server: None,
+            }
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for m in members.iter_mut() {
+            s.spawn(|| m.start());
+        }
+    });
+    members
+}
+
+fn queue(i: usize) -> String {
+    format!("jobs-{i}")
+}
+
+/// Acknowledged publishes: (queue, id, when).
+type Acked = Arc<Mutex<Vec<(String, String, Instant)>>>;
+
+/// Publishes round-robin over the queues through `member` until `stop`; records every
+/// acknowledged id and when it was acknowledged. Returns when told to stop or when its
+/// server is gone.
+fn publisher(member: &Member, acked: Acked, stop: Arc<AtomicBool>) {
+    let mut client = member.client();
+    let mut i = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let q = queue(i % QUEUES);
+        i += 1;
+        match client.publish(&q, "\"job\"", None, PublishOptions::default()) {
+            Ok(reply) => {
+                acked.lock().unwrap().push((q, reply.id, Instant::now()));
+            }
+            // Refused, not acknowledged (no leader yet, or the outcome is unknown).
+            Err(ClientError::Server(_)) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => break,
+        }
+    }
+}
+
+/// Consumes every queue empty through `from` and acknowledges each message through `ack_via`;
+/// the ids consumed, per queue.
+fn drain(from: &Member, ack_via: &Member) -> BTreeMap<String, Vec<String>> {
+    let (mut c, mut a) = (from.client(), ack_via.client());
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..QUEUES {
+        let q = queue(i);
+        while let Some(m) = c.consume(&q).unwrap() {
+            a.ack(&m.id).unwrap();
+            out.entry(q.clone()).or_default().push(m.id);
+        }
+    }
+    out
+}
+
+fn queue_depths(m: &Member) -> (Value, Value) {
+    let stats = m.get_json("/stats");
+    (stats["Queues"].clone(), stats["PendingCount"].clone())
+}
+
+/// Waits until `done` holds, up to `PATIENCE`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within {PATIENCE:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_killed_node_loses_no_acknowledged_publish_and_the_others_keep_serving() {
+    let dir = TempDir::new("cluster-kill");
+    let mut members = start_cluster(&dir);
+    // The member leading the most slots is the one whose loss hurts most.
+    let status = members[0].get_json("/cluster/status");
+    assert_eq!(status["enabled"], true, "{status}");
+    assert_eq!(status["cluster"]["slots_without_leader"], 0, "{status}");
+    let led = status["cluster"]["slots_led"].as_object().unwrap().clone();
+    let victim = members
+        .iter()
+        .position(|m| {
+            let n = led[&m.name].as_u64().unwrap();
+            led.values().all(|other| other.as_u64().unwrap() <= n)
+        })
+        .unwrap();
+    let acked: Acked = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let publishers: Vec<_> = members
+            .iter()
+            .map(|m| {
+                let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
+                s.spawn(move || publisher(m, acked, stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(1500));
+        members[victim].signal(libc::SIGKILL);
+        let killed_at = Instant::now();
+        // Every surviving client gets acknowledgements again (on every slot: the queues
+        // cover many), and keeps getting them.
+        eventually(
+            "publishes acknowledged by both survivors after the kill",
+            || {
+                let after: BTreeSet<String> = acked
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|(_, _, at)| *at > killed_at)
+                    .map(|(q, _, _)| q.clone())
+                    .collect();
+                after.len() == QUEUES && Instant::now() > killed_at + Duration::from_secs(3)
+            },
+        );
+        stop.store(true, Ordering::Relaxed);
+        for p in publishers {
+            p.join().unwrap();
+        }
+        // Failover time: the slowest queue's first acknowledgement after the kill.
+        let mut first_after: BTreeMap<String, Instant> = BTreeMap::new();
+        for (q, _, at) in acked
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, _, at)| *at > killed_at)
+        {
+            first_after.entry(q.clone()).or_insert(*at);
+        }
+        let slowest = first_after.values().max().unwrap();
+        eprintln!(
+            "failover: every queue acknowledged a publish again {} ms after the kill of {}",
+            slowest.duration_since(killed_at).as_millis(),
+            members[victim].name
+        );
+    });
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let (a, b) = (survivors[0], survivors[1]);
+    // The replicas of the survivors agree.
+    eventually("survivors agree on the queues", || {
+        queue_depths(&members[a]) == queue_depths(&members[b])
+    });
+    // Consumed through one survivor, acknowledged through the other: every acknowledged
+    // publish is there, once.
+    let consumed = drain(&members[a], &members[b]);
+    let acked = acked.lock().unwrap().clone();
+    let mut all_consumed: BTreeSet<&String> = BTreeSet::new();
+    for ids in consumed.values() {
+        for id in ids {
+            assert!(all_consumed.insert(id), "{id} delivered twice");
+        }
+    }
+    let lost: Vec<&(String, String, Instant)> = acked
+        .iter()
+        .filter(|(_, id, _)| !all_consumed.contains(id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged publishes lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        lost.first()
+    );
+    assert!(
+        acked.len() > 100,
+        "only {} publishes acknowledged",
+        acked.len()
+    );
+    // The killed node comes back, catches up, and serves.
+    members[victim].server.take().unwrap().stop(libc::SIGKILL);
+    support::wait_until_bindable(&[members[victim].tcp, members[victim].http]);
+    members[victim].start();
+    eventually("the restarted node caught up", || {
+        queue_depths(&members[victim]) == queue_depths(&members[a])
+    });
+    let (queues, pending) = queue_depths(&members[victim]);
+    assert_eq!(
+        pending, 0,
+        "acknowledged messages are not pending: {queues}"
+    );
+    assert!(
+        queues.as_object().unwrap().values().all(|n| n == 0),
+        "every queue drained, on the restarted node too: {queues}"
+    );
+    let mut c = members[victim].client();
+    let id = c
+        .publish(&queue(0), "\"after\"", None, PublishOptions::default())
+        .unwrap()
+        .id;
+    let got = members[a].client().consume(&queue(0)).unwrap().unwrap();
+    assert_eq!(got.id, id);
+}
+
+#[test]
+fn a_cut_off_node_acknowledges_nothing_and_the_cluster_heals_without_divergence() {
+    let dir = TempDir::new("cluster-cut");
+    let members = start_cluster(&dir);
+    let mut lone = members[0].client();
+    lone.publish(&queue(1), "\"before\"", None, PublishOptions::default())
+        .unwrap();
+    // The other two stop answering: the lone node is the minority.
+    members[1].signal(libc::SIGSTOP);
+    members[2].signal(libc::SIGSTOP);
+    for i in 0..4 {
+        match lone.publish(&queue(i), "\"cut\"", None, PublishOptions::default()) {
+            Err(ClientError::Server(text)) => {
+                assert!(
+                    text.contains("not leader")
+                        || text.contains("timed out")
+                        || text.contains("outcome unknown"),
+                    "{text}"
+                )
+            }
+            other => panic!("a minority acknowledged a publish: {other:?}"),
+        }
+    }
+    members[1].signal(libc::SIGCONT);
+    members[2].signal(libc::SIGCONT);
+    // Healed: the lone node serves again, and all three agree.
+    let deadline = Instant::now() + PATIENCE;
+    let id = loop {
+        match lone.publish(&queue(0), "\"healed\"", None, PublishOptions::default()) {
+            Ok(reply) => break reply.id,
+            Err(ClientError::Server(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("not healed within {PATIENCE:?}: {e:?}"),
+        }
+    };
+    eventually("all three agree", || {
+        let d0 = queue_depths(&members[0]);
+        d0 == queue_depths(&members[1]) && d0 == queue_depths(&members[2])
+    });
+    let got = members[2].client().consume(&queue(0));
+    // Publishes refused while cut off may or may not have been applied later ("timed
+    // out: may still be applied"); the acknowledged one is there.
+    let mut seen = Vec::new();
+    let mut c = members[2].client();
+    if let Some(m) = got.unwrap() {
+        seen.push(m.id);
+    }
+    while let Some(m) = c.consume(&queue(0)).unwrap() {
+        seen.push(m.id);
+    }
+    assert!(seen.contains(&id), "{id} not in {seen:?}");
+}
+
+#[test]
+fn any_node_answers_v1_cluster_status_and_refuses_what_is_not_replicated() {
+    let dir = TempDir::new("cluster-status");
+    let members = start_cluster(&dir);
+    let mut c = members[1].client();
+    let status = c.cluster_status().unwrap();
+    assert_eq!(status["enabled"], true, "{status}");
+    assert_eq!(status["cluster"]["node_id"], "n2", "{status}");
+    assert_eq!(
+        status["cluster"]["peers"].as_array().unwrap().len(),
+        3,
+        "{status}"
+    );
+    match c.exchange_declare("orders", "direct", true) {
+        Err(ClientError::Server(text)) => assert!(text.contains("not replicated"), "{text}"),
+        other => panic!("exchange declared without replication: {other:?}"),
+    }
+    let ready = members[2].get_json("/readyz");
+    assert_eq!(ready["clustered"], true, "{ready}");
+    assert_eq!(ready["ready"], true, "{ready}");
+}
+
+#[test]
+fn consumers_and_subscribers_on_one_node_get_what_another_node_publishes() {
+    let dir = TempDir::new("cluster-deliver");
+    let members = start_cluster(&dir);
+    // A long-poll on n1 is served by a publish through n3.
+    let waited = std::thread::scope(|s| {
+        let poll = s.spawn(|| members[0].client().consume_wait("lp", 20_000, 1).unwrap());
+        std::thread::sleep(Duration::from_millis(500));
+        let id = members[2]
+            .client()
+            .publish("lp", "\"wake\"", None, PublishOptions::default())
+            .unwrap()
+            .id;
+        let got = poll.join().unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].id, id);
+        got[0].id.clone()
+    });
+    members[1].client().ack(&waited).unwrap();
+    // A live subscriber on n2 gets a topic publish made through n3.
+    let mut sub = members[1].client();
+    sub.subscribe("news", "s1", false).unwrap();
+    let id = members[2]
+        .client()
+        .publish_topic("news", "\"headline\"", None, 0)
+        .unwrap()
+        .id;
+    let push = sub.next_push(10_000).unwrap().expect("a push within 10 s");
+    assert_eq!(
+        (push.id.as_str(), push.subscriber_id.as_str()),
+        (id.as_str(), "s1")
+    );
+    // Its close ends the subscription on every replica (the disconnect went through the
+    // slot's group).
+    assert_eq!(members[0].get_json("/stats")["Topics"]["news"], 1);
+    drop(sub);
+    eventually("the closed subscriber is gone on another node", || {
+        members[0].get_json("/stats")["Topics"]
+            .get("news")
+            .is_none()
+    });
+    // A durable subscriber that closed on n1 gets what was published meanwhile when it
+    // comes back on n3 (its disconnect went through the slot's group).
+    let mut durable = members[0].client();
+    durable.subscribe("alerts", "d1", true).unwrap();
+    drop(durable);
+    let mut publisher = members[1].client();
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            publisher
+                .publish_topic("alerts", &format!("{i}"), None, 0)
+                .unwrap()
+                .id
+        })
+        .collect();
+    // Kept as the offline registration's backlog on every replica: a registration still
+    // live on the closed connection would hold them as unconfirmed pushes instead.
+    eventually("the backlog of the offline registration", || {
+        members[2].get_json("/stats")["Queues"]["alerts:d1"] == 3
+    });
+    let mut back = members[2].client();
+    back.subscribe("alerts", "d1", true).unwrap();
+    let caught_up: Vec<String> = (0..3)
+        .map(|_| back.next_push(10_000).unwrap().expect("catch-up push").id)
+        .collect();
+    assert_eq!(caught_up, ids);
+}
+
+#[test]
+fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
+    let dir = TempDir::new("cluster-stale");
+    let mut members = start_cluster(&dir);
+    let mut live = members[0].client();
+    live.subscribe("ticker", "t1", false).unwrap();
+    let mut durable = members[0].client();
+    durable.subscribe("orders", "o1", true).unwrap();
+    // Killed: its connections' closes are never proposed, so every replica still has the
+    // two registrations live on connections that no longer exist.
+    members[0].server.take().unwrap().stop(libc::SIGKILL);
+    assert_eq!(members[1].get_json("/stats")["Topics"]["ticker"], 1);
+    support::wait_until_bindable(&[members[0].tcp, members[0].http]);
+    members[0].start();
+    // Back, the node ends what its earlier process left.
+    eventually(
+        "the dead connection's subscription is gone on every node",
+        || {
+            members
+                .iter()
+                .all(|m| m.get_json("/stats")["Topics"].get("ticker").is_none())
+        },
+    );
+    let mut publisher = members[2].client();
+    for i in 0..2 {
+        publisher
+            .publish_topic("orders", &format!("{i}"), None, 0)
+            .unwrap();
+    }
+    eventually("the durable registration backlogs (offline)", || {
+        members[1].get_json("/stats")["Queues"]["orders:o1"] == 2
+    });
+}
+
+#[test]
+fn a_node_whose_members_were_reconfigured_refuses_to_start() {
+    let dir = TempDir::new("cluster-members");
+    let mut members = start_cluster(&dir);
+    let (code, _) = members[0].server.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    // n1 now names a stranger instead of n3.
+    let cfg = dir.path().join("n1.toml");
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let n3 = toml
+        .split('"')
+        .find(|part| part.starts_with("n3@"))
+        .unwrap()
+        .to_string();
+    std::fs::write(&cfg, toml.replace(&n3, "n4@127.0.0.1:1")).unwrap();
+    support::wait_until_bindable(&[members[0].tcp, members[0].http]);
+    let args: Vec<&str> = members[0].args.iter().map(String::as_str).collect();
+    let (code, log) = support::run_to_exit(&args);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(log.contains("founded with the members"), "{log}");
+}
