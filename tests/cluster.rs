@@ -139,7 +139,9 @@ fn publisher(member: &Member, acked: Acked, stop: Arc<AtomicBool>) {
                 acked.lock().unwrap().push((q, reply.id, Instant::now()));
             }
             // Refused, not acknowledged (no leader yet, or the outcome is unknown).
-            Err(ClientError::Server(_)) => std::thread::sleep(Duration::from_millis(20)),
+            Err(ClientError::Server(_) | ClientError::NotLeader { .. }) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             Err(_) => break,
         }
     }
@@ -306,19 +308,46 @@ fn a_cut_off_node_acknowledges_nothing_and_the_cluster_heals_without_divergence(
     // The other two stop answering: the lone node is the minority.
     members[1].signal(libc::SIGSTOP);
     members[2].signal(libc::SIGSTOP);
-    for i in 0..4 {
-        match lone.publish(&queue(i), "\"cut\"", None, PublishOptions::default()) {
+    // Nothing is acknowledged; once the lone node knows no leader (its own leaderships
+    // lapse without a quorum: check-quorum), a v1 client is told NOT_LEADER.
+    let deadline = Instant::now() + PATIENCE;
+    let mut i = 0;
+    loop {
+        i += 1;
+        match lone.publish(
+            &queue(i % QUEUES),
+            "\"cut\"",
+            None,
+            PublishOptions::default(),
+        ) {
+            Err(ClientError::NotLeader { leader_id, .. }) => {
+                assert!(
+                    leader_id.is_empty() || leader_id.starts_with('n'),
+                    "{leader_id}"
+                );
+                break;
+            }
             Err(ClientError::Server(text)) => {
                 assert!(
-                    text.contains("not leader")
-                        || text.contains("timed out")
-                        || text.contains("outcome unknown"),
+                    text.contains("timed out") || text.contains("outcome unknown"),
                     "{text}"
                 )
             }
             other => panic!("a minority acknowledged a publish: {other:?}"),
         }
+        assert!(
+            Instant::now() < deadline,
+            "no NOT_LEADER within {PATIENCE:?}"
+        );
     }
+    // A consume there is EMPTY, as v1 answered on a node that could not serve it; over
+    // HTTP a publish is v1's 307 without a Location.
+    assert!(lone.consume(&queue(1)).unwrap().is_none());
+    let body = br#"{"topic":"jobs-2","payload":"cut"}"#;
+    let r = support::http(members[0].http, "POST", "/publish", &[], body);
+    assert_eq!(r.status, 307, "{}", r.body);
+    assert_eq!(r.json()["error"], "not leader", "{}", r.body);
+    assert!(r.header("location").is_none());
     members[1].signal(libc::SIGCONT);
     members[2].signal(libc::SIGCONT);
     // Healed: the lone node serves again, and all three agree.
@@ -326,7 +355,9 @@ fn a_cut_off_node_acknowledges_nothing_and_the_cluster_heals_without_divergence(
     let id = loop {
         match lone.publish(&queue(0), "\"healed\"", None, PublishOptions::default()) {
             Ok(reply) => break reply.id,
-            Err(ClientError::Server(_)) if Instant::now() < deadline => {
+            Err(ClientError::Server(_) | ClientError::NotLeader { .. })
+                if Instant::now() < deadline =>
+            {
                 std::thread::sleep(Duration::from_millis(100))
             }
             Err(e) => panic!("not healed within {PATIENCE:?}: {e:?}"),

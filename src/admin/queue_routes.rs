@@ -39,10 +39,14 @@ fn bad_request(e: &RequestError) -> Response {
     }
 }
 
-/// A broker refusal: 500, as v1.
+/// A broker refusal: 500, as v1; no leader known: v1's 307 without a `Location`.
 fn refused(outcome: Outcome) -> Response {
     match outcome {
         Outcome::Error(e) => Response::error(500, &e),
+        Outcome::NotLeader { leader, leader_id } => Response::json(
+            307,
+            &serde_json::json!({"error": "not leader", "leader": leader, "leader_id": leader_id}),
+        ),
         other => Response::error(
             500,
             &format!("internal error: unexpected outcome {other:?}"),

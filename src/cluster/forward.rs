@@ -173,6 +173,11 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(13);
             put_text(text, out);
         }
+        Outcome::NotLeader { leader, leader_id } => {
+            out.push(14);
+            put_text(leader, out);
+            put_text(leader_id, out);
+        }
     }
 }
 
@@ -244,6 +249,10 @@ fn outcome(r: &mut Reader) -> Result<Outcome, ForwardError> {
         },
         12 => Outcome::Disconnected,
         13 => Outcome::Error(text(r, "error")?),
+        14 => Outcome::NotLeader {
+            leader: text(r, "leader")?,
+            leader_id: text(r, "leader_id")?,
+        },
         k => return Err(ForwardError(format!("unknown outcome {k}"))),
     })
 }
@@ -288,6 +297,10 @@ mod tests {
             Outcome::Ticked { changed: false },
             Outcome::Disconnected,
             Outcome::Error("message x not found in pending".into()),
+            Outcome::NotLeader {
+                leader: "10.0.0.1:9100".into(),
+                leader_id: "n1".into(),
+            },
         ];
         let mut answers: Vec<Answer> = outcomes.drain(..).map(Answer::Applied).collect();
         answers.extend([

@@ -135,6 +135,13 @@ pub enum Outcome {
     Disconnected,
     /// Exact client-facing text, e.g. `message <id> not found in pending`.
     Error(String),
+    /// Never from the broker: with `cluster.enabled`, no leader of the command's slot was
+    /// known in time. `leader` is the raft address of the leader last known (v1's field),
+    /// `leader_id` its node id; either may be empty. v1 clients reconnect on it.
+    NotLeader {
+        leader: String,
+        leader_id: String,
+    },
 }
 
 // Effects live for one command and are few; boxing the message would add an allocation per

@@ -244,6 +244,10 @@ impl Pending {
                         &mut st.catch_up_tracked,
                     );
                 }
+                // v1: ERROR `failed to subscribe` on a node that could not serve it.
+                Outcome::NotLeader { .. } => {
+                    reply::error("failed to subscribe: no leader of its slot is known", out)
+                }
                 other => error_reply(other, out),
             },
             Pending::DlqRequeue { submitted, queue } => match submitted.outcome(plane).await {
@@ -282,6 +286,9 @@ impl Pending {
 fn error_reply(outcome: Outcome, out: &mut Vec<u8>) {
     match outcome {
         Outcome::Error(e) => reply::error(&e, out),
+        Outcome::NotLeader { leader, leader_id } => {
+            reply::not_leader(&leader, &leader_id, None, None, out)
+        }
         other => reply::error(
             &format!("internal error: unexpected outcome {other:?}"),
             out,
@@ -302,7 +309,9 @@ fn consume_reply(outcome: Outcome, batch: bool, st: &mut ConnState, out: &mut Ve
                 reply::error("message too large for one reply frame", out);
             }
         }
-        Outcome::Empty => reply::empty(out),
+        // v1 answered EMPTY on a node that could not serve a consume; the v1 Node SDK
+        // would take a NOT_LEADER body for a message (spec §2.5.2), so EMPTY it stays.
+        Outcome::Empty | Outcome::NotLeader { .. } => reply::empty(out),
         other => error_reply(other, out),
     }
 }

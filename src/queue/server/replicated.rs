@@ -131,7 +131,7 @@ pub struct ClusterStart {
 pub const STALE_SWEEP_MS: u64 = 2_000;
 
 pub struct Replication {
-    view: ClusterView,
+    view: Rc<ClusterView>,
     node: Rc<Node>,
     _running: Running,
     /// Slots where each connection consumed or subscribed, through this shard: where its
@@ -156,7 +156,7 @@ impl Replication {
         let running = Node::start(start.node, store, start.listener).await?;
         let node = Rc::clone(&running.node);
         let replication = Rc::new(Replication {
-            view: start.view,
+            view: Rc::new(start.view),
             node: Rc::clone(&node),
             _running: running,
             touched: RefCell::new(HashMap::new()),
@@ -222,9 +222,9 @@ impl Replication {
     /// later call's, since tasks start in the order they were spawned.
     pub fn submit(&self, slot: u16, cmd: Command, answer: Answer) {
         self.note_touched(slot, &cmd);
-        let node = Rc::clone(&self.node);
+        let (node, view) = (Rc::clone(&self.node), Rc::clone(&self.view));
         boltq_shards::spawn(async move {
-            let outcome = run(&node, slot, &cmd).await;
+            let outcome = run(&node, &view, slot, &cmd).await;
             answer(outcome, None);
         })
         .detach();
@@ -257,7 +257,7 @@ impl Replication {
             let mut cmd = cmd;
             let outcome = loop {
                 let ticket = this.applied.ticket();
-                let outcome = run(&this.node, slot, &cmd).await;
+                let outcome = run(&this.node, &this.view, slot, &cmd).await;
                 let left = deadline.saturating_duration_since(Instant::now());
                 if outcome != Outcome::Empty || left.is_zero() || this.closed(consumer) {
                     break outcome;
@@ -330,10 +330,16 @@ async fn sweep_loop(replication: Weak<Replication>) {
     }
 }
 
-async fn run(node: &Node, slot: u16, cmd: &Command) -> Outcome {
+async fn run(node: &Node, view: &ClusterView, slot: u16, cmd: &Command) -> Outcome {
     let timeout = Duration::from_millis(CLUSTER_SUBMIT_TIMEOUT_MS);
     match node.submit(slot, cmd, timeout).await {
         Ok(outcome) => outcome,
+        Err(ProposeError::NotLeader { leader }) => {
+            let known = leader.and_then(|id| view.members.iter().find(|m| m.0 == id));
+            let (leader_id, leader) =
+                known.map_or_else(Default::default, |m| (m.1.clone(), m.2.clone()));
+            Outcome::NotLeader { leader, leader_id }
+        }
         Err(e) => Outcome::Error(refusal_text(slot, &e)),
     }
 }
@@ -342,7 +348,7 @@ async fn run(node: &Node, slot: u16, cmd: &Command) -> Outcome {
 pub fn refusal_text(slot: u16, e: &ProposeError) -> String {
     match e {
         ProposeError::NotLeader { .. } => {
-            format!("not leader: no leader of slot {slot} is known yet (an election is under way); retry")
+            format!("not leader: no leader of slot {slot} is known (an election is under way); retry")
         }
         ProposeError::NotApplied(NotApplied::Superseded) => {
             "not applied: the leader changed before the command was committed; retry".into()
