@@ -61,6 +61,7 @@ async fn start(
         snapshot_every_entries: 8192,
         broker: BrokerConfig::default(),
         joining: false,
+        balance_every_ticks: 0,
     };
     let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
     (running, store, shared)

@@ -215,6 +215,28 @@ impl Group {
         }
     }
 
+    /// As leader with no transfer under way: the other voters a leadership transfer may go
+    /// to now (heard from within the election timeout; raft-rs catches a lagging one up
+    /// before it sends TimeoutNow).
+    pub fn transfer_targets(&self) -> Vec<u64> {
+        let raft = &self.node.raft;
+        if raft.state != StateRole::Leader || raft.lead_transferee.is_some() {
+            return Vec::new();
+        }
+        let voters = raft.prs().conf().to_conf_state().voters;
+        raft.prs()
+            .iter()
+            .filter(|(id, pr)| **id != self.id() && voters.contains(id) && pr.recent_active)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Starts handing leadership to `to` (raft-rs sends it TimeoutNow once it is caught up,
+    /// and gives up after an election timeout).
+    pub fn transfer_leadership(&mut self, to: u64) {
+        self.node.transfer_leader(to);
+    }
+
     /// True when the applied membership has this replica as a voter of the configuration
     /// being entered (the only one, outside joint consensus).
     pub fn votes_in_incoming(&self) -> bool {

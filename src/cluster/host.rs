@@ -3,6 +3,7 @@
 //! destination node (split at `wire::BATCH_MESSAGES_MAX`); one sync — the shard journal's
 //! group commit — covers every group's writes.
 
+use super::balance::{self, GroupView};
 use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
@@ -96,6 +97,27 @@ impl Host {
         replica
             .propose_membership(changes)
             .map_err(HostRefused::Proposal)
+    }
+
+    /// Starts the leadership transfers `balance::plan` asks of this node; how many.
+    pub fn balance_leaders(&mut self) -> usize {
+        let views: Vec<GroupView> = self
+            .replicas
+            .iter()
+            .map(|(&slot, r)| GroupView {
+                slot,
+                leader: r.group().leader(),
+                voters: r.group().conf_state().voters,
+                targets: r.group().transfer_targets(),
+            })
+            .collect();
+        let transfers = balance::plan(self.node_id, &views);
+        for &(slot, to) in &transfers {
+            if let Some(replica) = self.replicas.get_mut(&slot) {
+                replica.transfer_leadership(to);
+            }
+        }
+        transfers.len()
     }
 
     pub fn tick(&mut self, now_ns: i64) {

@@ -15,6 +15,7 @@
 //! listed in `cluster.peers`). Not built yet: the `meta` group (exchanges, member
 //! addresses), joining and leaving, leader balancing. STATUS.md keeps the list.
 
+pub mod balance;
 pub mod forward;
 pub mod group;
 pub mod group_log;
@@ -23,6 +24,7 @@ pub mod image_log;
 pub mod membership;
 pub mod node;
 pub mod replica;
+pub mod serve;
 pub mod storage;
 pub mod transport;
 pub mod wire;

@@ -23,6 +23,7 @@ use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
+use crate::queue::server::replicated::SlotStatus;
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
 use boltq_io::Store;
@@ -54,17 +55,8 @@ pub struct NodeConfig {
     /// membership from the leaders' snapshots (false: a founder, whose groups' voters are
     /// it and `peers`).
     pub joining: bool,
-}
-
-/// One hosted group as this node sees it (`/cluster/status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SlotStatus {
-    pub slot: u16,
-    /// The leader this replica knows of.
-    pub leader: Option<u64>,
-    pub term: u64,
-    pub commit: u64,
-    pub applied: u64,
+    /// Ticks between two rounds of leader balancing (`balance.rs`); 0 = never.
+    pub balance_every_ticks: u64,
 }
 
 /// Why a proposal has no outcome.
@@ -463,6 +455,7 @@ impl Node {
     async fn run(self: Rc<Self>, mut logs: BTreeMap<u16, GroupLog>) {
         let tick = Duration::from_millis(self.cfg.tick_ms);
         let mut next_tick = Instant::now() + tick;
+        let mut ticks: u64 = 0;
         loop {
             let ticket = self.wake.ticket();
             let now = Instant::now();
@@ -472,6 +465,11 @@ impl Node {
             if Instant::now() >= next_tick {
                 self.host.borrow_mut().tick(boltq_io::store::now_ns());
                 next_tick = Instant::now() + tick;
+                ticks += 1;
+                let every = self.cfg.balance_every_ticks;
+                if every > 0 && ticks.is_multiple_of(every) {
+                    self.host.borrow_mut().balance_leaders();
+                }
             }
             if let Err(e) = self.round(&mut logs).await {
                 log::error!("raft node {} stopped: {e}", self.cfg.node_id);

@@ -185,6 +185,10 @@ impl Replica {
 
     /// Advances the group's clock by one tick, and, on the leader, proposes a `Tick` when a
     /// broker timer is due at `now_ns` (one at a time).
+    pub fn transfer_leadership(&mut self, to: u64) {
+        self.group.transfer_leadership(to);
+    }
+
     pub fn tick(&mut self, now_ns: i64) {
         self.group.tick();
         if !self.group.is_leader() {

@@ -20,6 +20,10 @@ use std::path::Path;
 /// Milliseconds per raft tick: heartbeats every tick, elections after 10–20 ticks
 /// (design §9: heartbeat ~100 ms, election timeout ~1 s).
 pub const TICK_MS: u64 = 100;
+/// Ticks between two rounds of leader balancing (5 s): long enough for the transfers of
+/// one round to finish (each takes about a round trip, or an election timeout when the
+/// target does not take it) before the next is planned.
+pub const BALANCE_EVERY_TICKS: u64 = 50;
 
 pub struct ClusterPlan {
     /// This node's raft id (`raft_id(cluster.node_id)`) and its configured name.
@@ -207,6 +211,7 @@ impl ClusterPlan {
             snapshot_every_entries: self.snapshot_every_entries,
             broker,
             joining: false,
+            balance_every_ticks: BALANCE_EVERY_TICKS,
         }
     }
 }

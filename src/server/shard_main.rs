@@ -38,10 +38,19 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             random: plan.random,
             compaction_threshold_bytes: plan.slot_compaction_bytes,
             report_unroutable: plan.config.queue.report_unroutable,
+            replicated: plan.cluster.is_some(),
         },
-        cluster_node(&shard, &plan)?,
     )
     .await?;
+    if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane)?, &store) {
+        let replication = crate::cluster::serve::Replication::start(
+            start,
+            Rc::clone(store),
+            Rc::downgrade(&plane),
+        )
+        .await?;
+        plane.set_replication(replication);
+    }
     let cache = plan.config.cache.enabled.then(|| {
         let limits =
             crate::cache::CacheLimits::for_shard(&plan.config.cache, shard.id(), shard.count());
@@ -319,19 +328,20 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
     })
 }
 
-/// With `cluster.enabled`: this shard's raft node settings and listener (the slots and the
-/// broker settings are filled in by the plane).
+/// With `cluster.enabled`: this shard's raft node settings (the slots it owns) and
+/// listener.
 fn cluster_node(
     shard: &Shard<ShardMsg>,
     plan: &Plan,
-) -> Result<Option<crate::queue::server::replicated::ClusterStart>, String> {
+    plane: &Plane,
+) -> Result<Option<crate::cluster::serve::ClusterStart>, String> {
     let Some(cluster) = &plan.cluster else {
         return Ok(None);
     };
     let listener = Listener::for_shard(&cluster.listeners[shard.id()], None)
         .map_err(|e| format!("raft listener: {e}"))?;
-    Ok(Some(crate::queue::server::replicated::ClusterStart {
-        node: cluster.node_config(shard.id(), Vec::new(), plan.broker.clone()),
+    Ok(Some(crate::cluster::serve::ClusterStart {
+        node: cluster.node_config(shard.id(), plane.owned_slots(), plan.broker.clone()),
         listener,
         view: cluster.view(&plan.config.cluster.raft_addr),
         earlier_boots: cluster.earlier_boots.clone(),

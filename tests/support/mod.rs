@@ -384,6 +384,8 @@ pub fn free_port_below_ephemeral() -> u16 {
 
 /// `n` consecutive free ports below the ephemeral range (e.g. TCP port p and HTTP port
 /// p − 1); see [`free_port_below_ephemeral`].
+static GIVEN_BELOW_EPHEMERAL: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+
 pub fn free_ports_below_ephemeral(n: u16) -> Vec<u16> {
     use std::sync::atomic::{AtomicU64, Ordering};
     static CALLS: AtomicU64 = AtomicU64::new(0);
@@ -402,11 +404,18 @@ pub fn free_ports_below_ephemeral(n: u16) -> Vec<u16> {
         x ^= x << 17;
         let first = 10_000 + (x % u64::from(high - 10_000)) as u16;
         let ports: Vec<u16> = (first..first + n).collect();
+        // Never the same port twice in one test process: parallel tests pick before they
+        // bind, and a probe cannot see a port another test picked and has not bound yet.
+        let mut given = GIVEN_BELOW_EPHEMERAL.lock().unwrap();
+        if ports.iter().any(|p| given.contains(p)) {
+            continue;
+        }
         let held: Vec<_> = ports
             .iter()
             .map_while(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).ok())
             .collect();
         if held.len() == ports.len() {
+            given.extend(&ports);
             return ports;
         }
     }

@@ -51,6 +51,7 @@ impl Member {
             snapshot_every_entries: 25,
             broker: BrokerConfig::default(),
             joining: self.joining,
+            balance_every_ticks: 0,
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));

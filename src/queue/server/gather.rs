@@ -155,7 +155,7 @@ impl Plane {
             .collect();
         report.metrics = self.shard.metrics().snapshot();
         if let Some(replication) = self.replication.get() {
-            report.raft = replication.node().slot_status();
+            report.raft = replication.slot_status();
         }
         report
     }

@@ -71,7 +71,7 @@ pub struct ShardReport {
     /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
     pub metrics: boltq_shards::MetricsSnapshot,
     /// With `cluster.enabled`: the shard's raft groups, by slot.
-    pub raft: Vec<crate::cluster::node::SlotStatus>,
+    pub raft: Vec<super::replicated::SlotStatus>,
 }
 
 impl ShardReport {

@@ -17,11 +17,10 @@ use super::delivery::Tracked;
 use super::exchanges::{self, META_SHARD};
 use super::mesh::{QueueMsg, QueuePort};
 use super::outbound::Outbound;
-use super::replicated::{ClusterStart, ClusterView, Replication};
+use super::replicated::{ClusterView, Replicated};
 use super::slot::SlotState;
 use super::unsynced::Unsynced;
 use super::waiters::Waiters;
-use crate::cluster::node::NodeConfig;
 use crate::queue::broker::exchange::Exchanges;
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Effect, Outcome};
 use crate::queue::message::IdGenerator;
@@ -75,7 +74,7 @@ pub struct Plane {
     pub(super) push_head: RefCell<Option<reply::PushHead>>,
     /// `cluster.enabled`: this shard's raft node, through which its slots' commands go
     /// (`replicated.rs`); then `slots` stays empty.
-    pub(super) replication: std::cell::OnceCell<Rc<Replication>>,
+    pub(super) replication: std::cell::OnceCell<Rc<dyn Replicated>>,
 }
 
 /// The high 32 bits of every connection id of this process (the low 32 count connections):
@@ -97,6 +96,9 @@ pub struct PlaneSettings {
     pub random: u64,
     pub compaction_threshold_bytes: u64,
     pub report_unroutable: bool,
+    /// `cluster.enabled`: the slots live in raft groups (`set_replication` follows the
+    /// start), not in this shard's slot logs.
+    pub replicated: bool,
 }
 
 impl Plane {
@@ -106,7 +108,6 @@ impl Plane {
         shard: QueuePort,
         store: Option<Rc<Store>>,
         settings: PlaneSettings,
-        cluster: Option<ClusterStart>,
     ) -> Result<Rc<Plane>, String> {
         let PlaneSettings {
             broker: cfg,
@@ -114,6 +115,7 @@ impl Plane {
             random,
             compaction_threshold_bytes,
             report_unroutable,
+            replicated,
         } = settings;
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
@@ -155,24 +157,9 @@ impl Plane {
         if shard.id() == META_SHARD {
             plane.broadcast_exchanges();
         }
-        let owned: Vec<u16> = (0..boltq_shards::SLOTS)
-            .filter(|&slot| boltq_shards::owner_of_slot(slot, shard.count()) == shard.id())
-            .collect();
-        match cluster {
-            Some(mut start) => {
-                let store = plane.store.clone().ok_or("clustering needs disk storage")?;
-                start.node = NodeConfig {
-                    slots: owned,
-                    broker: plane.cfg.clone(),
-                    ..start.node
-                };
-                let replication = Replication::start(start, store, Rc::downgrade(&plane)).await?;
-                let _ = plane.replication.set(replication);
-            }
-            None => {
-                for slot in owned {
-                    plane.open_slot(slot).await?;
-                }
+        if !replicated {
+            for slot in plane.owned_slots() {
+                plane.open_slot(slot).await?;
             }
         }
         boltq_shards::spawn(Rc::clone(&plane).timer_loop()).detach();
@@ -183,11 +170,28 @@ impl Plane {
     /// `cluster.enabled` this node's replica of it (the state this node has applied).
     pub(super) fn each_broker(&self, mut f: impl FnMut(u16, &crate::queue::broker::Broker)) {
         if let Some(replication) = self.replication.get() {
-            return replication.node().for_each_broker(f);
+            return replication.for_each_broker(&mut f);
         }
         for (&slot, cell) in self.slots.borrow().iter() {
             f(slot, &cell.borrow().broker);
         }
+    }
+
+    /// With `cluster.enabled`: hands the plane the slot groups this shard hosts. Once,
+    /// right after the start, before any connection is served.
+    pub fn set_replication(&self, replication: Rc<dyn Replicated>) {
+        assert!(self.slots.borrow().is_empty(), "slots opened here as well");
+        assert!(
+            self.replication.set(replication).is_ok(),
+            "replication set twice"
+        );
+    }
+
+    /// The slots this shard owns.
+    pub fn owned_slots(&self) -> Vec<u16> {
+        (0..boltq_shards::SLOTS)
+            .filter(|&slot| self.owner_of(slot) == self.shard.id())
+            .collect()
     }
 
     /// With `cluster.enabled`: who this node and its peers are.

@@ -1,40 +1,47 @@
 //! The plane with `cluster.enabled`: a slot's commands go through the slot's raft group
-//! (`cluster::node`) instead of the slot's command log, so a reply means a quorum of nodes
-//! has the command on disk and this node's leader applied it.
+//! instead of the slot's command log, so a reply means a quorum of nodes has the command
+//! on disk and the slot's leader applied it.
 //!
-//! The owner shard of a slot hosts the slot's replica; commands reach it as before (over
-//! the mesh from other shards) and it hands them to its node, which proposes them when it
-//! leads the slot and forwards them to the leader otherwise. Every replica applies every
-//! committed command and so computes the same effects; each node carries out only those
-//! for its own connections (pushes, prefetch releases), so nothing per-connection crosses
-//! nodes. Long-polls retry their CONSUME each time the slot applied something. A closed
-//! connection's disconnect is proposed to the slots where it consumed or subscribed.
+//! The groups live a layer up (`cluster::serve`); this file is the plane's side of the
+//! seam: what the plane asks of them (`Replicated`), who the members are (`ClusterView`)
+//! and the effects of applied commands, which every node carries out for its own
+//! connections only.
 //!
 //! Not replicated yet: the exchange table (declare, delete, bind and unbind are refused;
 //! the default exchange works) and the KV cache (each node has its own).
 
-use super::plane::{now_ns, Plane};
+use super::plane::Plane;
 use super::waiters::Answer;
-use crate::cluster::node::{Node, NodeConfig, ProposeError, Running, SlotStatus};
-use crate::cluster::replica::NotApplied;
-use crate::queue::broker::{Command, ConsumerRef, Effect, Outcome};
+use crate::queue::broker::{Broker, Command, ConsumerRef, Effect};
 use crate::queue::protocol::reply::ClusterInfo;
-use boltq_io::event::Event;
-use boltq_io::listener::Listener;
-use boltq_io::Store;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::{Rc, Weak};
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
 
-/// How long a command waits for its slot's group: through an election (about 1–2 s) and
-/// the commit. Past it the client hears that no leader is known, or that the outcome is
-/// unknown.
-pub const CLUSTER_SUBMIT_TIMEOUT_MS: u64 = 5_000;
+/// What the plane asks of the slot groups its shard hosts (`cluster::serve` implements
+/// it). Every call returns at once; answers come through `answer`.
+pub trait Replicated {
+    /// Runs `cmd` through slot `slot`'s group; `answer` gets the outcome. Calls are
+    /// proposed in call order.
+    fn submit(&self, slot: u16, cmd: Command, answer: Answer);
+    /// A CONSUME that waits up to `wait_ms` for a message.
+    fn consume_waiting(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer);
+    /// A connection of this shard's node closed.
+    fn disconnect(&self, consumer: ConsumerRef);
+    /// Every hosted slot's broker as this node has applied it.
+    fn for_each_broker(&self, f: &mut dyn FnMut(u16, &Broker));
+    fn slot_status(&self) -> Vec<SlotStatus>;
+    fn view(&self) -> &ClusterView;
+}
 
-/// Most consumers with a long-poll running on one shard (as `waiters::WAITERS_MAX`): past
-/// it a long-poll is answered with what its first CONSUME got.
-pub const LONG_POLLS_MAX: usize = 65_536;
+/// One hosted group as this node sees it (`/cluster/status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotStatus {
+    pub slot: u16,
+    /// The leader this replica knows of.
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub commit: u64,
+    pub applied: u64,
+}
 
 /// Who this node and its peers are, for `/cluster/status`, CLUSTER_STATUS and `/readyz`.
 #[derive(Debug, Clone)]
@@ -116,262 +123,10 @@ impl ClusterView {
     }
 }
 
-/// What a shard needs to start its part of the cluster.
-pub struct ClusterStart {
-    /// The slots and broker settings are filled in by the plane.
-    pub node: NodeConfig,
-    pub listener: Listener,
-    pub view: ClusterView,
-    /// Connection boot ids of this node's earlier processes (`server::cluster::boots`):
-    /// their subscriptions are swept.
-    pub earlier_boots: Vec<u64>,
-}
-
-/// How often a node looks for subscriptions its earlier processes left registered.
-pub const STALE_SWEEP_MS: u64 = 2_000;
-
-pub struct Replication {
-    view: Rc<ClusterView>,
-    node: Rc<Node>,
-    _running: Running,
-    /// Slots where each connection consumed or subscribed, through this shard: where its
-    /// disconnect is proposed. An entry lives until the connection closes.
-    touched: RefCell<HashMap<ConsumerRef, BTreeSet<u16>>>,
-    /// Notified whenever this node applied entries of one of this shard's slots.
-    applied: Event,
-    /// Long-polls running per consumer, and whether the consumer closed meanwhile.
-    long_polls: RefCell<HashMap<ConsumerRef, (usize, bool)>>,
-    earlier_boots: Vec<u64>,
-    /// Stale connections whose disconnect is proposed and not yet answered.
-    sweeping: Rc<RefCell<BTreeSet<(u16, ConsumerRef)>>>,
-}
-
-impl Replication {
-    /// Starts this shard's raft node for the slots it owns; its effects go to `plane`.
-    pub async fn start(
-        start: ClusterStart,
-        store: Rc<Store>,
-        plane: Weak<Plane>,
-    ) -> Result<Rc<Replication>, String> {
-        let running = Node::start(start.node, store, start.listener).await?;
-        let node = Rc::clone(&running.node);
-        let replication = Rc::new(Replication {
-            view: Rc::new(start.view),
-            node: Rc::clone(&node),
-            _running: running,
-            touched: RefCell::new(HashMap::new()),
-            applied: Event::default(),
-            long_polls: RefCell::new(HashMap::new()),
-            earlier_boots: start.earlier_boots,
-            sweeping: Rc::default(),
-        });
-        let weak = Rc::downgrade(&replication);
-        node.set_observer(Box::new(move |effects, _slots| {
-            let (Some(plane), Some(replication)) = (plane.upgrade(), weak.upgrade()) else {
-                return;
-            };
-            for (_, effect) in effects {
-                plane.route_own_effect(effect);
-            }
-            replication.applied.notify();
-        }));
-        if !replication.earlier_boots.is_empty() {
-            boltq_shards::spawn(sweep_loop(Rc::downgrade(&replication))).detach();
-        }
-        Ok(replication)
-    }
-
-    /// Proposes the disconnect of every connection of an earlier process of this node that
-    /// still has live subscriptions in one of this shard's slots. A restart left them:
-    /// those connections are gone, and while registered live a durable registration would
-    /// hold its copies as unconfirmed pushes (up to its cap) instead of a backlog, and a
-    /// non-durable one would stay for good. Each node sweeps only its own: only it knows
-    /// that its earlier processes are gone.
-    fn sweep_stale(&self) {
-        let mut stale = Vec::new();
-        self.node.for_each_broker(|slot, broker| {
-            for consumer in broker.live_subscribers() {
-                let boot = consumer.conn & !u64::from(u32::MAX);
-                if self.earlier_boots.contains(&boot) {
-                    stale.push((slot, consumer));
-                }
-            }
-        });
-        for (slot, consumer) in stale {
-            if !self.sweeping.borrow_mut().insert((slot, consumer)) {
-                continue;
-            }
-            let sweeping = Rc::clone(&self.sweeping);
-            let done = move |_, _| {
-                sweeping.borrow_mut().remove(&(slot, consumer));
-            };
-            self.submit(slot, Command::Disconnect { consumer }, Box::new(done));
-        }
-    }
-
-    pub fn node(&self) -> &Rc<Node> {
-        &self.node
-    }
-
-    pub fn view(&self) -> &ClusterView {
-        &self.view
-    }
-
-    /// Runs `cmd` through slot `slot`'s group; `answer` gets the outcome. Proposed in call
-    /// order: the task's first step (propose here, or send to the leader) runs before any
-    /// later call's, since tasks start in the order they were spawned.
-    pub fn submit(&self, slot: u16, cmd: Command, answer: Answer) {
-        self.note_touched(slot, &cmd);
-        let (node, view) = (Rc::clone(&self.node), Rc::clone(&self.view));
-        boltq_shards::spawn(async move {
-            let outcome = run(&node, &view, slot, &cmd).await;
-            answer(outcome, None);
-        })
-        .detach();
-    }
-
-    /// A CONSUME that waits up to `wait_ms` for a message: tried again each time this
-    /// node applied something in this shard's slots, until it gets one, the wait ends, or
-    /// the connection closes.
-    pub fn consume_waiting(self: &Rc<Self>, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
-        let Command::Consume { consumer, .. } = &cmd else {
-            unreachable!("consume_waiting takes consumes")
-        };
-        let consumer = *consumer;
-        self.note_touched(slot, &cmd);
-        let running = self
-            .long_polls
-            .borrow()
-            .values()
-            .map(|&(n, _)| n)
-            .sum::<usize>();
-        let wait_ms = if running >= LONG_POLLS_MAX {
-            0
-        } else {
-            wait_ms
-        };
-        self.long_polls.borrow_mut().entry(consumer).or_default().0 += 1;
-        let this = Rc::clone(self);
-        boltq_shards::spawn(async move {
-            let deadline = Instant::now() + Duration::from_millis(wait_ms);
-            let mut cmd = cmd;
-            let outcome = loop {
-                let ticket = this.applied.ticket();
-                let outcome = run(&this.node, &this.view, slot, &cmd).await;
-                let left = deadline.saturating_duration_since(Instant::now());
-                if outcome != Outcome::Empty || left.is_zero() || this.closed(consumer) {
-                    break outcome;
-                }
-                boltq_shards::timeout(left, this.applied.wait(ticket)).await;
-                if let Command::Consume { now_ns: at, .. } = &mut cmd {
-                    *at = now_ns();
-                }
-            };
-            this.long_poll_ended(consumer);
-            answer(outcome, None);
-        })
-        .detach();
-    }
-
-    /// The connection closed: its long-polls stop, and its disconnect is proposed to every
-    /// slot where it consumed or subscribed (ending its live subscriptions there).
-    pub fn disconnect(&self, consumer: ConsumerRef) {
-        if let Some(polls) = self.long_polls.borrow_mut().get_mut(&consumer) {
-            polls.1 = true;
-        }
-        self.applied.notify();
-        let slots = self
-            .touched
-            .borrow_mut()
-            .remove(&consumer)
-            .unwrap_or_default();
-        for slot in slots {
-            self.submit(slot, Command::Disconnect { consumer }, Box::new(|_, _| {}));
-        }
-    }
-
-    fn note_touched(&self, slot: u16, cmd: &Command) {
-        let consumer = match cmd {
-            Command::Consume { consumer, .. } | Command::Subscribe { consumer, .. } => *consumer,
-            _ => return,
-        };
-        self.touched
-            .borrow_mut()
-            .entry(consumer)
-            .or_default()
-            .insert(slot);
-    }
-
-    fn closed(&self, consumer: ConsumerRef) -> bool {
-        self.long_polls
-            .borrow()
-            .get(&consumer)
-            .is_some_and(|&(_, closed)| closed)
-    }
-
-    fn long_poll_ended(&self, consumer: ConsumerRef) {
-        let mut polls = self.long_polls.borrow_mut();
-        if let Some(entry) = polls.get_mut(&consumer) {
-            entry.0 -= 1;
-            if entry.0 == 0 {
-                polls.remove(&consumer);
-            }
-        }
-    }
-}
-
-async fn sweep_loop(replication: Weak<Replication>) {
-    loop {
-        match replication.upgrade() {
-            Some(r) => r.sweep_stale(),
-            None => return,
-        }
-        boltq_shards::sleep(Duration::from_millis(STALE_SWEEP_MS)).await;
-    }
-}
-
-async fn run(node: &Node, view: &ClusterView, slot: u16, cmd: &Command) -> Outcome {
-    let timeout = Duration::from_millis(CLUSTER_SUBMIT_TIMEOUT_MS);
-    match node.submit(slot, cmd, timeout).await {
-        Ok(outcome) => outcome,
-        Err(ProposeError::NotLeader { leader }) => {
-            let known = leader.and_then(|id| view.members.iter().find(|m| m.0 == id));
-            let (leader_id, leader) =
-                known.map_or_else(Default::default, |m| (m.1.clone(), m.2.clone()));
-            Outcome::NotLeader { leader, leader_id }
-        }
-        Err(e) => Outcome::Error(refusal_text(slot, &e)),
-    }
-}
-
-/// What a client reads when the cluster gave no outcome.
-pub fn refusal_text(slot: u16, e: &ProposeError) -> String {
-    match e {
-        ProposeError::NotLeader { .. } => {
-            format!("not leader: no leader of slot {slot} is known (an election is under way); retry")
-        }
-        ProposeError::NotApplied(NotApplied::Superseded) => {
-            "not applied: the leader changed before the command was committed; retry".into()
-        }
-        ProposeError::NotApplied(NotApplied::Unknown) => {
-            "outcome unknown: the leader changed while the command was in flight; it may have been applied".into()
-        }
-        ProposeError::TimedOut => {
-            "timed out waiting for the cluster: the command may still be applied".into()
-        }
-        ProposeError::TooMany => format!("too many commands in flight for slot {slot}; retry"),
-        ProposeError::Stopped(why) => format!("replication stopped on this node: {why}"),
-        ProposeError::UnknownSlot(slot) => format!("internal error: slot {slot} is not hosted here"),
-        ProposeError::MembershipPending | ProposeError::MembershipRefused(_) => {
-            format!("internal error: {e:?}")
-        }
-    }
-}
-
 impl Plane {
     /// Carries out an effect of an applied command if it is for a connection of this
     /// process (every node applies every command; the others' connections are theirs).
-    pub(super) fn route_own_effect(&self, effect: Effect) {
+    pub fn route_own_effect(&self, effect: Effect) {
         let to = match &effect {
             Effect::Push { to, .. } => *to,
             Effect::Released { consumer, .. } => *consumer,

@@ -1,0 +1,299 @@
+//! Serving the queue plane through the slot groups (`cluster.enabled`): the cluster side
+//! of the seam `queue::server::replicated::Replicated`.
+//!
+//! The owner shard of a slot hosts the slot's replica; commands reach it as before (over
+//! the mesh from other shards) and it hands them to its node, which proposes them when it
+//! leads the slot and forwards them to the leader otherwise. Every replica applies every
+//! committed command and so computes the same effects; each node carries out only those
+//! for its own connections (pushes, prefetch releases), so nothing per-connection crosses
+//! nodes. Long-polls retry their CONSUME each time the slot applied something. A closed
+//! connection's disconnect is proposed to the slots where it consumed or subscribed, and
+//! a restarted node ends the subscriptions its earlier processes left.
+
+use super::node::{Node, NodeConfig, ProposeError, Running};
+use super::replica::NotApplied;
+use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
+use crate::queue::server::plane::{now_ns, Plane};
+use crate::queue::server::replicated::{ClusterView, Replicated, SlotStatus};
+use crate::queue::server::waiters::Answer;
+use boltq_io::event::Event;
+use boltq_io::listener::Listener;
+use boltq_io::Store;
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
+use std::rc::{Rc, Weak};
+use std::time::{Duration, Instant};
+
+/// How long a command waits for its slot's group: through an election (about 1–2 s) and
+/// the commit. Past it the client hears that no leader is known, or that the outcome is
+/// unknown.
+pub const CLUSTER_SUBMIT_TIMEOUT_MS: u64 = 5_000;
+
+/// Most consumers with a long-poll running on one shard (as `waiters::WAITERS_MAX`): past
+/// it a long-poll is answered with what its first CONSUME got.
+pub const LONG_POLLS_MAX: usize = 65_536;
+
+/// What a shard needs to start its part of the cluster.
+pub struct ClusterStart {
+    /// The slots and broker settings are filled in by the plane.
+    pub node: NodeConfig,
+    pub listener: Listener,
+    pub view: ClusterView,
+    /// Connection boot ids of this node's earlier processes (`server::cluster::boots`):
+    /// their subscriptions are swept.
+    pub earlier_boots: Vec<u64>,
+}
+
+/// How often a node looks for subscriptions its earlier processes left registered.
+pub const STALE_SWEEP_MS: u64 = 2_000;
+
+pub struct Replication {
+    view: Rc<ClusterView>,
+    node: Rc<Node>,
+    _running: Running,
+    /// Slots where each connection consumed or subscribed, through this shard: where its
+    /// disconnect is proposed. An entry lives until the connection closes.
+    touched: RefCell<HashMap<ConsumerRef, BTreeSet<u16>>>,
+    /// Notified whenever this node applied entries of one of this shard's slots.
+    applied: Event,
+    /// Long-polls running per consumer, and whether the consumer closed meanwhile.
+    long_polls: RefCell<HashMap<ConsumerRef, (usize, bool)>>,
+    earlier_boots: Vec<u64>,
+    /// Stale connections whose disconnect is proposed and not yet answered.
+    sweeping: Rc<RefCell<BTreeSet<(u16, ConsumerRef)>>>,
+    /// Itself, for the tasks of long-polls.
+    me: Weak<Replication>,
+}
+
+impl Replication {
+    /// Starts this shard's raft node for the slots it owns; its effects go to `plane`.
+    pub async fn start(
+        start: ClusterStart,
+        store: Rc<Store>,
+        plane: Weak<Plane>,
+    ) -> Result<Rc<Replication>, String> {
+        let running = Node::start(start.node, store, start.listener).await?;
+        let node = Rc::clone(&running.node);
+        let replication = Rc::new_cyclic(|me| Replication {
+            me: me.clone(),
+            view: Rc::new(start.view),
+            node: Rc::clone(&node),
+            _running: running,
+            touched: RefCell::new(HashMap::new()),
+            applied: Event::default(),
+            long_polls: RefCell::new(HashMap::new()),
+            earlier_boots: start.earlier_boots,
+            sweeping: Rc::default(),
+        });
+        let weak = Rc::downgrade(&replication);
+        node.set_observer(Box::new(move |effects, _slots| {
+            let (Some(plane), Some(replication)) = (plane.upgrade(), weak.upgrade()) else {
+                return;
+            };
+            for (_, effect) in effects {
+                plane.route_own_effect(effect);
+            }
+            replication.applied.notify();
+        }));
+        if !replication.earlier_boots.is_empty() {
+            boltq_shards::spawn(sweep_loop(Rc::downgrade(&replication))).detach();
+        }
+        Ok(replication)
+    }
+
+    /// Proposes the disconnect of every connection of an earlier process of this node that
+    /// still has live subscriptions in one of this shard's slots. A restart left them:
+    /// those connections are gone, and while registered live a durable registration would
+    /// hold its copies as unconfirmed pushes (up to its cap) instead of a backlog, and a
+    /// non-durable one would stay for good. Each node sweeps only its own: only it knows
+    /// that its earlier processes are gone.
+    fn sweep_stale(&self) {
+        let mut stale = Vec::new();
+        self.node.for_each_broker(|slot, broker| {
+            for consumer in broker.live_subscribers() {
+                let boot = consumer.conn & !u64::from(u32::MAX);
+                if self.earlier_boots.contains(&boot) {
+                    stale.push((slot, consumer));
+                }
+            }
+        });
+        for (slot, consumer) in stale {
+            if !self.sweeping.borrow_mut().insert((slot, consumer)) {
+                continue;
+            }
+            let sweeping = Rc::clone(&self.sweeping);
+            let done = move |_, _| {
+                sweeping.borrow_mut().remove(&(slot, consumer));
+            };
+            self.submit(slot, Command::Disconnect { consumer }, Box::new(done));
+        }
+    }
+
+    pub fn node(&self) -> &Rc<Node> {
+        &self.node
+    }
+}
+
+impl Replicated for Replication {
+    /// Proposed in call order: the task's first step (propose here, or send to the leader)
+    /// runs before any later call's, since tasks start in the order they were spawned.
+    fn submit(&self, slot: u16, cmd: Command, answer: Answer) {
+        self.note_touched(slot, &cmd);
+        let (node, view) = (Rc::clone(&self.node), Rc::clone(&self.view));
+        boltq_shards::spawn(async move {
+            let outcome = run(&node, &view, slot, &cmd).await;
+            answer(outcome, None);
+        })
+        .detach();
+    }
+
+    /// Tried again each time this node applied something in this shard's slots, until it
+    /// gets a message, the wait ends, or the connection closes.
+    fn consume_waiting(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
+        let Command::Consume { consumer, .. } = &cmd else {
+            unreachable!("consume_waiting takes consumes")
+        };
+        let consumer = *consumer;
+        self.note_touched(slot, &cmd);
+        let running = self
+            .long_polls
+            .borrow()
+            .values()
+            .map(|&(n, _)| n)
+            .sum::<usize>();
+        let wait_ms = if running >= LONG_POLLS_MAX {
+            0
+        } else {
+            wait_ms
+        };
+        self.long_polls.borrow_mut().entry(consumer).or_default().0 += 1;
+        let this = self.me.upgrade().expect("a replication in use is alive");
+        boltq_shards::spawn(async move {
+            let deadline = Instant::now() + Duration::from_millis(wait_ms);
+            let mut cmd = cmd;
+            let outcome = loop {
+                let ticket = this.applied.ticket();
+                let outcome = run(&this.node, &this.view, slot, &cmd).await;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if outcome != Outcome::Empty || left.is_zero() || this.closed(consumer) {
+                    break outcome;
+                }
+                boltq_shards::timeout(left, this.applied.wait(ticket)).await;
+                if let Command::Consume { now_ns: at, .. } = &mut cmd {
+                    *at = now_ns();
+                }
+            };
+            this.long_poll_ended(consumer);
+            answer(outcome, None);
+        })
+        .detach();
+    }
+
+    /// The connection closed: its long-polls stop, and its disconnect is proposed to every
+    /// slot where it consumed or subscribed (ending its live subscriptions there).
+    fn disconnect(&self, consumer: ConsumerRef) {
+        if let Some(polls) = self.long_polls.borrow_mut().get_mut(&consumer) {
+            polls.1 = true;
+        }
+        self.applied.notify();
+        let slots = self
+            .touched
+            .borrow_mut()
+            .remove(&consumer)
+            .unwrap_or_default();
+        for slot in slots {
+            self.submit(slot, Command::Disconnect { consumer }, Box::new(|_, _| {}));
+        }
+    }
+
+    fn for_each_broker(&self, f: &mut dyn FnMut(u16, &Broker)) {
+        self.node.for_each_broker(|slot, broker| f(slot, broker));
+    }
+
+    fn slot_status(&self) -> Vec<SlotStatus> {
+        self.node.slot_status()
+    }
+
+    fn view(&self) -> &ClusterView {
+        &self.view
+    }
+}
+
+impl Replication {
+    fn note_touched(&self, slot: u16, cmd: &Command) {
+        let consumer = match cmd {
+            Command::Consume { consumer, .. } | Command::Subscribe { consumer, .. } => *consumer,
+            _ => return,
+        };
+        self.touched
+            .borrow_mut()
+            .entry(consumer)
+            .or_default()
+            .insert(slot);
+    }
+
+    fn closed(&self, consumer: ConsumerRef) -> bool {
+        self.long_polls
+            .borrow()
+            .get(&consumer)
+            .is_some_and(|&(_, closed)| closed)
+    }
+
+    fn long_poll_ended(&self, consumer: ConsumerRef) {
+        let mut polls = self.long_polls.borrow_mut();
+        if let Some(entry) = polls.get_mut(&consumer) {
+            entry.0 -= 1;
+            if entry.0 == 0 {
+                polls.remove(&consumer);
+            }
+        }
+    }
+}
+
+async fn sweep_loop(replication: Weak<Replication>) {
+    loop {
+        match replication.upgrade() {
+            Some(r) => r.sweep_stale(),
+            None => return,
+        }
+        boltq_shards::sleep(Duration::from_millis(STALE_SWEEP_MS)).await;
+    }
+}
+
+async fn run(node: &Node, view: &ClusterView, slot: u16, cmd: &Command) -> Outcome {
+    let timeout = Duration::from_millis(CLUSTER_SUBMIT_TIMEOUT_MS);
+    match node.submit(slot, cmd, timeout).await {
+        Ok(outcome) => outcome,
+        Err(ProposeError::NotLeader { leader }) => {
+            let known = leader.and_then(|id| view.members.iter().find(|m| m.0 == id));
+            let (leader_id, leader) =
+                known.map_or_else(Default::default, |m| (m.1.clone(), m.2.clone()));
+            Outcome::NotLeader { leader, leader_id }
+        }
+        Err(e) => Outcome::Error(refusal_text(slot, &e)),
+    }
+}
+
+/// What a client reads when the cluster gave no outcome.
+pub fn refusal_text(slot: u16, e: &ProposeError) -> String {
+    match e {
+        ProposeError::NotLeader { .. } => {
+            format!("not leader: no leader of slot {slot} is known (an election is under way); retry")
+        }
+        ProposeError::NotApplied(NotApplied::Superseded) => {
+            "not applied: the leader changed before the command was committed; retry".into()
+        }
+        ProposeError::NotApplied(NotApplied::Unknown) => {
+            "outcome unknown: the leader changed while the command was in flight; it may have been applied".into()
+        }
+        ProposeError::TimedOut => {
+            "timed out waiting for the cluster: the command may still be applied".into()
+        }
+        ProposeError::TooMany => format!("too many commands in flight for slot {slot}; retry"),
+        ProposeError::Stopped(why) => format!("replication stopped on this node: {why}"),
+        ProposeError::UnknownSlot(slot) => format!("internal error: slot {slot} is not hosted here"),
+        ProposeError::MembershipPending | ProposeError::MembershipRefused(_) => {
+            format!("internal error: {e:?}")
+        }
+    }
+}
