@@ -167,6 +167,17 @@ fn queue_depths(m: &Member) -> (Value, Value) {
     (stats["Queues"].clone(), stats["PendingCount"].clone())
 }
 
+/// The value of an unlabelled series of `/metrics`.
+fn metric(m: &Member, name: &str) -> u64 {
+    let (code, text) = http_get(m.http, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing on {}:\n{text}", m.name));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
 /// Waits until `done` holds, up to `PATIENCE`.
 fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
@@ -276,6 +287,8 @@ fn a_killed_node_loses_no_acknowledged_publish_and_the_others_keep_serving() {
         acked.len(),
         lost.first()
     );
+    // The survivors counted the leader changes (v1's `boltq_leader_changes`).
+    assert!(metric(&members[a], "boltq_leader_changes") > 0);
     // The killed node comes back, catches up, and serves.
     members[victim].server.take().unwrap().stop(libc::SIGKILL);
     support::wait_until_bindable(&[members[victim].tcp, members[victim].http]);
@@ -412,6 +425,21 @@ fn any_node_answers_v1_cluster_status_and_refuses_what_is_not_replicated() {
         Err(ClientError::Server(text)) => assert!(text.contains("not replicated"), "{text}"),
         other => panic!("exchange declared without replication: {other:?}"),
     }
+    // Replication is counted: v1's raft_apply_count, and the groups' own series.
+    members[0]
+        .client()
+        .publish("counted", "1", None, PublishOptions::default())
+        .unwrap();
+    assert!(metric(&members[0], "boltq_raft_apply_count") > 0);
+    assert!(metric(&members[0], "boltq_raft_commit_latency_us_count") >= 1);
+    // Leaders move while balancing settles; once settled each slot has exactly one.
+    eventually("every slot led by exactly one node", || {
+        let led: u64 = members
+            .iter()
+            .map(|m| metric(m, "boltq_raft_slots_led"))
+            .sum();
+        led == 256
+    });
     let ready = members[2].get_json("/readyz");
     assert_eq!(ready["clustered"], true, "{ready}");
     assert_eq!(ready["ready"], true, "{ready}");

@@ -61,14 +61,14 @@ fn v1_counters(r: &ShardReport) -> [(&'static str, &'static str, u64); 13] {
         ),
         (
             "raft_apply_count",
-            "Raft entries applied (clustering not enabled)",
-            0,
+            "Raft entries applied by this node's replicas",
+            metric(crate::queue::server::replicated::APPLIED_METRIC),
         ),
         ("snapshot_count", "Queue slot snapshots taken", snapshots),
         (
             "leader_changes",
-            "Raft leader changes (clustering not enabled)",
-            0,
+            "Raft leader changes this node's replicas saw",
+            metric(crate::queue::server::replicated::LEADER_CHANGES_METRIC),
         ),
         (
             "cache_hits",
@@ -243,7 +243,14 @@ fn text_form(r: &ShardReport) -> String {
     }
     // The maps are ordered by name, then labels, so the series of one name are adjacent.
     for (key, value) in &r.metrics.counters {
-        if key.name == "boltq_snapshots_total" || key.name.starts_with("boltq_cache_") {
+        let v1_named = [
+            crate::queue::server::replicated::APPLIED_METRIC,
+            crate::queue::server::replicated::LEADER_CHANGES_METRIC,
+        ];
+        if key.name == "boltq_snapshots_total"
+            || key.name.starts_with("boltq_cache_")
+            || v1_named.contains(&key.name.as_str())
+        {
             continue; // reported under their v1 names above
         }
         w.family(&key.name, None, Kind::Counter);

@@ -22,6 +22,7 @@ pub mod group_log;
 pub mod host;
 pub mod image_log;
 pub mod membership;
+pub mod metrics;
 pub mod node;
 pub mod replica;
 pub mod serve;

@@ -19,6 +19,7 @@ use super::group::ElectionTicks;
 use super::group_log::GroupLog;
 use super::host::{Batches, Host, HostRefused};
 use super::membership::MemberChange;
+use super::metrics::NodeMetrics;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
@@ -104,6 +105,9 @@ pub struct Node {
     next_request_id: std::cell::Cell<u64>,
     failed: RefCell<Option<String>>,
     observer: RefCell<Option<Observer>>,
+    metrics: RefCell<NodeMetrics>,
+    /// The leader each hosted group had at the end of the last round.
+    leaders: RefCell<BTreeMap<u16, Option<u64>>>,
     /// Raft messages received for slots this node does not host, and when that was last
     /// logged (a sign that the nodes' `server.shards` differ).
     misrouted: std::cell::Cell<(u64, Option<Instant>)>,
@@ -175,6 +179,8 @@ impl Node {
             next_request_id: std::cell::Cell::new(1),
             failed: RefCell::new(None),
             observer: RefCell::new(None),
+            metrics: RefCell::new(NodeMetrics::default()),
+            leaders: RefCell::new(BTreeMap::new()),
             misrouted: std::cell::Cell::new((0, None)),
         });
         let inbound = Rc::clone(&node);
@@ -215,6 +221,11 @@ impl Node {
     /// The leader of `slot` this node knows of.
     pub fn leader(&self, slot: u16) -> Option<u64> {
         self.host.borrow().replica(slot)?.group().leader()
+    }
+
+    /// Counts into `registry` from now on (`metrics.rs`).
+    pub fn set_metrics(&self, registry: &boltq_shards::metrics::Registry) {
+        *self.metrics.borrow_mut() = NodeMetrics::register(registry);
     }
 
     /// Sets what is told of the effects of applied commands (replacing any earlier one).
@@ -468,7 +479,8 @@ impl Node {
                 ticks += 1;
                 let every = self.cfg.balance_every_ticks;
                 if every > 0 && ticks.is_multiple_of(every) {
-                    self.host.borrow_mut().balance_leaders();
+                    let started = self.host.borrow_mut().balance_leaders();
+                    self.metrics.borrow().transfers.add(started as u64);
                 }
             }
             if let Err(e) = self.round(&mut logs).await {
@@ -506,6 +518,7 @@ impl Node {
                 waiter.ready.notify();
             }
         }
+        self.count(&out.applied, out.snapshots_installed);
         self.tell_observer(out.effects, &out.applied);
         if !self.host.borrow().needs_sync() {
             return Ok(());
@@ -522,6 +535,28 @@ impl Node {
             log.drop_covered_front().await?;
         }
         Ok(())
+    }
+
+    /// Counts a round: entries applied, snapshots installed, leader changes, and how many
+    /// groups this node leads or knows no leader of.
+    fn count(&self, applied: &[(u16, u64, u64)], snapshots_installed: u64) {
+        let metrics = self.metrics.borrow();
+        metrics.applied.add(applied.len() as u64);
+        metrics.snapshots_installed.add(snapshots_installed);
+        let host = self.host.borrow();
+        let mut leaders = self.leaders.borrow_mut();
+        let (mut led, mut without) = (0, 0);
+        for (slot, replica) in host.replicas() {
+            let leader = replica.group().leader();
+            match leaders.insert(slot, leader) {
+                Some(before) if before != leader => metrics.leader_changes.inc(),
+                _ => {}
+            }
+            led += i64::from(leader == Some(self.cfg.node_id));
+            without += i64::from(leader.is_none());
+        }
+        metrics.slots_led.set(led);
+        metrics.slots_without_leader.set(without);
     }
 
     fn tell_observer(&self, effects: Vec<(u16, Effect)>, applied: &[(u16, u64, u64)]) {

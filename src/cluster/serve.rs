@@ -14,11 +14,14 @@ use super::node::{Node, NodeConfig, ProposeError, Running};
 use super::replica::NotApplied;
 use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
 use crate::queue::server::plane::{now_ns, Plane};
-use crate::queue::server::replicated::{ClusterView, Replicated, SlotStatus};
+use crate::queue::server::replicated::{
+    ClusterView, Replicated, SlotStatus, COMMIT_LATENCY_METRIC,
+};
 use crate::queue::server::waiters::Answer;
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
 use boltq_io::Store;
+use boltq_shards::metrics::Histogram;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
 use std::rc::{Rc, Weak};
@@ -63,6 +66,7 @@ pub struct Replication {
     sweeping: Rc<RefCell<BTreeSet<(u16, ConsumerRef)>>>,
     /// Itself, for the tasks of long-polls.
     me: Weak<Replication>,
+    commit_latency: Histogram,
 }
 
 impl Replication {
@@ -74,8 +78,17 @@ impl Replication {
     ) -> Result<Rc<Replication>, String> {
         let running = Node::start(start.node, store, start.listener).await?;
         let node = Rc::clone(&running.node);
+        let registry = Rc::clone(
+            plane
+                .upgrade()
+                .expect("the plane starts us")
+                .shard
+                .metrics(),
+        );
+        node.set_metrics(&registry);
         let replication = Rc::new_cyclic(|me| Replication {
             me: me.clone(),
+            commit_latency: registry.histogram(COMMIT_LATENCY_METRIC, &[]),
             view: Rc::new(start.view),
             node: Rc::clone(&node),
             _running: running,
@@ -140,8 +153,11 @@ impl Replicated for Replication {
     fn submit(&self, slot: u16, cmd: Command, answer: Answer) {
         self.note_touched(slot, &cmd);
         let (node, view) = (Rc::clone(&self.node), Rc::clone(&self.view));
+        let latency = self.commit_latency.clone();
         boltq_shards::spawn(async move {
+            let started = Instant::now();
             let outcome = run(&node, &view, slot, &cmd).await;
+            latency.record(started.elapsed().as_micros() as u64);
             answer(outcome, None);
         })
         .detach();

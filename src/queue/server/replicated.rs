@@ -16,6 +16,20 @@ use crate::queue::broker::{Broker, Command, ConsumerRef, Effect};
 use crate::queue::protocol::reply::ClusterInfo;
 use std::collections::BTreeMap;
 
+/// Entries applied by this node's replicas.
+pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
+/// Times a replica of this node saw its group's leader change (to another node or none).
+pub const LEADER_CHANGES_METRIC: &str = "boltq_raft_leader_changes_total";
+pub const SNAPSHOTS_INSTALLED_METRIC: &str = "boltq_raft_snapshots_installed_total";
+/// Leadership transfers this node started (leader balancing).
+pub const TRANSFERS_METRIC: &str = "boltq_raft_leader_transfers_total";
+/// Groups this node leads, and groups with no leader it knows of, now.
+pub const SLOTS_LED_METRIC: &str = "boltq_raft_slots_led";
+pub const SLOTS_WITHOUT_LEADER_METRIC: &str = "boltq_raft_slots_without_leader";
+/// Microseconds from a command's submission to its outcome, on the node that took it from
+/// the client (forwarding included).
+pub const COMMIT_LATENCY_METRIC: &str = "boltq_raft_commit_latency_us";
+
 /// What the plane asks of the slot groups its shard hosts (`cluster::serve` implements
 /// it). Every call returns at once; answers come through `answer`.
 pub trait Replicated {

@@ -1,0 +1,33 @@
+//! What a node counts about its groups, in its shard's metrics registry (exported by
+//! `/metrics` with the rest of the registry; the names live with the plane's side of the
+//! seam, `queue::server::replicated`, where the admin layer can read them).
+
+use crate::queue::server::replicated::{
+    APPLIED_METRIC, LEADER_CHANGES_METRIC, SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC,
+    SNAPSHOTS_INSTALLED_METRIC, TRANSFERS_METRIC,
+};
+use boltq_shards::metrics::{Counter, Gauge, Registry};
+
+/// Handles on a registry's series; detached (counted nowhere) until `register`.
+#[derive(Default)]
+pub struct NodeMetrics {
+    pub applied: Counter,
+    pub leader_changes: Counter,
+    pub snapshots_installed: Counter,
+    pub transfers: Counter,
+    pub slots_led: Gauge,
+    pub slots_without_leader: Gauge,
+}
+
+impl NodeMetrics {
+    pub fn register(registry: &Registry) -> NodeMetrics {
+        NodeMetrics {
+            applied: registry.counter(APPLIED_METRIC, &[]),
+            leader_changes: registry.counter(LEADER_CHANGES_METRIC, &[]),
+            snapshots_installed: registry.counter(SNAPSHOTS_INSTALLED_METRIC, &[]),
+            transfers: registry.counter(TRANSFERS_METRIC, &[]),
+            slots_led: registry.gauge(SLOTS_LED_METRIC, &[]),
+            slots_without_leader: registry.gauge(SLOTS_WITHOUT_LEADER_METRIC, &[]),
+        }
+    }
+}
