@@ -88,18 +88,7 @@ fn start_cluster(dir: &TempDir) -> Vec<Member> {
             std::fs::write(&cfg, toml).unwrap();
             let data = dir.path().join(name);
             let (http, tcp) = (ports[0], ports[1]);
-            let args = [
-                "--config",
-                cfg.to_str().unwrap(),
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--tcp-port",
-                &tcp.to_string(),
-                "--http-port",
-                &http.to_string(),
-            ]
-            .map(String::from)
-            .to_vec();
+            let args = support::config_args(&cfg, &data, tcp, http);
             Member {
                 name: name.to_string(),
                 tcp,

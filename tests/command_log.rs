@@ -217,20 +217,8 @@ impl Spec {
         std::fs::write(&cfg, config.join("\n")).unwrap();
         let ports = support::free_ports_below_ephemeral(2);
         let (tcp, http) = (ports[1], ports[0]);
-        let args = [
-            "--config",
-            cfg.to_str().unwrap(),
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--tcp-port",
-            &tcp.to_string(),
-            "--http-port",
-            &http.to_string(),
-            "--shards",
-            "2",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut args = support::config_args(&cfg, &data, tcp, http);
+        args.extend(["--shards".to_string(), "2".to_string()]);
         Spec {
             _tmp: tmp,
             data,

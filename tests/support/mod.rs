@@ -481,6 +481,23 @@ impl Server {
     }
 }
 
+/// The arguments of a server started from config file `cfg` with data dir `data` on fixed
+/// ports (for tests that restart it where its clients look for it).
+pub fn config_args(cfg: &Path, data: &Path, tcp: u16, http: u16) -> Vec<String> {
+    [
+        "--config",
+        cfg.to_str().unwrap(),
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--tcp-port",
+        &tcp.to_string(),
+        "--http-port",
+        &http.to_string(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 /// POST of a JSON body to the server's HTTP port.
 pub fn post(s: &Server, path: &str, body: serde_json::Value) -> HttpResponse {
     http(

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A three-node cluster against one node, measured in one run (docs/benchmarks.md, issue 14).
+#
+#   tools/bench-cluster.sh            # 10 s per scenario; SECS=3 for a quick look
+#
+# Every server: release build, fresh temporary data dir, fsync = "always", one shard. The
+# single node and the three cluster nodes share CPU 0 (one host's worth of cores for all
+# three: this measures the replication's cost per message, not a cluster's capacity);
+# boltq-bench runs on CPU 1 against node 1. Then failover: an open-loop publish at RATE/s
+# through node 1 while the node leading the most slots gets SIGKILL; the longest publish
+# latency is the time those slots were without a leader.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${SECS:-10}
+WARM=${WARM:-2}
+RATE=${RATE:-500}
+WORK=$(mktemp -d /tmp/boltq-cluster-bench.XXXXXX)
+trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+if [ -z "${BOLTQ_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
+  cargo build --release -q -p boltq -p boltq-tools
+fi
+BOLTQ_BIN=${BOLTQ_BIN:-target/release/boltq}
+BENCH_BIN=${BENCH_BIN:-target/release/boltq-bench}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+ready() { for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/readyz" >/dev/null && return; sleep 0.1; done; echo "node on :$1 not ready" >&2; exit 1; }
+
+# start NAME TCP HTTP [CLUSTER-TOML]: a server on CPU 0; prints its pid
+start() {
+  local name=$1 tcp=$2 http=$3 extra=${4:-}
+  printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s"\n%s' \
+    "$tcp" "$http" "$WORK/data-$name" "$extra" >"$WORK/$name.toml"
+  taskset -c 0 "$BOLTQ_BIN" --config "$WORK/$name.toml" >"$WORK/$name.log" 2>&1 &
+  echo $!
+}
+
+# row NAME TCP HTTP BENCH-ARGS...: prints "NAME <msgs/s> <p50 ms> <p99 ms> <max ms> <errors>"
+row() {
+  local name=$1 tcp=$2 http=$3; shift 3
+  local report="$WORK/${name//[^A-Za-z0-9]/_}.json"
+  "$BENCH_BIN" "$@" --addr "127.0.0.1:$tcp" --cpus 1 --json --quiet >"$report" || true
+  python3 - "$name" "$report" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[2]))
+lats = r["latency_us"]
+lat = lats.get("publish") or next(iter(lats.values()))
+print(f"{sys.argv[1]:<30} {r['throughput']['msgs_per_sec']:>10,.0f} {lat['p50'] / 1000:>8.2f} "
+      f"{lat['p99'] / 1000:>8.2f} {lat['max'] / 1000:>9.1f} {r['errors']['total']:>7}")
+PY
+}
+
+printf '%-30s %10s %8s %8s %9s %7s\n' "scenario (fsync always)" "msgs/s" "p50 ms" "p99 ms" "max ms" "errors"
+QUEUE=(queue --producers 1 --consumers 1 --depth 64 --size 100 --duration-secs "$SECS" --warmup-secs "$WARM")
+# Open loop: a window deep enough that the rate, not the window, sets the pace.
+OPEN=(publish --rate "$RATE" --connections 4 --depth 64 --size 100 --duration-secs "$SECS")
+
+tcp=$(free_port); http=$(free_port)
+pid=$(start single "$tcp" "$http"); ready "$http"
+row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
+row "single node: publish @${RATE}/s" "$tcp" "$http" "${OPEN[@]}"
+kill "$pid"; wait "$pid" 2>/dev/null || true
+
+declare -a TCP HTTP RAFT PID
+for i in 1 2 3; do TCP[$i]=$(free_port); HTTP[$i]=$(free_port); RAFT[$i]=$(free_port); done
+for i in 1 2 3; do
+  peers=""
+  for j in 1 2 3; do [ "$j" = "$i" ] || peers="$peers\"n$j@127.0.0.1:${RAFT[$j]}\","; done
+  PID[$i]=$(start "n$i" "${TCP[$i]}" "${HTTP[$i]}" \
+    "$(printf '[cluster]\nenabled = true\nnode_id = "n%s"\nraft_addr = "127.0.0.1:%s"\npeers = [%s]\n' "$i" "${RAFT[$i]}" "${peers%,}")")
+done
+for i in 1 2 3; do ready "${HTTP[$i]}"; done
+sleep 6   # one leader-balancing round
+row "3 nodes: queue via n1" "${TCP[1]}" "${HTTP[1]}" "${QUEUE[@]}"
+row "3 nodes: publish @${RATE}/s" "${TCP[1]}" "${HTTP[1]}" "${OPEN[@]}"
+
+# Failover: kill the busiest leader other than n1 mid-run.
+victim=$(curl -s "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c '
+import json, sys
+led = json.load(sys.stdin)["cluster"]["slots_led"]
+print(max((n for n in led if n != "n1"), key=lambda n: led[n])[1:])')
+( sleep $((SECS / 2)); kill -9 "${PID[$victim]}" ) &
+row "failover (kill -9 n$victim)" "${TCP[1]}" "${HTTP[1]}" "${OPEN[@]}" --max-errors 1000000
+echo "(failover: max ms = the longest a publish waited while n$victim's slots elected new leaders;"
+echo " errors = publishes in flight to n$victim, answered 'outcome unknown')"
