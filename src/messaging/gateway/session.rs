@@ -8,7 +8,7 @@
 //! was actually written to a socket.
 
 use crate::config::secret::secret_matches;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 /// Sessions one shard keeps (attached and resumable); the oldest detached one is evicted
 /// beyond it.
@@ -53,19 +53,37 @@ fn digest(secret: &[u8]) -> [u8; 32] {
     out
 }
 
-#[derive(Default)]
 pub struct SessionStore {
     sessions: HashMap<String, Session>,
+    /// The detached sessions by (detached at, id), oldest first: eviction and reaping take
+    /// from the front instead of scanning every session (issue 17 item 6).
+    detached: BTreeSet<(i64, String)>,
+    sessions_max: usize,
+}
+
+impl Default for SessionStore {
+    fn default() -> SessionStore {
+        SessionStore::with_max(SESSIONS_MAX)
+    }
 }
 
 impl SessionStore {
+    /// A store that evicts beyond `sessions_max` sessions (`SESSIONS_MAX` in the server).
+    pub fn with_max(sessions_max: usize) -> SessionStore {
+        SessionStore {
+            sessions: HashMap::new(),
+            detached: BTreeSet::new(),
+            sessions_max,
+        }
+    }
+
     /// Creates an attached session for `conn`.
     pub fn create(&mut self, id: String, secret: &[u8], state: SessionState, conn: u64) {
-        if self.sessions.len() >= SESSIONS_MAX {
+        if self.sessions.len() >= self.sessions_max {
             self.evict_oldest_detached();
         }
-        self.sessions.insert(
-            id,
+        let replaced = self.sessions.insert(
+            id.clone(),
             Session {
                 secret_digest: digest(secret),
                 state,
@@ -73,16 +91,13 @@ impl SessionStore {
                 detached_at_ns: 0,
             },
         );
+        if let Some(old) = replaced.filter(|s| s.attached.is_none()) {
+            self.detached.remove(&(old.detached_at_ns, id));
+        }
     }
 
     fn evict_oldest_detached(&mut self) {
-        let oldest = self
-            .sessions
-            .iter()
-            .filter(|(_, s)| s.attached.is_none())
-            .min_by_key(|(_, s)| s.detached_at_ns)
-            .map(|(id, _)| id.clone());
-        if let Some(id) = oldest {
+        if let Some((_, id)) = self.detached.pop_first() {
             self.sessions.remove(&id);
         }
     }
@@ -110,6 +125,9 @@ impl SessionStore {
             return Resume::Fresh;
         }
         let previous = s.attached.replace(conn);
+        if previous.is_none() {
+            self.detached.remove(&(s.detached_at_ns, id.to_string()));
+        }
         s.secret_digest = digest(new_secret);
         Resume::Resumed {
             state: s.state.clone(),
@@ -134,6 +152,9 @@ impl SessionStore {
             return None;
         }
         let s = self.sessions.remove(id)?;
+        if s.attached.is_none() {
+            self.detached.remove(&(s.detached_at_ns, id.to_string()));
+        }
         Some((s.state, s.attached))
     }
 
@@ -187,16 +208,23 @@ impl SessionStore {
             if s.attached == Some(conn) {
                 s.attached = None;
                 s.detached_at_ns = now_ns;
+                self.detached.insert((now_ns, id.to_string()));
             }
         }
     }
 
     /// Drops detached sessions older than the window.
     pub fn reap(&mut self, now_ns: i64, window_ns: i64) -> usize {
-        let before = self.sessions.len();
-        self.sessions
-            .retain(|_, s| s.attached.is_some() || now_ns - s.detached_at_ns <= window_ns);
-        before - self.sessions.len()
+        let mut reaped = 0;
+        while let Some((at, _)) = self.detached.first() {
+            if now_ns - *at <= window_ns {
+                break;
+            }
+            let (_, id) = self.detached.pop_first().expect("checked above");
+            self.sessions.remove(&id);
+            reaped += 1;
+        }
+        reaped
     }
 
     pub fn len(&self) -> usize {
@@ -208,10 +236,7 @@ impl SessionStore {
     }
 
     pub fn attached(&self) -> usize {
-        self.sessions
-            .values()
-            .filter(|s| s.attached.is_some())
-            .count()
+        self.sessions.len() - self.detached.len()
     }
 }
 
@@ -289,5 +314,99 @@ mod tests {
         assert_eq!(conn, Some(1));
         assert_eq!(st.positions.len(), 1);
         assert_eq!(st.positions[&key], 15);
+    }
+
+    /// The store against a model that scans every session, as the store did before it kept
+    /// an index of the detached ones: random creates (past the limit, so evictions), detaches,
+    /// resumes, takes and reaps; the same sessions, attached or not, after every step.
+    #[test]
+    fn the_detached_index_agrees_with_a_scan_of_every_session() {
+        #[derive(Clone)]
+        struct Modelled {
+            secret: Vec<u8>,
+            attached: Option<u64>,
+            detached_at_ns: i64,
+        }
+        let mut rng = boltq_io::testutil::Rng::new(17);
+        for round in 0..20 {
+            let max = 1 + round % 8;
+            let mut store = SessionStore::with_max(max);
+            let mut model: HashMap<String, Modelled> = HashMap::new();
+            let window_ns = 50;
+            for step in 0..400i64 {
+                let now = step * 3;
+                let id = format!("s{}", rng.below(12));
+                let conn = rng.below(4);
+                match rng.below(5) {
+                    0 => {
+                        let secret = format!("k{step}").into_bytes();
+                        store.create(id.clone(), &secret, state("u"), conn);
+                        if model.len() >= max {
+                            let oldest = model
+                                .iter()
+                                .filter(|(_, m)| m.attached.is_none())
+                                .min_by_key(|(_, m)| m.detached_at_ns)
+                                .map(|(id, _)| id.clone());
+                            if let Some(oldest) = oldest {
+                                model.remove(&oldest);
+                            }
+                        }
+                        let m = Modelled {
+                            secret,
+                            attached: Some(conn),
+                            detached_at_ns: 0,
+                        };
+                        model.insert(id, m);
+                    }
+                    1 => {
+                        store.detach(&id, conn, now);
+                        if let Some(m) = model.get_mut(&id).filter(|m| m.attached == Some(conn)) {
+                            m.attached = None;
+                            m.detached_at_ns = now;
+                        }
+                    }
+                    2 => {
+                        let Some(m) = model.get(&id).cloned() else {
+                            continue;
+                        };
+                        let next = format!("r{step}").into_bytes();
+                        let resumed =
+                            store.resume(&id, &m.secret, "u", &next, conn, now, window_ns);
+                        let expired = m.attached.is_none() && now - m.detached_at_ns > window_ns;
+                        assert_eq!(matches!(resumed, Resume::Resumed { .. }), !expired);
+                        if !expired {
+                            let m = model.get_mut(&id).expect("present");
+                            m.attached = Some(conn);
+                            m.secret = next;
+                        }
+                    }
+                    3 => {
+                        let Some(m) = model.get(&id).cloned() else {
+                            continue;
+                        };
+                        let taken = store.take(&id, &m.secret, "u", now, window_ns);
+                        let expired = m.attached.is_none() && now - m.detached_at_ns > window_ns;
+                        assert_eq!(taken.is_some(), !expired);
+                        if !expired {
+                            model.remove(&id);
+                        }
+                    }
+                    _ => {
+                        let before = model.len();
+                        model.retain(|_, m| {
+                            m.attached.is_some() || now - m.detached_at_ns <= window_ns
+                        });
+                        assert_eq!(store.reap(now, window_ns), before - model.len());
+                    }
+                }
+                let mut ids: Vec<&String> = model.keys().collect();
+                ids.sort();
+                let mut have: Vec<&String> = store.sessions.keys().collect();
+                have.sort();
+                assert_eq!(have, ids, "round {round} step {step}");
+                let attached = model.values().filter(|m| m.attached.is_some()).count();
+                assert_eq!(store.attached(), attached, "round {round} step {step}");
+            }
+        }
     }
 }
