@@ -16,6 +16,9 @@ use crate::queue::broker::{Broker, Command, ConsumerRef, Effect};
 use crate::queue::protocol::reply::ClusterInfo;
 use std::collections::BTreeMap;
 
+// The series the groups count (`cluster::metrics`), named here, below both the cluster and
+// the admin layer, so that `/metrics` can read them without importing the cluster.
+
 /// Entries applied by this node's replicas.
 pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
 /// Times a replica of this node saw its group's leader change (to another node or none).
