@@ -142,6 +142,11 @@ pub struct ServerConfig {
     /// connection keeps ~20 KiB resident; its buffers may grow to ~200 KiB while large
     /// batches pass. Default 4096, 1..=1,000,000.
     pub tcp_connections_max: u64,
+    /// Most open connections on the admin HTTP listener (SSE `/subscribe` streams and the
+    /// gateway's WebSocket when it shares this listener included), shared out per shard as
+    /// `tcp_connections_max`; one past it is closed at once and counted
+    /// (`boltq_connections_refused_total{listener="http"}`). Default 1024, 1..=1,000,000.
+    pub http_connections_max: u64,
 }
 
 impl Default for ServerConfig {
@@ -159,6 +164,7 @@ impl Default for ServerConfig {
             read_timeout: Duration::from_secs(30),
             auth_timeout: Duration::from_secs(10),
             tcp_connections_max: 4096,
+            http_connections_max: 1024,
         }
     }
 }

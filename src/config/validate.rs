@@ -88,12 +88,12 @@ fn server(c: &Config) -> Check {
         boltq_shards::RING_DEPTH_MIN as u64,
         boltq_shards::RING_DEPTH_MAX as u64,
     )?;
-    range(
-        "server.tcp_connections_max",
-        s.tcp_connections_max,
-        1,
-        1_000_000,
-    )?;
+    for (key, value) in [
+        ("server.tcp_connections_max", s.tcp_connections_max),
+        ("server.http_connections_max", s.http_connections_max),
+    ] {
+        range(key, value, 1, 1_000_000)?;
+    }
     for (key, value) in [
         ("server.read_timeout", s.read_timeout),
         ("server.auth_timeout", s.auth_timeout),

@@ -137,7 +137,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });
-    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), None, {
+    let http_cap = ConnectionCap::new(
+        "http",
+        plan.config.server.http_connections_max,
+        shard.count(),
+        shard.metrics(),
+    );
+    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), Some(http_cap), {
         let shard = shard.clone();
         move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));

@@ -210,6 +210,55 @@ fn connections_past_the_cap_are_closed_counted_and_room_comes_back() {
     }
 }
 
+/// Whether an admin HTTP connection answers a keep-alive `GET /health`.
+fn answers_http(c: &mut TcpStream) -> bool {
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    if c.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
+}
+
+#[test]
+fn http_connections_past_the_cap_are_closed_and_counted() {
+    let dir = TempDir::new("hostile-http-cap");
+    let config = dir.path().join("boltq.toml");
+    // Two shards (the test server's default): two connections each.
+    std::fs::write(&config, "[server]\nhttp_connections_max = 4\n").unwrap();
+    let s = Server::start(&["--config", config.to_str().unwrap()]);
+    let mut conns: Vec<TcpStream> = (0..10)
+        .map(|_| TcpStream::connect(("127.0.0.1", s.http_port)).unwrap())
+        .collect();
+    let answered = conns.iter_mut().map(answers_http).filter(|ok| *ok).count();
+    assert!(
+        (2..=4).contains(&answered),
+        "{answered} of 10 HTTP connections answered with a cap of 4"
+    );
+    drop(conns);
+    // Room comes back as they close; then the refusals are in /metrics.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let metrics = loop {
+        let r = crate::support::http(s.http_port, "GET", "/metrics", &[], b"");
+        if r.status == 200 {
+            break r.body;
+        }
+        assert!(Instant::now() < deadline, "no room after the others closed");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let refused: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("boltq_connections_refused_total{listener=\"http\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no refusal counter in /metrics:\n{metrics}"));
+    assert!(
+        refused >= 10 - answered as u64,
+        "{refused} refused, {answered} answered"
+    );
+}
+
 #[test]
 fn subscriptions_past_the_per_connection_cap_are_refused_with_an_error_naming_the_key() {
     let dir = TempDir::new("hostile-subs");
