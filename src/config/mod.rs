@@ -142,10 +142,11 @@ pub struct ServerConfig {
     /// connection keeps ~20 KiB resident; its buffers may grow to ~200 KiB while large
     /// batches pass. Default 4096, 1..=1,000,000.
     pub tcp_connections_max: u64,
-    /// Most open connections on the admin HTTP listener (SSE `/subscribe` streams and the
-    /// gateway's WebSocket when it shares this listener included), shared out per shard as
-    /// `tcp_connections_max`; one past it is closed at once and counted
-    /// (`boltq_connections_refused_total{listener="http"}`). Default 1024, 1..=1,000,000.
+    /// Most open connections on the admin HTTP listener (SSE `/subscribe` streams
+    /// included), shared out per shard as `tcp_connections_max`; one past it is closed at
+    /// once and counted (`boltq_connections_refused_total{listener="http"}`). Not applied
+    /// while the messaging gateway shares the listener (device connections have no cap of
+    /// their own yet). Default 1024, 1..=1,000,000.
     pub http_connections_max: u64,
 }
 

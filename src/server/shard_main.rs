@@ -137,13 +137,17 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });
-    let http_cap = ConnectionCap::new(
-        "http",
-        plan.config.server.http_connections_max,
-        shard.count(),
-        shard.metrics(),
-    );
-    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), Some(http_cap), {
+    // Not while devices share the listener: the gateway's connections have no cap of their
+    // own yet, and a cap meant for operators' HTTP clients would turn devices away.
+    let http_cap = admin_ctx.takeover.is_none().then(|| {
+        ConnectionCap::new(
+            "http",
+            plan.config.server.http_connections_max,
+            shard.count(),
+            shard.metrics(),
+        )
+    });
+    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), http_cap, {
         let shard = shard.clone();
         move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));
