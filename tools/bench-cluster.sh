@@ -15,7 +15,8 @@ SECS=${SECS:-10}
 WARM=${WARM:-2}
 RATE=${RATE:-500}
 WORK=$(mktemp -d /tmp/boltq-cluster-bench.XXXXXX)
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
+SERVERS=()
+trap 'kill "${SERVERS[@]}" 2>/dev/null; pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 if [ -z "${BOLTQ_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
   cargo build --release -q -p boltq -p boltq-tools
@@ -26,13 +27,15 @@ BENCH_BIN=${BENCH_BIN:-target/release/boltq-bench}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ready() { for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/readyz" >/dev/null && return; sleep 0.1; done; echo "node on :$1 not ready" >&2; exit 1; }
 
-# start NAME TCP HTTP [CLUSTER-TOML]: a server on CPU 0; prints its pid
+# start NAME TCP HTTP [CLUSTER-TOML]: a server on CPU 0; its pid in $STARTED (and in
+# SERVERS, which the exit trap kills: not run in a subshell, so the server stays our child)
 start() {
   local name=$1 tcp=$2 http=$3 extra=${4:-}
   printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s"\n%s' \
     "$tcp" "$http" "$WORK/data-$name" "$extra" >"$WORK/$name.toml"
   taskset -c 0 "$BOLTQ_BIN" --config "$WORK/$name.toml" >"$WORK/$name.log" 2>&1 &
-  echo $!
+  STARTED=$!
+  SERVERS+=("$STARTED")
 }
 
 # row NAME TCP HTTP BENCH-ARGS...: prints "NAME <msgs/s> <p50 ms> <p99 ms> <max ms> <errors>"
@@ -56,7 +59,7 @@ QUEUE=(queue --producers 1 --consumers 1 --depth 64 --size 100 --duration-secs "
 OPEN=(publish --rate "$RATE" --connections 4 --depth 64 --size 100 --duration-secs "$SECS")
 
 tcp=$(free_port); http=$(free_port)
-pid=$(start single "$tcp" "$http"); ready "$http"
+start single "$tcp" "$http"; pid=$STARTED; ready "$http"
 row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
 row "single node: publish @${RATE}/s" "$tcp" "$http" "${OPEN[@]}"
 kill "$pid"; wait "$pid" 2>/dev/null || true
@@ -66,8 +69,9 @@ for i in 1 2 3; do TCP[$i]=$(free_port); HTTP[$i]=$(free_port); RAFT[$i]=$(free_
 for i in 1 2 3; do
   peers=""
   for j in 1 2 3; do [ "$j" = "$i" ] || peers="$peers\"n$j@127.0.0.1:${RAFT[$j]}\","; done
-  PID[$i]=$(start "n$i" "${TCP[$i]}" "${HTTP[$i]}" \
-    "$(printf '[cluster]\nenabled = true\nnode_id = "n%s"\nraft_addr = "127.0.0.1:%s"\npeers = [%s]\n' "$i" "${RAFT[$i]}" "${peers%,}")")
+  start "n$i" "${TCP[$i]}" "${HTTP[$i]}" \
+    "$(printf '[cluster]\nenabled = true\nnode_id = "n%s"\nraft_addr = "127.0.0.1:%s"\npeers = [%s]\n' "$i" "${RAFT[$i]}" "${peers%,}")"
+  PID[$i]=$STARTED
 done
 for i in 1 2 3; do ready "${HTTP[$i]}"; done
 sleep 6   # one leader-balancing round
