@@ -209,6 +209,11 @@ pub struct GatewayConfig {
     pub pong_timeout: Duration,
     /// Per connection. Default 200; 1..=100000.
     pub max_subscriptions: u32,
+    /// Most open device connections, each shard an equal share (rounded up); one past it is
+    /// closed at once and counted (`boltq_connections_refused_total{listener="gateway"}`,
+    /// or `"http"` when the gateway shares the admin listener, whose cap then grows by this
+    /// much). An idle device costs ~9 KB. Default 200000; 1..=10000000.
+    pub connections_max: u64,
     /// Outbound frames queued per connection before its producers wait. Default 256;
     /// 1..=65536.
     pub send_buffer: u32,
@@ -247,6 +252,7 @@ impl Default for GatewayConfig {
             resume_window: Duration::from_secs(300),
             pong_timeout: Duration::from_secs(90),
             max_subscriptions: 200,
+            connections_max: 200_000,
             send_buffer: 256,
             send_buffer_bytes: 4 * 1024 * 1024,
             slow_consumer_timeout: Duration::from_secs(10),

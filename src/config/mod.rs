@@ -144,9 +144,9 @@ pub struct ServerConfig {
     pub tcp_connections_max: u64,
     /// Most open connections on the admin HTTP listener (SSE `/subscribe` streams
     /// included), shared out per shard as `tcp_connections_max`; one past it is closed at
-    /// once and counted (`boltq_connections_refused_total{listener="http"}`). Not applied
-    /// while the messaging gateway shares the listener (device connections have no cap of
-    /// their own yet). Default 1024, 1..=1,000,000.
+    /// once and counted (`boltq_connections_refused_total{listener="http"}`). While the
+    /// messaging gateway shares the listener, `messaging.gateway.connections_max` is added
+    /// for its devices. Default 1024, 1..=1,000,000.
     pub http_connections_max: u64,
 }
 

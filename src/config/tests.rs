@@ -718,6 +718,7 @@ fn each_validation_error_names_its_key() {
         ("[server]\nauth_timeout = \"0s\"", "server.auth_timeout"),
         ("[server]\ntcp_connections_max = 0", "server.tcp_connections_max"),
         ("[server]\nhttp_connections_max = 0", "server.http_connections_max"),
+        ("[messaging.gateway]\nconnections_max = 0", "messaging.gateway.connections_max"),
         ("[queue]\nmax_retry = 0", "queue.max_retry"),
         ("[queue]\nack_timeout = \"0s\"", "queue.ack_timeout"),
         ("[queue]\ncapacity = 0", "queue.capacity"),

@@ -401,6 +401,12 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
         1,
         65_536,
     )?;
+    range(
+        "messaging.gateway.connections_max",
+        g.connections_max,
+        1,
+        10_000_000,
+    )?;
     range_bytes("messaging.gateway.read_limit", g.read_limit, 1024, 64 * MIB)?;
     range_bytes(
         "messaging.gateway.send_buffer_bytes",

@@ -137,17 +137,19 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
     });
-    // Not while devices share the listener: the gateway's connections have no cap of their
-    // own yet, and a cap meant for operators' HTTP clients would turn devices away.
-    let http_cap = admin_ctx.takeover.is_none().then(|| {
-        ConnectionCap::new(
-            "http",
-            plan.config.server.http_connections_max,
-            shard.count(),
-            shard.metrics(),
-        )
-    });
-    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), http_cap, {
+    // Devices sharing the listener get their own allowance on top of the operators' one, so
+    // a cap meant for operators' HTTP clients never turns devices away.
+    let devices = match admin_ctx.takeover {
+        Some(_) => plan.config.messaging.gateway.connections_max,
+        None => 0,
+    };
+    let http_cap = ConnectionCap::new(
+        "http",
+        plan.config.server.http_connections_max + devices,
+        shard.count(),
+        shard.metrics(),
+    );
+    let http_task = boltq_shards::spawn(accept_loop(http, Rc::clone(&live), Some(http_cap), {
         let shard = shard.clone();
         move |conn| admin::http::serve(conn, Rc::clone(&admin_ctx), shard.shutdown_requested())
     }));
@@ -156,10 +158,16 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             let l = Listener::for_shard(shared, tls.as_ref()).map_err(|e| e.to_string())?;
             let gw = Rc::clone(gw);
             let shard = shard.clone();
+            let cap = ConnectionCap::new(
+                "gateway",
+                plan.config.messaging.gateway.connections_max,
+                shard.count(),
+                shard.metrics(),
+            );
             Some(boltq_shards::spawn(accept_loop(
                 l,
                 Rc::clone(&live),
-                None,
+                Some(cap),
                 move |conn| {
                     crate::messaging::gateway::listener::serve(
                         conn,
