@@ -61,6 +61,9 @@ pub struct Replication {
     applied: Event,
     /// Long-polls running per consumer, and whether the consumer closed meanwhile.
     long_polls: RefCell<HashMap<ConsumerRef, (usize, bool)>>,
+    /// Long-polls running in all (the sum over `long_polls`, kept rather than summed per
+    /// CONSUME).
+    long_polls_running: std::cell::Cell<usize>,
     earlier_boots: Vec<u64>,
     /// Stale connections whose disconnect is proposed and not yet answered.
     sweeping: Rc<RefCell<BTreeSet<(u16, ConsumerRef)>>>,
@@ -95,6 +98,7 @@ impl Replication {
             touched: RefCell::new(HashMap::new()),
             applied: Event::default(),
             long_polls: RefCell::new(HashMap::new()),
+            long_polls_running: std::cell::Cell::new(0),
             earlier_boots: start.earlier_boots,
             sweeping: Rc::default(),
         });
@@ -141,10 +145,6 @@ impl Replication {
             self.submit(slot, Command::Disconnect { consumer }, Box::new(done));
         }
     }
-
-    pub fn node(&self) -> &Rc<Node> {
-        &self.node
-    }
 }
 
 impl Replicated for Replication {
@@ -171,18 +171,14 @@ impl Replicated for Replication {
         };
         let consumer = *consumer;
         self.note_touched(slot, &cmd);
-        let running = self
-            .long_polls
-            .borrow()
-            .values()
-            .map(|&(n, _)| n)
-            .sum::<usize>();
+        let running = self.long_polls_running.get();
         let wait_ms = if running >= LONG_POLLS_MAX {
             0
         } else {
             wait_ms
         };
         self.long_polls.borrow_mut().entry(consumer).or_default().0 += 1;
+        self.long_polls_running.set(running + 1);
         let this = self.me.upgrade().expect("a replication in use is alive");
         boltq_shards::spawn(async move {
             let deadline = Instant::now() + Duration::from_millis(wait_ms);
@@ -256,6 +252,9 @@ impl Replication {
     }
 
     fn long_poll_ended(&self, consumer: ConsumerRef) {
+        let running = self.long_polls_running.get();
+        assert!(running > 0, "a long-poll ended that never started");
+        self.long_polls_running.set(running - 1);
         let mut polls = self.long_polls.borrow_mut();
         if let Some(entry) = polls.get_mut(&consumer) {
             entry.0 -= 1;

@@ -191,11 +191,7 @@ fn connections_past_the_cap_are_closed_counted_and_room_comes_back() {
         "{answered} of 10 connections answered with a cap of 4"
     );
     let metrics = crate::support::get(&s, "/metrics").body;
-    let refused: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("boltq_connections_refused_total{listener=\"tcp\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no refusal counter in /metrics:\n{metrics}"));
+    let refused = crate::support::refused_connections(&metrics, "tcp");
     assert_eq!(refused, 10 - answered as u64);
     // The places come back once their connections close.
     drop(conns);
@@ -210,18 +206,6 @@ fn connections_past_the_cap_are_closed_counted_and_room_comes_back() {
     }
 }
 
-/// Whether an admin HTTP connection answers a keep-alive `GET /health`.
-fn answers_http(c: &mut TcpStream) -> bool {
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    if c.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    c.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
-}
-
 #[test]
 fn http_connections_past_the_cap_are_closed_and_counted() {
     let dir = TempDir::new("hostile-http-cap");
@@ -232,7 +216,11 @@ fn http_connections_past_the_cap_are_closed_and_counted() {
     let mut conns: Vec<TcpStream> = (0..10)
         .map(|_| TcpStream::connect(("127.0.0.1", s.http_port)).unwrap())
         .collect();
-    let answered = conns.iter_mut().map(answers_http).filter(|ok| *ok).count();
+    let answered = conns
+        .iter_mut()
+        .map(|c| crate::support::answers_get(c, "/health"))
+        .filter(|ok| *ok)
+        .count();
     assert!(
         (2..=4).contains(&answered),
         "{answered} of 10 HTTP connections answered with a cap of 4"
@@ -248,11 +236,7 @@ fn http_connections_past_the_cap_are_closed_and_counted() {
         assert!(Instant::now() < deadline, "no room after the others closed");
         std::thread::sleep(Duration::from_millis(50));
     };
-    let refused: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("boltq_connections_refused_total{listener=\"http\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no refusal counter in /metrics:\n{metrics}"));
+    let refused = crate::support::refused_connections(&metrics, "http");
     assert!(
         refused >= 10 - answered as u64,
         "{refused} refused, {answered} answered"

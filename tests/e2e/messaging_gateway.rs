@@ -403,36 +403,25 @@ fn a_dedicated_listener_serves_the_gateway_and_healthz() {
 /// closed at once and counted; those within it are served.
 #[test]
 fn device_connections_past_the_cap_are_closed_and_counted() {
-    use std::io::{Read, Write};
     let tmp = TempDir::new("gateway-cap");
     let port = support::free_port();
     // Two shards (the test server's default): two connections each.
     let cfg = config_with(tmp.path(), &format!("port = {port}\nconnections_max = 4"));
     let s = Server::start(&["--config", cfg.to_str().unwrap()]);
-    let answers = |c: &mut std::net::TcpStream| {
-        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        if c.write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
-            .is_err()
-        {
-            return false;
-        }
-        let mut head = [0u8; 12];
-        c.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
-    };
     let mut conns: Vec<std::net::TcpStream> = (0..10)
         .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
-    let answered = conns.iter_mut().map(answers).filter(|ok| *ok).count();
+    let answered = conns
+        .iter_mut()
+        .map(|c| support::answers_get(c, "/healthz"))
+        .filter(|ok| *ok)
+        .count();
     assert!(
         (2..=4).contains(&answered),
         "{answered} of 10 device connections answered with a cap of 4"
     );
     let metrics = support::http(s.http_port, "GET", "/metrics", &[], b"").body;
-    let refused: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("boltq_connections_refused_total{listener=\"gateway\"}"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no refusal counter in /metrics:\n{metrics}"));
+    let refused = support::refused_connections(&metrics, "gateway");
     assert_eq!(refused, 10 - answered as u64);
 }
 

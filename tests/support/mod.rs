@@ -498,6 +498,28 @@ pub fn config_args(cfg: &Path, data: &Path, tcp: u16, http: u16) -> Vec<String> 
     .to_vec()
 }
 
+/// Whether an open connection to an HTTP listener answers a keep-alive `GET path` with 200
+/// (a connection past a listener's cap is closed without an answer).
+pub fn answers_get(c: &mut TcpStream, path: &str) -> bool {
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+    if c.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    c.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
+}
+
+/// `boltq_connections_refused_total{listener="<listener>"}` in `/metrics` text.
+pub fn refused_connections(metrics: &str, listener: &str) -> u64 {
+    let series = format!("boltq_connections_refused_total{{listener=\"{listener}\"}}");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&series))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{metrics}"))
+}
+
 /// POST of a JSON body to the server's HTTP port.
 pub fn post(s: &Server, path: &str, body: serde_json::Value) -> HttpResponse {
     http(
