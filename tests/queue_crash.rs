@@ -204,12 +204,13 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     println!(
         "queue crash test: durable pub/sub: {} topic publishes acknowledged ({} unanswered), \
          {} delivered ({} more than once), {} subscribes (one per server generation and \
-         more), {} in the final catch-up",
+         more; {} kept across an announced restart), {} in the final catch-up",
         topic_log.acked.iter().filter(|a| **a).count(),
         topic_log.acked.iter().filter(|a| !**a).count(),
         reader_log.seen.len(),
         reader_log.seen.values().filter(|n| **n > 1).count(),
         reader_log.subscribes,
+        reader_log.kept_across_restart,
         reader_log.final_catch_up,
     );
     let violations = &ledger.violations;
@@ -548,10 +549,28 @@ struct ReaderLog {
     seen: HashMap<u64, u32>,
     subscribes: u64,
     final_catch_up: u64,
+    /// Connections that turned out to go to the new server when a restart was announced.
+    kept_across_restart: u64,
     errors: Vec<String>,
 }
 
 impl ReaderLog {
+    /// Reads the pushes that already arrived (and any that follow within 20 ms of each
+    /// other, for at most a second); a dropped or failed connection just ends it.
+    fn drain_until_quiet(&mut self, c: &mut Client) {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(1) {
+            match c.next_push(20) {
+                Ok(Some(push)) => self.note(&push),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if c.dropped_pushes() > 0 {
+            self.errors
+                .push(format!("the client dropped {} pushes", c.dropped_pushes()));
+        }
+    }
+
     fn note(&mut self, push: &boltq::client::Push) {
         let t = serde_json::from_str::<Value>(&push.payload_json)
             .ok()
@@ -575,14 +594,28 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
     let mut subscribed = false;
     let mut quiet_since = Instant::now();
     loop {
-        if conn.client.is_some()
-            && progress.server_generation.load(Ordering::SeqCst) > conn.generation
+        let generation = progress.server_generation.load(Ordering::SeqCst);
+        if let Some(c) = conn
+            .client
+            .as_mut()
+            .filter(|_| generation > conn.generation)
         {
-            // The server this connection went to was killed, but its socket may stay open
-            // for a while without a FIN (the dying process's io_uring still holds it), and
-            // a reader that only reads would wait on it: move on to the new server.
-            conn.broken();
-            subscribed = false;
+            // A restart was announced. Either this connection went to the killed server,
+            // whose socket may stay open for a while without a FIN (the dying process's
+            // io_uring still holds it) so a reader that only reads would wait on it; or it
+            // already goes to the new server (made after an EOF, before the restart was
+            // announced). Dropping a live connection would throw away pushes its kernel
+            // has acknowledged, which the server rightly counts as delivered: read what
+            // arrived, then keep the connection if the server still answers.
+            log.drain_until_quiet(c);
+            if c.ping().is_ok() {
+                conn.generation = generation;
+                log.kept_across_restart += 1;
+            } else {
+                log.drain_until_quiet(c);
+                conn.broken();
+                subscribed = false;
+            }
         }
         let Some(c) = conn.get(port, &never, progress) else {
             unreachable!("never stops reconnecting")
