@@ -267,3 +267,55 @@ fn subscriptions_past_the_per_connection_cap_are_refused_with_an_error_naming_th
     let mut other = boltq::client::Client::connect(&addr, Default::default()).unwrap();
     other.subscribe("t4", "other", false).unwrap();
 }
+
+/// Reads one reply frame off `c`: its status and payload.
+fn read_reply(c: &mut TcpStream) -> (u8, Vec<u8>) {
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 5];
+    c.read_exact(&mut head).unwrap();
+    let len = u32::from_le_bytes(head[1..].try_into().unwrap()) as usize;
+    let mut body = vec![0u8; len];
+    c.read_exact(&mut body).unwrap();
+    (head[0], body)
+}
+
+/// A pipelined batch's large replies are written as they are ready, not held until the
+/// whole batch is answered (`REPLY_BUFFER_BYTES_MAX`). The batch is a CONSUME of a ~1 MiB
+/// message followed by a long-poll on an empty queue; the test publishes to that queue only
+/// once it has read the first reply. Were replies held for the batch, the first would come
+/// only after the long-poll ran out, and the second would be EMPTY.
+#[test]
+fn a_batchs_large_replies_are_written_before_the_rest_of_the_batch_is_answered() {
+    let (s, _dir) = server(false);
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    let mut publisher = boltq::client::Client::connect(&addr, Default::default()).unwrap();
+    let big = format!("\"{}\"", "x".repeat(1 << 20));
+    publisher
+        .publish("reply-big", &big, None, Default::default())
+        .unwrap();
+
+    let mut c = connect(&s);
+    let mut batch = frame(op::CONSUME, br#"{"topic":"reply-big"}"#);
+    batch.extend(frame(
+        op::CONSUME,
+        br#"{"topic":"reply-later","wait_ms":20000}"#,
+    ));
+    c.write_all(&batch).unwrap();
+    let (code, body) = read_reply(&mut c);
+    assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+    assert!(
+        body.len() > 1 << 20,
+        "the first reply carries the large message"
+    );
+
+    publisher
+        .publish("reply-later", "\"second\"", None, Default::default())
+        .unwrap();
+    let (code, body) = read_reply(&mut c);
+    assert_eq!(
+        code,
+        status::OK,
+        "the long-poll got the message published after the first reply"
+    );
+    assert!(String::from_utf8_lossy(&body).contains("second"));
+}

@@ -27,8 +27,15 @@ use std::time::{Duration, Instant};
 /// Bytes asked of the socket per read. A frame may be larger (up to 4 MiB + 5); the buffer
 /// grows to hold it, and never beyond that.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// Most frames handled as one batch: bounds the replies held in memory for one client.
+/// Most frames handled as one batch: bounds the requests one client has in flight.
 const BATCH_FRAMES_MAX: usize = 1024;
+/// Encoded replies a connection holds before writing them, while later replies of its
+/// batch are still awaited. Replies are written as they go once this much is waiting, so a
+/// pipelined batch of large replies (1,024 batch CONSUMEs or DLQ reads of up to 4 MiB
+/// each) costs at most this plus one reply of encoded bytes, not the whole batch's (the
+/// messages themselves are shared with the broker, which holds them anyway). Below it,
+/// a batch's replies still leave in one write.
+pub const REPLY_BUFFER_BYTES_MAX: usize = 256 * 1024;
 
 enum Wake {
     Read(std::io::Result<usize>),
@@ -229,6 +236,12 @@ pub async fn serve(
         outbuf.clear();
         for p in pending {
             p.resolve(&plane, &mut state, &mut outbuf).await;
+            if outbuf.len() >= REPLY_BUFFER_BYTES_MAX {
+                if conn.write_all(&outbuf).await.is_err() {
+                    break 'serve;
+                }
+                outbuf.clear();
+            }
         }
         if !outbuf.is_empty() && conn.write_all(&outbuf).await.is_err() {
             break 'serve;
