@@ -1,4 +1,5 @@
-//! The limits of one shard's store, and how the configured `max_keys` is shared out.
+//! The limits of one shard's store, and how the configured `max_keys` and
+//! `memory_bytes_max` are shared out.
 
 use crate::config::CacheConfig;
 use boltq_shards::ownership::{owner_of_slot, SLOTS};
@@ -9,6 +10,8 @@ pub const KEY_BYTES_MAX_DEFAULT: usize = 1024;
 /// Default largest value (JSON text). The HTTP body limit is 1 MiB, so this never refuses
 /// a value the HTTP layer could have received.
 pub const VALUE_BYTES_MAX_DEFAULT: usize = 1 << 20;
+/// The largest entry under the default limits: what a memory cap must at least allow.
+pub const ENTRY_BYTES_MAX_DEFAULT: u64 = (KEY_BYTES_MAX_DEFAULT + VALUE_BYTES_MAX_DEFAULT) as u64;
 /// Longest JSON text `incr` can store: `-9223372036854775808`. `value_bytes_max` must be at
 /// least this, so an `incr` never fails for lack of room for its own result.
 pub const INCR_VALUE_BYTES_MAX: usize = 20;
@@ -44,39 +47,21 @@ impl Default for CacheLimits {
 }
 
 impl CacheLimits {
-    /// The limits of shard `shard` of `shard_count`: `cfg.max_keys` is split in proportion
-    /// to the slots each shard owns (slot → shard is `slot mod shard_count`, so shards can
-    /// own one slot more or fewer), and the shares add up to exactly `cfg.max_keys`. A shard
-    /// whose share rounds to 0 still gets 1, because 0 means unlimited; then the total can
-    /// exceed `cfg.max_keys` by at most `shard_count - 1`.
+    /// The limits of shard `shard` of `shard_count`: `cfg.max_keys` and
+    /// `cfg.memory_bytes_max` are split in proportion to the slots each shard owns (see
+    /// [`shard_share`]). A memory share never goes below one entry of the largest size, so
+    /// every shard can hold any value the API accepts.
     ///
-    /// The limit is per shard, not global: a shard whose keys hash unevenly may evict while
-    /// another has room. An exact global limit would need a cross-shard round trip on
+    /// The limits are per shard, not global: a shard whose keys hash unevenly may evict
+    /// while another has room. An exact global limit would need a cross-shard round trip on
     /// every insert; with many keys the slot hash spreads them evenly enough.
-    ///
-    /// `memory_bytes_max` stays 0 (unlimited), as there is no config key for it yet.
     pub fn for_shard(cfg: &CacheConfig, shard: usize, shard_count: usize) -> CacheLimits {
-        assert!(shard < shard_count, "shard {shard} out of 0..{shard_count}");
-        let max_keys = if cfg.max_keys == 0 {
-            0
-        } else {
-            // Cumulative rounding: shard i gets floor(M·c(i+1)/S) − floor(M·c(i)/S), where
-            // c(i) counts the slots of shards before i, so the shares telescope to M.
-            let slots_before = |i: usize| -> u128 {
-                (0..SLOTS)
-                    .filter(|&slot| owner_of_slot(slot, shard_count) < i)
-                    .count() as u128
-            };
-            let total = u128::from(cfg.max_keys);
-            let slots = u128::from(SLOTS);
-            let share =
-                total * slots_before(shard + 1) / slots - total * slots_before(shard) / slots;
-            u64::try_from(share)
-                .expect("a share is at most max_keys")
-                .max(1)
-        };
         CacheLimits {
-            max_keys,
+            max_keys: shard_share(cfg.max_keys, shard, shard_count),
+            memory_bytes_max: match shard_share(cfg.memory_bytes_max, shard, shard_count) {
+                0 => 0,
+                share => share.max(ENTRY_BYTES_MAX_DEFAULT),
+            },
             default_ttl_ms: cfg.default_ttl_ms,
             ..CacheLimits::default()
         }
@@ -102,4 +87,29 @@ impl CacheLimits {
         }
         Ok(())
     }
+}
+
+/// Shard `shard`'s part of a node-wide limit `total` (0 = unlimited stays 0), in proportion
+/// to the slots it owns (slot → shard is `slot mod shard_count`, so shards can own one slot
+/// more or fewer); the shares add up to exactly `total`. A shard whose share rounds to 0
+/// still gets 1, because 0 means unlimited; then the total can exceed `total` by at most
+/// `shard_count - 1`.
+pub fn shard_share(total: u64, shard: usize, shard_count: usize) -> u64 {
+    assert!(shard < shard_count, "shard {shard} out of 0..{shard_count}");
+    if total == 0 {
+        return 0;
+    }
+    // Cumulative rounding: shard i gets floor(M·c(i+1)/S) − floor(M·c(i)/S), where c(i)
+    // counts the slots of shards before i, so the shares telescope to M.
+    let slots_before = |i: usize| -> u128 {
+        (0..SLOTS)
+            .filter(|&slot| owner_of_slot(slot, shard_count) < i)
+            .count() as u128
+    };
+    let total = u128::from(total);
+    let slots = u128::from(SLOTS);
+    let share = total * slots_before(shard + 1) / slots - total * slots_before(shard) / slots;
+    u64::try_from(share)
+        .expect("a share is at most the total")
+        .max(1)
 }

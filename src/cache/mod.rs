@@ -21,7 +21,8 @@
 //! | [`CacheStore::flush`] | removed count | sum |
 //! | [`CacheStore::stats`] | [`CacheStats`] | [`CacheStats::merge`] |
 //!
-//! `max_keys` is split into per-shard shares by [`CacheLimits::for_shard`].
+//! `max_keys` and `memory_bytes_max` are split into per-shard shares by
+//! [`CacheLimits::for_shard`].
 //!
 //! # Where this differs from v1, and why
 //!
@@ -32,8 +33,9 @@
 //!   JSON text; the HTTP layer should store `null`.
 //! - **`max_keys` also bounds `incr`** (v1 only checked it on `set`), and eviction is
 //!   **deterministic** (v1 evicted an arbitrary key): see [`CacheStore`] for the policy.
-//! - **Bounded sizes**: keys and values have byte limits ([`CacheLimits`]) and an optional
-//!   memory limit evicts like `max_keys` (v1 had none).
+//! - **Bounded by default**: keys and values have byte limits ([`CacheLimits`]), and
+//!   `max_keys` (default 1,000,000) and `memory_bytes_max` (default 256 MiB) evict as
+//!   described in [`CacheStore`] (v1: unlimited, no memory limit). 0 turns either off.
 //! - **`incr`** never wraps: an overflow is an error (v1 wrapped). It accepts a stored JSON
 //!   integer or a JSON string holding a decimal integer (v1 stored strings unquoted, so a
 //!   counter set as `"5"` could be incremented; this keeps that working), and stores the
@@ -56,7 +58,8 @@ mod value;
 mod tests;
 
 pub use limits::{
-    CacheLimits, INCR_VALUE_BYTES_MAX, KEY_BYTES_MAX_DEFAULT, VALUE_BYTES_MAX_DEFAULT,
+    shard_share, CacheLimits, ENTRY_BYTES_MAX_DEFAULT, INCR_VALUE_BYTES_MAX, KEY_BYTES_MAX_DEFAULT,
+    VALUE_BYTES_MAX_DEFAULT,
 };
 pub use pattern::Pattern;
 pub use store::{

@@ -164,6 +164,10 @@ pub(super) fn apply(c: &mut Config, lookup: EnvLookup) -> Result<(), ConfigError
     env.string("BOLTQ_API_KEY", &mut c.security.api_key);
     env.bool("BOLTQ_CACHE_ENABLED", &mut c.cache.enabled)?;
     env.int("BOLTQ_CACHE_MAX_KEYS", &mut c.cache.max_keys)?;
+    env.int(
+        "BOLTQ_CACHE_MEMORY_BYTES_MAX",
+        &mut c.cache.memory_bytes_max,
+    )?;
 
     // [cluster]
     let cl = &mut c.cluster;

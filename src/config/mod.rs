@@ -416,14 +416,26 @@ pub struct AdminConfig {
     pub metrics_public: bool,
 }
 
+/// Default `cache.max_keys`: a KV store anyone who can reach the admin API fills is bounded
+/// by default (v1: unlimited). With `memory_bytes_max` it keeps the store's share of a
+/// 1 GiB host (~100 B of bookkeeping per key on top of its bytes).
+pub const CACHE_MAX_KEYS_DEFAULT: u64 = 1_000_000;
+/// Default `cache.memory_bytes_max`: 256 MiB of keys and values.
+pub const CACHE_MEMORY_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+
 /// `[cache]`: the KV store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CacheConfig {
     /// Default true.
     pub enabled: bool,
-    /// 0 (default) = unlimited.
+    /// Most keys, split among the shards; 0 = unlimited (v1's only setting). Default
+    /// [`CACHE_MAX_KEYS_DEFAULT`].
     pub max_keys: u64,
+    /// Most key + value bytes held, split among the shards like `max_keys`; a new key
+    /// past it evicts as one past `max_keys` does. 0 = unlimited. Default
+    /// [`CACHE_MEMORY_BYTES_MAX_DEFAULT`].
+    pub memory_bytes_max: u64,
     /// TTL applied to a `set` without one, in ms; 0 (default) = none.
     pub default_ttl_ms: u64,
     /// Expired-key sweep interval in seconds (v1 key name). Default 10; at
@@ -435,7 +447,8 @@ impl Default for CacheConfig {
     fn default() -> Self {
         CacheConfig {
             enabled: true,
-            max_keys: 0,
+            max_keys: CACHE_MAX_KEYS_DEFAULT,
+            memory_bytes_max: CACHE_MEMORY_BYTES_MAX_DEFAULT,
             default_ttl_ms: 0,
             cleanup_sec: 10,
         }

@@ -230,7 +230,18 @@ fn cors_origin(origin: &str) -> Result<(), &'static str> {
 }
 
 fn cache(c: &Config) -> Check {
-    at_least("cache.cleanup_sec", c.cache.cleanup_sec, 1)
+    at_least("cache.cleanup_sec", c.cache.cleanup_sec, 1)?;
+    let entry_bytes_max = crate::cache::ENTRY_BYTES_MAX_DEFAULT;
+    if c.cache.memory_bytes_max != 0 && c.cache.memory_bytes_max < entry_bytes_max {
+        return Err(ConfigError::invalid(
+            "cache.memory_bytes_max",
+            c.cache.memory_bytes_max.to_string(),
+            format!(
+                "must be 0 (unlimited) or at least {entry_bytes_max} (one key and value of the largest size)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn cluster(c: &Config) -> Check {

@@ -549,3 +549,41 @@ fn an_oversized_body_gets_its_413_although_the_client_sent_it_all_first() {
         assert!(text.contains("\r\nConnection: close\r\n"), "{text:?}");
     }
 }
+
+/// `cache.memory_bytes_max` bounds what the KV store holds: 40 values of ~500 KiB into a
+/// 4 MiB cap (2 MiB per shard) keep at most 4 MiB, evict the rest (oldest first), and the
+/// newest value is still there.
+#[test]
+fn the_cache_keeps_at_most_memory_bytes_max_and_evicts_the_oldest() {
+    let dir = boltq_io::testutil::TempDir::new("limits-cache");
+    let cfg = dir.path().join("boltq.toml");
+    let cap_bytes: u64 = 4 << 20;
+    std::fs::write(
+        &cfg,
+        format!("[server]\nshards = 2\n[cache]\nmemory_bytes_max = {cap_bytes}\n"),
+    )
+    .unwrap();
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let value = "v".repeat(500 << 10);
+    for n in 0..40 {
+        let r = post(
+            &s,
+            "/cache/set",
+            json!({"key": format!("big-{n}"), "value": value}),
+        );
+        assert_eq!(r.status, 200, "set {n}: {}", r.body);
+    }
+    let stats = get(&s, "/cache/stats").json()["stats"].clone();
+    let used = stats["memory_used"].as_u64().expect("memory_used");
+    assert!(
+        used <= cap_bytes,
+        "{used} bytes held over a {cap_bytes}-byte cap: {stats}"
+    );
+    assert!(stats["evicted"].as_u64().unwrap_or(0) >= 30, "{stats}");
+    assert_eq!(get(&s, "/cache/get?key=big-39").status, 200);
+    assert_eq!(
+        get(&s, "/cache/get?key=big-0").status,
+        404,
+        "the oldest went first"
+    );
+}

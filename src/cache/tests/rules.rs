@@ -2,7 +2,8 @@
 
 use super::{store, store_with, T0_MS};
 use crate::cache::{
-    CacheError, CacheLimits, CacheStats, CacheStore, EntryPage, Pattern, SWEEP_BATCH_MAX,
+    CacheError, CacheLimits, CacheStats, CacheStore, EntryPage, Pattern, ENTRY_BYTES_MAX_DEFAULT,
+    SWEEP_BATCH_MAX,
 };
 use crate::config::CacheConfig;
 
@@ -842,4 +843,26 @@ fn max_keys_shares_add_up_and_follow_slot_ownership() {
         .map(|shard| CacheLimits::for_shard(&cfg, shard, 3).max_keys)
         .collect();
     assert_eq!(shares, vec![86_000, 85_000, 85_000]);
+}
+
+#[test]
+fn memory_shares_follow_slot_ownership_and_hold_at_least_one_largest_entry() {
+    let share = |memory_bytes_max: u64, shard: usize, shard_count: usize| {
+        let cfg = CacheConfig {
+            memory_bytes_max,
+            ..CacheConfig::default()
+        };
+        CacheLimits::for_shard(&cfg, shard, shard_count).memory_bytes_max
+    };
+    // 3 shards own 86, 85 and 85 of the 256 slots.
+    let shares: Vec<u64> = (0..3).map(|shard| share(256 << 20, shard, 3)).collect();
+    assert_eq!(shares, vec![86 << 20, 85 << 20, 85 << 20]);
+    assert_eq!(share(0, 1, 3), 0, "0 stays unlimited");
+    // A share smaller than one key and value of the largest size is raised to it, so any
+    // value the API accepts fits somewhere.
+    assert_eq!(share(4 << 20, 5, 8), ENTRY_BYTES_MAX_DEFAULT);
+    // The defaults bound the store.
+    let defaults = CacheConfig::default();
+    assert_eq!(defaults.max_keys, 1_000_000);
+    assert_eq!(defaults.memory_bytes_max, 256 << 20);
 }
