@@ -155,6 +155,11 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
             r.counters.ack_timeouts as i64,
         ),
         (
+            "boltq_queues_refused_total",
+            "Commands refused because they would have created a queue past queue.queues_per_slot_max",
+            r.counters.queues_refused as i64,
+        ),
+        (
             "boltq_pushes_total",
             "Pub/sub deliveries to live subscribers",
             r.counters.pushed as i64,

@@ -369,6 +369,11 @@ pub struct QueueConfig {
     /// Distinct (topic, subscriber id) pairs one TCP connection may subscribe; one more is
     /// refused with an error naming this key. Default 1024, 1..=65536.
     pub subscriptions_per_connection_max: u64,
+    /// Work queues one slot holds (a node holds 256 slots; queue names spread over them by
+    /// hash). A publish, bind or declare that would create one more is refused with an
+    /// error naming this key; a CONSUME of an unknown name then answers EMPTY. Default
+    /// 1024 (262,144 per node), 1..=65536.
+    pub queues_per_slot_max: u64,
 }
 
 impl Default for QueueConfig {
@@ -383,6 +388,7 @@ impl Default for QueueConfig {
             overflow: OverflowPolicy::Reject,
             report_unroutable: false,
             subscriptions_per_connection_max: 1024,
+            queues_per_slot_max: 1024,
         }
     }
 }

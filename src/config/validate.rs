@@ -165,6 +165,12 @@ fn queue(c: &Config) -> Check {
         65_536,
     )?;
     range(
+        "queue.queues_per_slot_max",
+        q.queues_per_slot_max,
+        1,
+        65_536,
+    )?;
+    range(
         "queue.durable_backlog_bytes_max",
         q.durable_backlog_bytes_max,
         1 << 20,

@@ -247,6 +247,7 @@ fn broker_config(config: &Config) -> crate::queue::broker::BrokerConfig {
         retry_backoff_max_ns: q.retry_backoff_max_ms as i64 * 1_000_000,
         dead_letter_capacity: capacity,
         durable_kept_bytes_max: q.durable_backlog_bytes_max,
+        queues_max: q.queues_per_slot_max as usize,
     }
 }
 

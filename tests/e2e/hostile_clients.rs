@@ -319,3 +319,58 @@ fn a_batchs_large_replies_are_written_before_the_rest_of_the_batch_is_answered()
     );
     assert!(String::from_utf8_lossy(&body).contains("second"));
 }
+
+/// A queue-name flood meets `queue.queues_per_slot_max`: publishes that would create a queue
+/// past it are refused with an error naming the key (counted in
+/// `boltq_queues_refused_total`), a CONSUME of such a name answers EMPTY, and every
+/// accepted queue keeps its message across a kill -9 and a restart with the limit lowered
+/// (replay does not refuse what was accepted once).
+#[test]
+fn queues_past_the_per_slot_cap_are_refused_and_a_lowered_cap_keeps_what_was_accepted() {
+    let dir = TempDir::new("hostile-queues");
+    let config = dir.path().join("boltq.toml");
+    std::fs::write(&config, "[queue]\nqueues_per_slot_max = 2\n").unwrap();
+    let s = Server::start_restartable(&["--config", config.to_str().unwrap()]);
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    let mut c = boltq::client::Client::connect(&addr, Default::default()).unwrap();
+    let (mut accepted, mut refused) = (Vec::new(), Vec::new());
+    // 600 names over 256 slots: every slot is asked for more than two.
+    for n in 0..600 {
+        let queue = format!("flood-{n}");
+        match c.publish(&queue, &n.to_string(), None, Default::default()) {
+            Ok(_) => accepted.push((queue, n)),
+            Err(e) => {
+                let e = e.to_string();
+                assert!(e.contains("queue.queues_per_slot_max"), "{e}");
+                refused.push(queue);
+            }
+        }
+    }
+    assert!(accepted.len() <= 2 * 256, "{} accepted", accepted.len());
+    assert!(!refused.is_empty());
+    assert_eq!(c.consume(&refused[0]).unwrap(), None);
+    let metrics = crate::support::get(&s, "/metrics").body;
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("boltq_queues_refused_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no boltq_queues_refused_total in:\n{metrics}"));
+    assert_eq!(
+        counted,
+        refused.len() as u64 + 1,
+        "the refused CONSUME counts too"
+    );
+
+    std::fs::write(&config, "[queue]\nqueues_per_slot_max = 1\n").unwrap();
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
+    let mut c =
+        boltq::client::Client::connect(&format!("127.0.0.1:{}", s.tcp_port), Default::default())
+            .unwrap();
+    for (queue, n) in &accepted {
+        let m = c
+            .consume(queue)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{queue} lost its message over the restart"));
+        assert_eq!(m.payload_json, n.to_string());
+    }
+}

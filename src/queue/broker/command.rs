@@ -23,7 +23,7 @@ pub enum Command {
     },
     /// Pops up to `max` ready messages (at least 1, at most `CONSUME_MESSAGES_MAX`), which
     /// become pending with ack deadline `now_ns + ack_timeout_ns`; skips and discards
-    /// messages whose TTL has passed. Creates the queue (at `QUEUES_MAX` queues, an unknown
+    /// messages whose TTL has passed. Creates the queue (at `queues_max` queues, an unknown
     /// name is `Empty` and creates nothing). Runs no timers: the shard ticks first.
     Consume {
         queue: String,

@@ -30,7 +30,7 @@
 //! - **Pub/sub** fixes are in `pubsub.rs`; prefetch release is `Effect::Released`.
 //!
 //! Every collection has a named limit: `capacity_per_queue` (messages per queue and per
-//! durable backlog), `dead_letter_capacity`, `QUEUES_MAX`, `TOPICS_MAX`,
+//! durable backlog), `dead_letter_capacity`, `queues_max`, `TOPICS_MAX`,
 //! `SUBSCRIBERS_PER_TOPIC_MAX`, `CONSUME_MESSAGES_MAX`, `TIMERS_PER_TICK_MAX`,
 //! `DEAD_LETTER_REQUEUE_MAX`, `DEAD_LETTER_LIST_MAX`. Pending messages are bounded by
 //! their queues' capacities.
@@ -71,9 +71,12 @@ use std::collections::HashSet;
 use timers::{TimerTarget, Timers};
 use waiting::Waiting;
 
-/// Work queues one broker (slot) holds. Queues are created by publish and consume and kept
-/// (v1 shows a polled queue in stats with 0), so this bounds the names a client can create.
-pub const QUEUES_MAX: usize = 65_536;
+/// Default of [`BrokerConfig::queues_max`] (`queue.queues_per_slot_max`). Queues are created
+/// by publish and consume and kept (v1 shows a polled queue in stats with 0), so the limit
+/// bounds the names a client can create.
+pub const QUEUES_MAX_DEFAULT: usize = 1_024;
+/// Largest [`BrokerConfig::queues_max`].
+pub const QUEUES_MAX_CEILING: usize = 65_536;
 /// Messages one CONSUME can return.
 pub const CONSUME_MESSAGES_MAX: u32 = 1_024;
 /// Timers one tick fires; a tick that stops here reports `changed` and leaves
@@ -104,6 +107,10 @@ pub struct BrokerConfig {
     /// together): a copy that would pass it is not kept, as one past `capacity_per_queue`.
     /// ≥ 1.
     pub durable_kept_bytes_max: u64,
+    /// Work queues this slot holds; a command that would create one more is refused
+    /// (CONSUME answers empty). Replay and restore are exempt: what was accepted once is
+    /// never dropped because the limit was lowered since. 1..=`QUEUES_MAX_CEILING`.
+    pub queues_max: usize,
 }
 
 impl Default for BrokerConfig {
@@ -117,6 +124,7 @@ impl Default for BrokerConfig {
             retry_backoff_max_ns: 30_000_000_000,
             dead_letter_capacity: 1 << 20,
             durable_kept_bytes_max: DURABLE_KEPT_BYTES_MAX_DEFAULT,
+            queues_max: QUEUES_MAX_DEFAULT,
         }
     }
 }
@@ -138,6 +146,12 @@ impl BrokerConfig {
         }
         if self.durable_kept_bytes_max == 0 {
             return Err("durable_kept_bytes_max must be ≥ 1".into());
+        }
+        if !(1..=QUEUES_MAX_CEILING).contains(&self.queues_max) {
+            return Err(format!(
+                "queues_max must be in 1..={QUEUES_MAX_CEILING}, not {}",
+                self.queues_max
+            ));
         }
         if self.retry_backoff_base_ns < 0 {
             return Err(format!(
@@ -194,6 +208,12 @@ pub struct Broker {
     /// unique within a broker, which ACK/NACK by id rely on.
     ids: HashSet<MessageId>,
     counters: BrokerCounters,
+    /// Commands are being replayed from the log: they were accepted when first applied,
+    /// so admission limits that may have been lowered since (`queues_max`, a publish's
+    /// `capacity_per_queue`) are not applied again. Only limits whose refusal keeps the
+    /// command out of the log are skipped: a replay then reproduces exactly what was
+    /// accepted, where applying them again would drop acknowledged messages.
+    replaying: bool,
 }
 
 /// A command applied by [`Broker::apply_logged`].
@@ -235,7 +255,13 @@ impl Broker {
             timers: Timers::default(),
             ids: HashSet::new(),
             counters: BrokerCounters::default(),
+            replaying: false,
         }
+    }
+
+    /// While on, [`Broker::apply`] replays logged commands: see `replaying`.
+    pub fn set_replaying(&mut self, on: bool) {
+        self.replaying = on;
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -335,11 +361,12 @@ impl Broker {
             return Outcome::Error(format!("message {} already exists", msg.id));
         }
         let capacity = self.cfg.capacity_per_queue;
-        let queue = match queue_or_create(&mut self.queues, &msg.topic) {
+        let replaying = self.replaying;
+        let queue = match self.queue_or_create(&msg.topic) {
             Ok(queue) => queue,
             Err(e) => return Outcome::Error(e),
         };
-        if queue.held() >= capacity {
+        if queue.held() >= capacity && !replaying {
             self.counters.rejected_full += 1;
             return Outcome::Error(queue_full_error(&msg.topic, capacity));
         }
@@ -380,7 +407,7 @@ impl Broker {
             return Outcome::Error("topic is required".into());
         }
         // At the queue limit, polling a new name has nothing to deliver and creates nothing.
-        if queue_or_create(&mut self.queues, queue).is_err() {
+        if self.queue_or_create(queue).is_err() {
             return Outcome::Empty;
         }
         let want = max.clamp(1, CONSUME_MESSAGES_MAX) as usize;
@@ -578,6 +605,16 @@ impl Broker {
         assert!(known, "message {} was not held", msg.id);
     }
 
+    /// The queue `name`, created if absent unless the slot holds `queues_max` already.
+    fn queue_or_create(&mut self, name: &str) -> Result<&mut WorkQueue, String> {
+        let at_limit = self.queues.len() >= self.cfg.queues_max;
+        if at_limit && !self.replaying && !self.queues.contains_key(name) {
+            self.counters.queues_refused += 1;
+            return Err(too_many_queues_error(self.cfg.queues_max));
+        }
+        Ok(self.queues.entry(name.to_string()).or_default())
+    }
+
     fn queue_mut(&mut self, queue: &str) -> &mut WorkQueue {
         self.queues
             .get_mut(queue)
@@ -638,7 +675,7 @@ impl Broker {
             return Outcome::Error("queue is required".into());
         }
         let created = !self.queues.contains_key(queue);
-        match queue_or_create(&mut self.queues, queue) {
+        match self.queue_or_create(queue) {
             Ok(_) => Outcome::Declared { created },
             Err(e) => Outcome::Error(e),
         }
@@ -746,15 +783,20 @@ impl std::fmt::Debug for Broker {
     }
 }
 
-fn queue_or_create<'a>(
+/// Creates `name` when absent, for a snapshot being restored: bounded only by
+/// `QUEUES_MAX_CEILING`, which no accepted history passes (a snapshot taken before
+/// `queues_max` was lowered still restores whole).
+fn queue_or_create_restored<'a>(
     queues: &'a mut imbl::OrdMap<String, WorkQueue>,
     name: &str,
 ) -> Result<&'a mut WorkQueue, String> {
-    if !queues.contains_key(name) {
-        if queues.len() >= QUEUES_MAX {
-            return Err(format!("too many queues (limit {QUEUES_MAX})"));
-        }
-        queues.insert(name.to_string(), WorkQueue::default());
+    if queues.len() >= QUEUES_MAX_CEILING && !queues.contains_key(name) {
+        return Err(format!("too many queues (limit {QUEUES_MAX_CEILING})"));
     }
-    Ok(queues.get_mut(name).expect("just ensured"))
+    Ok(queues.entry(name.to_string()).or_default())
+}
+
+/// The refusal of a queue past `queues_max`.
+pub fn too_many_queues_error(queues_max: usize) -> String {
+    format!("too many queues in this queue's slot (limit {queues_max}, queue.queues_per_slot_max)")
 }

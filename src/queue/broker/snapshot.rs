@@ -15,7 +15,7 @@ use super::pubsub::{all, Registrations, Subscription};
 use super::queue::{Ready, ReadyKey, WorkQueue};
 use super::timers::{TimerKey, TimerTarget, Timers};
 use super::waiting::Waiting;
-use super::{queue_or_create, Broker, BrokerConfig, ConsumerRef};
+use super::{queue_or_create_restored, Broker, BrokerConfig, ConsumerRef};
 use crate::queue::message::Message;
 use serde::{Deserialize, Serialize};
 
@@ -267,7 +267,7 @@ impl Broker {
         if !self.ids.insert(msg.id) {
             return Err(format!("message {} appears twice", msg.id));
         }
-        queue_or_create(&mut self.queues, &msg.topic)?.hold();
+        queue_or_create_restored(&mut self.queues, &msg.topic)?.hold();
         Ok(())
     }
 
@@ -300,7 +300,7 @@ impl Broker {
         if self.dead_letters.len(&d.queue) > 0 {
             return Err(format!("dead letters of {:?} appear twice", d.queue));
         }
-        queue_or_create(&mut self.queues, &d.queue)?;
+        queue_or_create_restored(&mut self.queues, &d.queue)?;
         self.dead_letters.restore_empty(&d.queue);
         for msg in d.messages {
             if msg.topic != d.queue {

@@ -71,6 +71,9 @@ pub struct BrokerCounters {
     /// Topic messages not kept for an offline durable subscriber whose backlog was full.
     pub backlog_dropped: u64,
     pub pushed: u64,
+    /// Commands refused because they would have created a queue past `queues_max`
+    /// (a CONSUME of an unknown name at the limit included).
+    pub queues_refused: u64,
 }
 
 impl BrokerCounters {
@@ -90,5 +93,6 @@ impl BrokerCounters {
         self.dead_letters_purged += o.dead_letters_purged;
         self.backlog_dropped += o.backlog_dropped;
         self.pushed += o.pushed;
+        self.queues_refused += o.queues_refused;
     }
 }

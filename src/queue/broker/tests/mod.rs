@@ -30,6 +30,7 @@ pub(super) fn cfg() -> BrokerConfig {
         retry_backoff_max_ns: 0,
         dead_letter_capacity: 100,
         durable_kept_bytes_max: 1 << 20,
+        queues_max: 16,
     }
 }
 

@@ -5,7 +5,9 @@
 
 use super::gen::{random_config, Gen, Rng, Step};
 use super::*;
-use crate::queue::broker::{BrokerCounters, BrokerSnapshot, BrokerStats, CONSUME_MESSAGES_MAX};
+use crate::queue::broker::{
+    too_many_queues_error, BrokerCounters, BrokerSnapshot, BrokerStats, CONSUME_MESSAGES_MAX,
+};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum State {
@@ -62,6 +64,16 @@ impl Model {
             seq: 0,
             counters: Default::default(),
         }
+    }
+
+    /// Whether `queue` exists or may be created now (then it is); a refusal is counted.
+    fn admit(&mut self, queue: &str) -> bool {
+        if self.queues.contains(queue) || self.queues.len() < self.cfg.queues_max {
+            self.queues.insert(queue.to_string());
+            return true;
+        }
+        self.counters.queues_refused += 1;
+        false
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -334,8 +346,10 @@ impl Model {
                 }
                 Outcome::Purged(n)
             }
-            Command::DeclareQueue { queue } => Outcome::Declared {
-                created: self.queues.insert(queue.clone()),
+            Command::DeclareQueue { queue } => match self.queues.contains(queue) {
+                true => Outcome::Declared { created: false },
+                false if self.admit(queue) => Outcome::Declared { created: true },
+                false => Outcome::Error(too_many_queues_error(self.cfg.queues_max)),
             },
             Command::DeadLetterPurge { queue } => {
                 let mut n = 0;
@@ -359,7 +373,9 @@ impl Model {
         if self.entries.iter().any(|e| e.msg.id == msg.id) {
             return Outcome::Error(format!("message {} already exists", msg.id));
         }
-        self.queues.insert(msg.topic.clone());
+        if !self.admit(&msg.topic) {
+            return Outcome::Error(too_many_queues_error(self.cfg.queues_max));
+        }
         if self.held(&msg.topic) >= self.cfg.capacity_per_queue {
             self.counters.rejected_full += 1;
             return Outcome::Error(format!(
@@ -389,7 +405,9 @@ impl Model {
     }
 
     fn consume(&mut self, queue: &str, consumer: ConsumerRef, max: u32, now_ns: i64) -> Outcome {
-        self.queues.insert(queue.to_string());
+        if !self.admit(queue) {
+            return Outcome::Empty;
+        }
         let want = max.clamp(1, CONSUME_MESSAGES_MAX) as usize;
         let mut delivered = Vec::new();
         while delivered.len() < want {

@@ -758,3 +758,85 @@ fn purge_drops_ready_messages_only_and_frees_their_places() {
     assert_eq!(b.queue_held("q"), Some(1));
     b.check_invariants();
 }
+
+/// Issue 17: a slot holds at most `queues_max` queues. A publish or declare that would
+/// create one more is refused with an error naming the config key, a CONSUME of an unknown
+/// name answers EMPTY and creates nothing, both are counted, and existing queues carry on.
+/// Replayed commands were accepted once, so a replay after the limit was lowered keeps them.
+#[test]
+fn a_slot_holds_at_most_queues_max_queues_and_a_replay_keeps_what_was_accepted() {
+    let mut b = Broker::new(BrokerConfig {
+        queues_max: 2,
+        ..cfg()
+    });
+    let mut f = Factory::new();
+    let mut accepted = Vec::new();
+    for name in ["a", "b"] {
+        let cmd = Command::Publish {
+            msg: f.msg(name, 0, 0),
+        };
+        assert_eq!(run(&mut b, cmd.clone()).0, Outcome::Published);
+        accepted.push(cmd);
+    }
+    let refused = run(
+        &mut b,
+        Command::Publish {
+            msg: f.msg("c", 0, 0),
+        },
+    )
+    .0;
+    assert_eq!(
+        refused,
+        Outcome::Error(
+            "too many queues in this queue's slot (limit 2, queue.queues_per_slot_max)".into()
+        )
+    );
+    let declare = run(&mut b, Command::DeclareQueue { queue: "d".into() }).0;
+    assert!(matches!(declare, Outcome::Error(e) if e.contains("queue.queues_per_slot_max")));
+    let poll = Command::Consume {
+        queue: "e".into(),
+        consumer: C1,
+        max: 1,
+        now_ns: 0,
+    };
+    assert_eq!(run(&mut b, poll).0, Outcome::Empty);
+    assert_eq!(b.stats().queues.len(), 2, "nothing was created");
+    assert_eq!(b.counters().queues_refused, 3);
+    // The existing queues take more.
+    assert_eq!(
+        run(
+            &mut b,
+            Command::Publish {
+                msg: f.msg("a", 0, 0)
+            }
+        )
+        .0,
+        Outcome::Published
+    );
+
+    // The same history replayed into a slot whose limits are now 1 queue of 1 message:
+    // both queues come back, and a publish accepted into a queue fuller than the new
+    // capacity stays too.
+    accepted.push(Command::Publish {
+        msg: f.msg("a", 0, 0),
+    });
+    let mut replayed = Broker::new(BrokerConfig {
+        queues_max: 1,
+        capacity_per_queue: 1,
+        ..cfg()
+    });
+    replayed.set_replaying(true);
+    for cmd in &accepted {
+        assert_eq!(replayed.apply(cmd).0, Outcome::Published);
+    }
+    replayed.set_replaying(false);
+    assert_eq!(replayed.stats().queues.len(), 2);
+    assert_eq!(replayed.queue_held("a"), Some(2));
+    // Live again, the lowered limit holds.
+    let refused = replayed
+        .apply(&Command::Publish {
+            msg: f.msg("z", 0, 0),
+        })
+        .0;
+    assert!(matches!(refused, Outcome::Error(e) if e.contains("limit 1")));
+}

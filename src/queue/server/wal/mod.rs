@@ -50,6 +50,19 @@ pub async fn replay(
         ));
     }
     let log_name = log.name();
+    broker.set_replaying(true);
+    let done = replay_from(store, log, &log_name, from, broker).await;
+    broker.set_replaying(false);
+    done
+}
+
+async fn replay_from(
+    store: &Store,
+    log: &LogRef,
+    log_name: &str,
+    from: u64,
+    broker: &mut Broker,
+) -> Result<Replayed, String> {
     let mut from = from;
     let mut done = Replayed {
         commands: 0,
@@ -63,7 +76,7 @@ pub async fn replay(
         let Some(last) = records.last() else { break };
         from = last.seq + 1;
         for r in &records {
-            replay_record(&log_name, r.seq, &r.payload, broker)?;
+            replay_record(log_name, r.seq, &r.payload, broker)?;
             done.commands += 1;
             done.bytes += r.payload.len() as u64;
         }
