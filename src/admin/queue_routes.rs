@@ -109,6 +109,7 @@ pub async fn overview(ctx: &AdminCtx) -> Response {
             "uptime_ms": ctx.started.elapsed().as_millis() as u64,
             "cluster": {"enabled": ctx.plane.cluster_view().is_some()},
             "cache": cache,
+            "warnings": ctx.warnings,
         }),
     )
 }

@@ -37,6 +37,9 @@ pub struct AdminCtx {
     pub messaging: Option<super::messaging_routes::MessagingAdmin>,
     /// The browser chat demo and its token route; `None` unless `messaging.gateway.demo`.
     pub demo: Option<super::demo::Demo>,
+    /// Startup warnings an operator must see (`/overview` `warnings`, the dashboard's
+    /// banner): an exposure logged once scrolls away, a banner stays.
+    pub warnings: Vec<String>,
 }
 
 impl AdminCtx {

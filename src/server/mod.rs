@@ -52,6 +52,9 @@ pub struct Plan {
     pub gateway_listener: Option<(SharedListener, Option<TlsConfig>)>,
     /// `cluster.enabled`: the raft listeners and members.
     pub cluster: Option<cluster::ClusterPlan>,
+    /// What startup warned about that an operator should also see on the dashboard
+    /// (listeners open to other hosts without a key).
+    pub warnings: Vec<String>,
 }
 
 /// Checks the settings a plane validates itself because config, the lowest layer, cannot
@@ -181,7 +184,8 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         .into_iter()
         .filter_map(|(name, l)| Some((name, l.local_addr().ok()?)))
         .collect();
-    for w in exposure::open_listener_warnings(&config, &bound) {
+    let warnings = exposure::open_listener_warnings(&config, &bound);
+    for w in &warnings {
         log::warn!("{w}");
     }
     let plan = Arc::new(Plan {
@@ -199,6 +203,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         tcp,
         http,
         state: Arc::new(ServerState::new(shard_count)),
+        warnings,
     });
     let shutdown = boltq_shards::ShutdownHandle::new();
     let _signals = shutdown

@@ -136,6 +136,7 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
                 region: plan.config.messaging.presence.region.clone(),
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
+        warnings: plan.warnings.clone(),
     });
     // Devices sharing the listener get their own allowance on top of the operators' one, so
     // a cap meant for operators' HTTP clients never turns devices away.

@@ -1,7 +1,8 @@
 //! Browser test of the built-in dashboard: headless Chromium loads `/` from the real binary,
 //! the page shows the queues and the dead letter the test created, and "Requeue" clicked on
 //! the page moves the dead letter back to its queue (checked through the API). A second test
-//! checks that the Exchanges panel shows each exchange's type and bindings.
+//! checks that the Exchanges panel shows each exchange's type and bindings, a third that a
+//! server open to other hosts without a key shows a warning banner.
 //!
 //! Screenshots (full page, 1280 px wide) are written to the test output folder,
 //! `target/test-output/` (under `$CARGO_TARGET_DIR` when that is set):
@@ -221,6 +222,40 @@ fn dashboard_shows_exchange_types_and_bindings() {
         "the exchange's type is shown (the page reads `type`; GET /exchanges must send it): {shown}; \
          GET /exchanges = {}",
         get(&s, "/exchanges").body
+    );
+}
+
+/// A server whose listeners other hosts reach with no API key says so on the dashboard, in
+/// a banner at the top of every page load, not only once in the startup log; a server on
+/// loopback has nothing to warn about (`/overview` `warnings` is empty).
+#[test]
+fn dashboard_warns_in_a_banner_about_listeners_open_without_a_key() {
+    let Some(chromium) = chromium_or_fail() else {
+        return;
+    };
+    let local = Server::start(&[]);
+    assert_eq!(get(&local, "/overview").json()["warnings"], json!([]));
+    drop(local);
+    let open = Server::start(&["--host", "0.0.0.0"]);
+    let mut b = Browser::launch(&chromium, "cdp_driver.py");
+    let url = format!("http://127.0.0.1:{}/", open.http_port);
+    b.call(
+        json!({"op": "open", "url": url, "width": 1280, "height": 1000}),
+        20_000,
+    );
+    let banner = b.call(
+        json!({"op": "wait", "expr": r#"(() => {
+            const w = document.getElementById('warnings');
+            return w && !w.hidden && w.getClientRects().length > 0 ? w.textContent : null;
+        })()"#}),
+        15_000,
+    );
+    b.quit();
+    let text = banner.as_str().unwrap_or_default();
+    assert!(
+        text.contains("no security.api_key is set")
+            && text.contains(&format!("tcp 0.0.0.0:{}", open.tcp_port)),
+        "banner: {banner}"
     );
 }
 

@@ -374,12 +374,22 @@
     try { m = await api('/metrics'); } catch (e) { if (e.status === 401) throw e; }
     m = Object.assign({}, ov.metrics, m && typeof m === 'object' ? m : null);
     lastOverview = ov;
+    renderWarnings(ov.warnings);
     renderOverview(ov, m);
     setLive('ok', 'Live · ' + new Date().toLocaleTimeString());
   }, true);
   ovPanel.onError = (e) => { if (e.status !== 401) setLive('error', e.status ? 'Error' : 'Offline'); };
   // Queues share the overview fetch; refreshing them refreshes the overview.
   const qPanel = { sec: $('queues'), fn: () => run(ovPanel) };
+
+  // Startup warnings (a listener other hosts reach with no API key): a log line scrolls
+  // away, this stays on every page load until the configuration is fixed.
+  function renderWarnings(list) {
+    const box = $('warnings');
+    const items = Array.isArray(list) ? list.filter((w) => typeof w === 'string') : [];
+    box.replaceChildren(...items.map((w) => { const p = document.createElement('p'); p.textContent = w; return p; }));
+    box.hidden = items.length === 0;
+  }
 
   function renderOverview(ov, m) {
     const t = performance.now() / 1000;
