@@ -12,6 +12,8 @@ pub const KEY_BYTES_MAX_DEFAULT: usize = 1024;
 pub const VALUE_BYTES_MAX_DEFAULT: usize = 1 << 20;
 /// The largest entry under the default limits: what a memory cap must at least allow.
 pub const ENTRY_BYTES_MAX_DEFAULT: u64 = (KEY_BYTES_MAX_DEFAULT + VALUE_BYTES_MAX_DEFAULT) as u64;
+// The config layer, below this one, validates `cache.memory_bytes_max` against its copy.
+const _: () = assert!(ENTRY_BYTES_MAX_DEFAULT == crate::config::CACHE_ENTRY_BYTES_MAX);
 /// Longest JSON text `incr` can store: `-9223372036854775808`. `value_bytes_max` must be at
 /// least this, so an `incr` never fails for lack of room for its own result.
 pub const INCR_VALUE_BYTES_MAX: usize = 20;

@@ -428,6 +428,9 @@ pub struct AdminConfig {
 pub const CACHE_MAX_KEYS_DEFAULT: u64 = 1_000_000;
 /// Default `cache.memory_bytes_max`: 256 MiB of keys and values.
 pub const CACHE_MEMORY_BYTES_MAX_DEFAULT: u64 = 256 << 20;
+/// The largest KV entry (a 1 KiB key and a 1 MiB value): the least a nonzero
+/// `cache.memory_bytes_max` must allow. The cache checks it matches its own limits.
+pub const CACHE_ENTRY_BYTES_MAX: u64 = 1024 + (1 << 20);
 
 /// `[cache]`: the KV store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

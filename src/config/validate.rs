@@ -237,7 +237,7 @@ fn cors_origin(origin: &str) -> Result<(), &'static str> {
 
 fn cache(c: &Config) -> Check {
     at_least("cache.cleanup_sec", c.cache.cleanup_sec, 1)?;
-    let entry_bytes_max = crate::cache::ENTRY_BYTES_MAX_DEFAULT;
+    let entry_bytes_max = super::CACHE_ENTRY_BYTES_MAX;
     if c.cache.memory_bytes_max != 0 && c.cache.memory_bytes_max < entry_bytes_max {
         return Err(ConfigError::invalid(
             "cache.memory_bytes_max",
