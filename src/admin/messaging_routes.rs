@@ -35,6 +35,7 @@ pub const PATHS: &[&str] = &[
     "/presence",
     "/gateway/stats",
     "/replication",
+    "/push/dead-letters",
 ];
 
 /// What the warning of `/replication` says on a node without replication.
@@ -77,6 +78,7 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
         "/presence" => presence(req, m).await,
         "/replication" => pretty(200, &replication_json()),
         "/messaging/overview" => overview(m).await,
+        "/push/dead-letters" => push_dead_letters(req, m).await,
         _ => Response::error(404, "not found"),
     }
 }
@@ -272,6 +274,75 @@ async fn streams_cursors(req: &Request, m: &MessagingAdmin) -> Response {
         .await
     {
         Ok(c) => pretty(200, &cursors_json(&q, &c)),
+        Err(e) => unavailable(&e),
+    }
+}
+
+// ---- /push/dead-letters ---------------------------------------------------------------------
+
+/// Most dead letters one `/push/dead-letters` answer lists.
+pub const DEAD_LETTERS_PAGE_MAX: usize = 1_000;
+
+/// `from` (a sequence, default the first kept) and `limit` (1..=1000, default 100).
+fn dead_letters_query(from: Option<&str>, limit: Option<&str>) -> Result<(u64, usize), String> {
+    let from = match from {
+        None => 0,
+        Some(f) => f
+            .parse::<u64>()
+            .map_err(|_| format!("from must be a sequence number, not {f:?}"))?,
+    };
+    let limit = match limit {
+        None => 100,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=DEAD_LETTERS_PAGE_MAX).contains(n))
+            .ok_or_else(|| format!("limit must be 1..={DEAD_LETTERS_PAGE_MAX}, not {l:?}"))?,
+    };
+    Ok((from, limit))
+}
+
+/// Notifications the push dispatcher gave up on (issue 17 item 5): a page of the
+/// dead-letter topic, oldest first, each the notification as the webhook last saw it with
+/// its id, attempts and `dropped_at`; `next_seq` is where the next page starts.
+async fn push_dead_letters(req: &Request, m: &MessagingAdmin) -> Response {
+    use crate::messaging::push::dispatcher::DEAD_LETTER_TOPIC;
+    let (from, limit) = match dead_letters_query(req.query("from"), req.query("limit")) {
+        Ok(q) => q,
+        Err(e) => return Response::error(400, &e),
+    };
+    match m
+        .engine
+        .read(DEAD_LETTER_TOPIC, 0, from, limit, false)
+        .await
+    {
+        Ok(page) => {
+            let letters: Vec<Value> = page
+                .records
+                .iter()
+                .take(limit)
+                .map(|r| {
+                    let mut v = serde_json::from_slice::<Value>(&r.payload)
+                        .unwrap_or_else(|_| json!({"undecodable": true}));
+                    v["seq"] = json!(r.seq);
+                    v
+                })
+                .collect();
+            let next = letters
+                .last()
+                .and_then(|v| v["seq"].as_u64())
+                .map_or(page.next_seq.max(from), |s| s + 1);
+            pretty(
+                200,
+                &json!({
+                    "topic": DEAD_LETTER_TOPIC,
+                    "first_seq": page.first_seq,
+                    "next_seq": next,
+                    "end_seq": page.next_seq,
+                    "dead_letters": letters,
+                }),
+            )
+        }
         Err(e) => unavailable(&e),
     }
 }

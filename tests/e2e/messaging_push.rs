@@ -59,6 +59,8 @@ struct Shared {
     calls: Vec<Call>,
     /// Statuses of the next calls, in order.
     script: VecDeque<u16>,
+    /// A 200 names this user's notifications as failed (`{"failed": [ids]}`).
+    refused_user: Option<String>,
 }
 
 struct Webhook {
@@ -71,12 +73,18 @@ impl Webhook {
         let shared = Arc::new(Mutex::new(Shared {
             calls: Vec::new(),
             script: script.iter().copied().collect(),
+            refused_user: None,
         }));
         let sh = Arc::clone(&shared);
         Webhook {
             shared,
             stub: StubServer::start("webhook", move |conn| serve(conn, &sh)),
         }
+    }
+
+    /// From now on, every 200 names `user`'s notifications as failed.
+    fn refuse_user(&self, user: &str) {
+        self.shared.lock().unwrap().refused_user = Some(user.to_string());
     }
 
     fn url(&self) -> String {
@@ -136,20 +144,32 @@ fn serve(conn: TcpStream, shared: &Mutex<Shared>) {
             .map_or(0, |v| v.parse().unwrap());
         let mut body = vec![0; len];
         reader.read_exact(&mut body).unwrap();
-        let status = {
+        let (status, answer) = {
             let mut sh = shared.lock().unwrap();
-            sh.calls.push(Call {
+            let call = Call {
                 at: Instant::now(),
                 request_line: request_line.trim_end().to_string(),
                 headers,
                 body,
-            });
-            sh.script.pop_front().unwrap_or(200)
-        };
-        let answer = if status == 200 {
-            "{}"
-        } else {
-            "{\"error\":\"x\"}"
+            };
+            let failed: Vec<Value> = match &sh.refused_user {
+                Some(user) => call.json()["notifications"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|n| n["user_id"] == user.as_str())
+                    .map(|n| n["id"].clone())
+                    .collect(),
+                None => Vec::new(),
+            };
+            sh.calls.push(call);
+            let status = sh.script.pop_front().unwrap_or(200);
+            let answer = match status {
+                200 if failed.is_empty() => "{}".to_string(),
+                200 => json!({ "failed": failed }).to_string(),
+                _ => "{\"error\":\"x\"}".to_string(),
+            };
+            (status, answer)
         };
         let reply = format!(
             "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
@@ -164,6 +184,10 @@ fn serve(conn: TcpStream, shared: &Mutex<Shared>) {
 // ---- the server and its clients --------------------------------------------------------
 
 fn start(hook: &Webhook, grace: &str) -> (Server, TempDir) {
+    start_with_attempts(hook, grace, 5)
+}
+
+fn start_with_attempts(hook: &Webhook, grace: &str, max_attempts: u32) -> (Server, TempDir) {
     let tmp = TempDir::new("push");
     let path = tmp.path().join("boltq.toml");
     std::fs::write(
@@ -175,7 +199,7 @@ fn start(hook: &Webhook, grace: &str) -> (Server, TempDir) {
              [messaging.gateway]\nenabled = true\n\
              [messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
              auth_header = \"{AUTH}\"\nsigning_secret = \"{SIGNING_SECRET}\"\n\
-             grace_delay = \"{grace}\"\ntimeout = \"2s\"\nmax_attempts = 5\n",
+             grace_delay = \"{grace}\"\ntimeout = \"2s\"\nmax_attempts = {max_attempts}\n",
             hook.url()
         ),
     )
@@ -341,6 +365,66 @@ fn a_failing_receiver_gets_the_batch_again_with_backoff_until_it_succeeds() {
     assert!(gap2 >= Duration::from_millis(1900), "backoff 2 s: {gap2:?}");
     assert!(gap2 < Duration::from_secs(6), "not much more: {gap2:?}");
     assert_eq!(notifications_for(&calls, "erin").len(), 3);
+}
+
+/// Issue 17 item 5: a receiver that answers 200 but names one user's notification as
+/// failed gets only that one again (same notification id, next attempt); the others are not
+/// re-sent. After the last attempt it is in the dead-letter topic, readable at
+/// `GET /push/dead-letters`.
+#[test]
+fn a_notification_the_receiver_names_as_failed_is_retried_alone_then_dead_lettered() {
+    let hook = Webhook::start(&[]);
+    hook.refuse_user("carol");
+    let (s, _tmp) = start_with_attempts(&hook, "0s", 2);
+    let mut alice = connect(&s, "alice", "a-phone");
+    send(&mut alice, "alice:bob", "to bob");
+    send(&mut alice, "alice:carol", "to carol");
+    hook.wait_for(&s, "carol's two attempts", |c| {
+        notifications_for(c, "carol").len() >= 2
+    });
+    // Anything more would come within the next backoff.
+    std::thread::sleep(Duration::from_millis(1500));
+    let calls = hook.calls();
+    assert_eq!(
+        notifications_for(&calls, "bob").len(),
+        1,
+        "bob accepted once"
+    );
+    let carol = notifications_for(&calls, "carol");
+    assert_eq!(carol.len(), 2, "carol tried twice (max_attempts), no more");
+    assert_eq!(
+        carol[0]["id"], carol[1]["id"],
+        "one notification id across attempts"
+    );
+    assert_eq!(
+        (carol[0]["attempt"].clone(), carol[1]["attempt"].clone()),
+        (json!(1), json!(2))
+    );
+
+    let deadline = Instant::now() + WAIT;
+    let letters = loop {
+        let r = crate::support::get(&s, "/push/dead-letters");
+        assert_eq!(r.status, 200, "{}", r.body);
+        let v = r.json();
+        if v["dead_letters"].as_array().is_some_and(|a| !a.is_empty()) {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no dead letter: {v}\n{}",
+            s.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let list = letters["dead_letters"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{letters}");
+    assert_eq!(list[0]["user_id"], "carol");
+    assert_eq!(list[0]["id"], carol[0]["id"]);
+    assert_eq!(list[0]["attempts"], 2);
+    assert_eq!(
+        crate::support::get(&s, "/push/dead-letters?limit=0").status,
+        400
+    );
 }
 
 #[test]

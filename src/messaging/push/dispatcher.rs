@@ -45,6 +45,10 @@ pub const ATTEMPTS_MAX: u32 = 100;
 /// Idle partitions the dispatcher keeps tracking; beyond it idle ones are forgotten (their
 /// position is in the cursor store).
 pub const TRACKED_PARTITIONS_MAX: usize = 100_000;
+/// Where notifications go after their last failed attempt (partition 0): a custom-namespace
+/// topic, which the built-in device policy does not let any device read; backends read it
+/// with the stream commands, operators with `GET /push/dead-letters`.
+pub const DEAD_LETTER_TOPIC: &str = "push.dead_letters";
 
 /// What the dispatcher needs from `[messaging.push]`.
 #[derive(Debug, Clone)]
@@ -96,6 +100,38 @@ pub enum Verdict {
     Read,
 }
 
+/// A notification given up on after its last attempt, on its way to the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub candidate: Candidate,
+    pub notification_id: String,
+    pub attempts: u32,
+    /// When the last attempt failed, ns.
+    pub dropped_at: i64,
+}
+
+impl DeadLetter {
+    /// The record payload in the dead-letter topic: the notification as the webhook saw it,
+    /// with its id, the attempts made and when it was given up.
+    pub fn payload(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Dead<'a> {
+            #[serde(flatten)]
+            n: &'a Notification,
+            id: &'a str,
+            attempts: u32,
+            dropped_at: i64,
+        }
+        serde_json::to_vec(&Dead {
+            n: &self.candidate.notification,
+            id: &self.notification_id,
+            attempts: self.attempts,
+            dropped_at: self.dropped_at,
+        })
+        .expect("plain structs serialize")
+    }
+}
+
 /// One webhook call to make now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attempt {
@@ -115,12 +151,18 @@ pub struct Attempt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
     Sent(usize),
-    /// The next attempt is due at this time (ns).
-    RetryAt(i64),
-    /// Given up after this many attempts; the batch's notifications are lost.
+    /// The next attempt is due at this time (ns); `sent` of the batch's notifications were
+    /// accepted by this answer (the receiver named the others as failed).
+    RetryAt {
+        at: i64,
+        sent: usize,
+    },
+    /// Given up after this many attempts: `count` notifications wait for the driver to put
+    /// them in the dead-letter topic ([`Dispatcher::take_dead`]); `sent` were accepted.
     Dropped {
         count: usize,
         attempts: u32,
+        sent: usize,
     },
 }
 
@@ -133,7 +175,7 @@ pub struct PushStats {
     pub sent: u64,
     /// Failed attempts.
     pub failed: u64,
-    /// Notifications given up on.
+    /// Notifications given up on and appended to the dead-letter topic.
     pub dropped: u64,
     /// Skipped: the user had a live session.
     pub suppressed: u64,
@@ -160,7 +202,9 @@ struct Part {
 #[derive(Debug)]
 struct Batch {
     id: String,
-    items: Vec<Candidate>,
+    /// `(notification id, candidate)`: the id is `<batch id>.<position in the first
+    /// attempt>`, the same in every attempt, so a receiver can name the ones that failed.
+    items: Vec<(String, Candidate)>,
     /// Attempts made so far.
     attempts: u32,
     next_at_ns: i64,
@@ -177,6 +221,11 @@ pub struct Dispatcher {
     ready: VecDeque<Candidate>,
     ready_since_ns: Option<i64>,
     inflight: Option<Batch>,
+    /// Given up on, waiting for the driver to append them to [`DEAD_LETTER_TOPIC`]
+    /// ([`Dispatcher::take_dead`]); still outstanding until it says they are there.
+    dead: Vec<DeadLetter>,
+    /// Taken by the driver and not yet confirmed appended.
+    dead_appending: usize,
     arrivals: u64,
     batches: u64,
     stats: PushStats,
@@ -248,6 +297,7 @@ pub fn notification_of(rec: &Record) -> Option<Notification> {
 
 #[derive(Serialize)]
 struct Item<'a> {
+    id: &'a str,
     #[serde(flatten)]
     n: &'a Notification,
     attempt: u32,
@@ -260,10 +310,13 @@ struct Body<'a> {
     sent_at: i64,
 }
 
-/// The JSON body of one attempt (spec §10.2).
-pub fn body(items: &[&Notification], attempt: u32, sent_at_ns: i64) -> Vec<u8> {
+/// The JSON body of one attempt (spec §10.2): `items` are (notification id, notification).
+pub fn body(items: &[(&str, &Notification)], attempt: u32, sent_at_ns: i64) -> Vec<u8> {
     let b = Body {
-        notifications: items.iter().map(|n| Item { n, attempt }).collect(),
+        notifications: items
+            .iter()
+            .map(|(id, n)| Item { id, n, attempt })
+            .collect(),
         count: items.len(),
         sent_at: sent_at_ns,
     };
@@ -292,6 +345,8 @@ impl Dispatcher {
             ready: VecDeque::new(),
             ready_since_ns: None,
             inflight: None,
+            dead: Vec::new(),
+            dead_appending: 0,
             arrivals: 0,
             batches: 0,
             stats: PushStats::default(),
@@ -339,6 +394,8 @@ impl Dispatcher {
             + self.checking
             + self.ready.len()
             + self.inflight.as_ref().map_or(0, |b| b.items.len())
+            + self.dead.len()
+            + self.dead_appending
     }
 
     /// Partitions to read now, with the position to read from (none while memory is full).
@@ -458,8 +515,14 @@ impl Dispatcher {
         }
         self.ready_since_ns = (!self.ready.is_empty()).then_some(now_ns);
         self.batches += 1;
+        let id = format!("{}-{}", self.settings.delivery_prefix, self.batches);
+        let items = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| (format!("{id}.{i}"), c))
+            .collect();
         self.inflight = Some(Batch {
-            id: format!("{}-{}", self.settings.delivery_prefix, self.batches),
+            id,
             items,
             attempts: 0,
             next_at_ns: now_ns,
@@ -477,7 +540,11 @@ impl Dispatcher {
             return None;
         }
         b.attempts += 1;
-        let items: Vec<&Notification> = b.items.iter().map(|c| &c.notification).collect();
+        let items: Vec<(&str, &Notification)> = b
+            .items
+            .iter()
+            .map(|(id, c)| (id.as_str(), &c.notification))
+            .collect();
         let body = body(&items, b.attempts, now_ns);
         let timestamp_s = now_ns.div_euclid(1_000_000_000);
         Some(Attempt {
@@ -490,34 +557,87 @@ impl Dispatcher {
         })
     }
 
-    /// The answer to the attempt [`Dispatcher::next_attempt`] returned: `ok` = 2xx.
-    pub fn outcome(&mut self, ok: bool, now_ns: i64) -> Outcome {
+    /// The answer to the attempt [`Dispatcher::next_attempt`] returned: `ok` = 2xx, with
+    /// its body. A 2xx accepts every notification except those its body names as failed
+    /// ([`failed_in_answer`]); those, or all of them after a failure, are tried again after
+    /// the backoff, and after the last attempt wait in [`Dispatcher::take_dead`].
+    pub fn outcome(&mut self, ok: bool, answer: &[u8], now_ns: i64) -> Outcome {
         let mut b = self.inflight.take().expect("an attempt is in flight");
         assert!(b.attempts >= 1);
+        let before = b.items.len();
+        if ok {
+            let failed = failed_in_answer(answer, &b.items);
+            let (kept, accepted): (Vec<_>, Vec<_>) = std::mem::take(&mut b.items)
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| failed.contains(i));
+            for (_, (_, c)) in &accepted {
+                self.resolve(c);
+            }
+            b.items = kept.into_iter().map(|(_, item)| item).collect();
+            self.stats.sent += accepted.len() as u64;
+        }
+        let sent = before - b.items.len();
+        if b.items.is_empty() {
+            return Outcome::Sent(sent);
+        }
+        self.stats.failed += 1;
+        if b.attempts < self.settings.max_attempts {
+            b.next_at_ns = now_ns.saturating_add(backoff_ns(b.attempts));
+            let at = b.next_at_ns;
+            self.inflight = Some(b);
+            return Outcome::RetryAt { at, sent };
+        }
         let count = b.items.len();
-        if ok {
-            self.stats.sent += count as u64;
-        } else {
-            self.stats.failed += 1;
-            if b.attempts < self.settings.max_attempts {
-                b.next_at_ns = now_ns.saturating_add(backoff_ns(b.attempts));
-                let at = b.next_at_ns;
-                self.inflight = Some(b);
-                return Outcome::RetryAt(at);
-            }
-            self.stats.dropped += count as u64;
+        let attempts = b.attempts;
+        self.dead.extend(
+            b.items
+                .into_iter()
+                .map(|(notification_id, candidate)| DeadLetter {
+                    candidate,
+                    notification_id,
+                    attempts,
+                    dropped_at: now_ns,
+                }),
+        );
+        Outcome::Dropped {
+            count,
+            attempts,
+            sent,
         }
-        for c in &b.items {
-            self.resolve(c);
+    }
+
+    /// Notifications given up on, for the driver to append to [`DEAD_LETTER_TOPIC`]; it
+    /// answers with [`Dispatcher::dead_lettered`] once they are there, or gives them back
+    /// with [`Dispatcher::dead_letters_failed`]. Until then they hold their partitions'
+    /// cursors back.
+    pub fn take_dead(&mut self) -> Vec<DeadLetter> {
+        let out = std::mem::take(&mut self.dead);
+        self.dead_appending += out.len();
+        out
+    }
+
+    /// `dead` (from [`Dispatcher::take_dead`]) are durably in the dead-letter topic.
+    pub fn dead_lettered(&mut self, dead: &[DeadLetter]) {
+        assert!(
+            self.dead_appending >= dead.len(),
+            "dead_lettered follows take_dead"
+        );
+        self.dead_appending -= dead.len();
+        self.stats.dropped += dead.len() as u64;
+        for d in dead {
+            self.resolve(&d.candidate);
         }
-        if ok {
-            Outcome::Sent(count)
-        } else {
-            Outcome::Dropped {
-                count,
-                attempts: b.attempts,
-            }
-        }
+    }
+
+    /// Appending `dead` failed: they are taken again at the next turn.
+    pub fn dead_letters_failed(&mut self, dead: Vec<DeadLetter>) {
+        assert!(
+            self.dead_appending >= dead.len(),
+            "dead_letters_failed follows take_dead"
+        );
+        self.dead_appending -= dead.len();
+        self.dead.extend(dead);
     }
 
     /// Cursor moves now allowed: `(partition, next seq)`, each above the last one returned.
@@ -553,12 +673,17 @@ impl Dispatcher {
     /// Invariants the tests check after every step.
     pub fn check_invariants(&self) {
         let mut held: HashMap<&PartitionKey, BTreeSet<u64>> = HashMap::new();
-        let inflight = self.inflight.iter().flat_map(|b| b.items.iter());
+        let inflight = self
+            .inflight
+            .iter()
+            .flat_map(|b| b.items.iter().map(|(_, c)| c));
+        let dead = self.dead.iter().map(|d| &d.candidate);
         for c in self
             .waiting
             .values()
             .chain(self.ready.iter())
             .chain(inflight)
+            .chain(dead)
         {
             held.entry(&c.inbox).or_default().insert(c.seq);
         }
@@ -586,6 +711,31 @@ impl Dispatcher {
         }
         assert_eq!(self.ready.is_empty(), self.ready_since_ns.is_none());
     }
+}
+
+/// Positions (in `items`, this attempt's order) a 2xx answer names as failed. The body may
+/// be `{"failed": [...]}` with notification ids (strings) or positions in this attempt's
+/// `notifications` (numbers); anything else — another shape, unknown ids, positions out
+/// of range — names nothing, so a receiver that answers 2xx with any other body accepts
+/// the whole batch, as before this was added.
+pub fn failed_in_answer(answer: &[u8], items: &[(String, Candidate)]) -> BTreeSet<usize> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(answer) else {
+        return BTreeSet::new();
+    };
+    let Some(failed) = value.get("failed").and_then(|f| f.as_array()) else {
+        return BTreeSet::new();
+    };
+    failed
+        .iter()
+        .filter_map(|f| match f {
+            serde_json::Value::String(id) => items.iter().position(|(i, _)| i == id),
+            serde_json::Value::Number(n) => n
+                .as_u64()
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n < items.len()),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]

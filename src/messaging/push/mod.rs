@@ -25,11 +25,14 @@ pub mod settings;
 use crate::config::PushConfig;
 use crate::http::client::{parse_url, HttpClient, HttpRequest, Method, ParsedUrl, TlsOptions};
 use crate::messaging::cursor::{self, CursorKey, PUSH_DISPATCHER_GROUP};
+use crate::messaging::engine::mesh::AppendReq;
 use crate::messaging::engine::mirror::PartitionKey;
 use crate::messaging::engine::Engine;
 use boltq_io::event::Event;
 use boltq_io::store::now_ns;
-use dispatcher::{Attempt, Candidate, Dispatcher, Outcome, PushStats, Settings, Verdict};
+use dispatcher::{
+    Attempt, Candidate, Dispatcher, Outcome, PushStats, Settings, Verdict, DEAD_LETTER_TOPIC,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
@@ -50,6 +53,8 @@ pub const READS_PER_TURN_MAX: usize = 32;
 pub const APPENDED_PARTITIONS_MAX: usize = 100_000;
 /// Wait after a failed read or cursor lookup before trying again.
 pub const ERROR_PAUSE_MS: u64 = 1_000;
+/// Who creates the dead-letter topic, for the engine's per-user topic-creation quota.
+const DEAD_LETTER_WRITER: &str = "boltq-push";
 
 /// Whether a user has a live session anywhere (spec §10.4).
 pub type OnlineProbe = Rc<dyn Fn(String) -> Pin<Box<dyn Future<Output = bool>>>>;
@@ -157,6 +162,7 @@ impl Pusher {
             let ok = self.take_appended(&mut core).await && self.read(&mut core).await;
             self.check_due(&mut core).await;
             let called = self.attempt(&mut core).await;
+            let ok = self.dead_letter(&mut core).await && ok;
             self.commit(&mut core).await;
             *self.stats.borrow_mut() = core.stats();
             if called || !core.to_read(1).is_empty() && ok {
@@ -298,32 +304,75 @@ impl Pusher {
         let Some(a) = core.next_attempt(now_ns()) else {
             return false;
         };
-        let ok = match self.post(&a).await {
-            Ok(()) => true,
+        let answer = match self.post(&a).await {
+            Ok(body) => Some(body),
             Err(e) => {
                 log::warn!(
                     "[push] delivery {} attempt {} failed: {e}",
                     a.delivery_id,
                     a.attempt
                 );
-                false
+                None
             }
         };
-        match core.outcome(ok, now_ns()) {
-            Outcome::Dropped { count, attempts } => {
-                log::warn!("[push] dropping {count} notifications after {attempts} attempts")
-            }
-            Outcome::Sent(_) | Outcome::RetryAt(_) => {}
+        let ok = answer.is_some();
+        match core.outcome(ok, answer.as_deref().unwrap_or_default(), now_ns()) {
+            Outcome::Dropped {
+                count, attempts, ..
+            } => log::warn!(
+                "[push] giving up on {count} notifications of delivery {} after {attempts} \
+                 attempts; they go to {DEAD_LETTER_TOPIC}",
+                a.delivery_id
+            ),
+            Outcome::RetryAt { sent, .. } if ok => log::info!(
+                "[push] delivery {}: the receiver accepted {sent} of {} and named the rest \
+                 as failed; retrying those",
+                a.delivery_id,
+                a.count
+            ),
+            Outcome::Sent(_) | Outcome::RetryAt { .. } => {}
         }
         true
     }
 
-    async fn post(&self, a: &Attempt) -> Result<(), String> {
+    /// Appends the notifications given up on to [`DEAD_LETTER_TOPIC`] (partition 0, keyed
+    /// by user), each durably, before their cursors may move past them; on a failure they
+    /// stay held and are tried again after a pause. False when an append failed.
+    async fn dead_letter(&self, core: &mut Dispatcher) -> bool {
+        let dead = core.take_dead();
+        if dead.is_empty() {
+            return true;
+        }
+        for (i, d) in dead.iter().enumerate() {
+            let req = AppendReq {
+                topic: DEAD_LETTER_TOPIC.to_string(),
+                partition: 0,
+                key: d.candidate.notification.user_id.clone().into_bytes().into(),
+                headers: Vec::new(),
+                payload: d.payload().into(),
+                user: DEAD_LETTER_WRITER.to_string(),
+                dedup: None,
+                pointer_members: Vec::new(),
+                pointer_headers: Vec::new(),
+            };
+            if let Err(e) = self.engine.append(req).await {
+                log::warn!("[push] appending to {DEAD_LETTER_TOPIC}: {e}; trying again");
+                core.dead_lettered(&dead[..i]);
+                core.dead_letters_failed(dead[i..].to_vec());
+                return false;
+            }
+        }
+        core.dead_lettered(&dead);
+        true
+    }
+
+    /// The body of a 2xx answer, or why the attempt failed.
+    async fn post(&self, a: &Attempt) -> Result<Vec<u8>, String> {
         let req = request(&self.url, &self.auth_header, a);
         self.http
             .request(&req, self.timeout, RESPONSE_BODY_BYTES_MAX)
             .await
-            .map(|_| ())
+            .map(|r| r.body)
             .map_err(|e| e.to_string())
     }
 

@@ -110,11 +110,12 @@ fn notification_has_the_spec_fields_and_skips_own_messages() {
 #[test]
 fn body_carries_attempt_count_and_sent_at() {
     let n = notification_of(&pointer("bob", 3, "alice", 42)).unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&body(&[&n], 2, 99)).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body(&[("d-1.0", &n)], 2, 99)).unwrap();
     assert_eq!(v["count"], 1);
     assert_eq!(v["sent_at"], 99);
     let item = &v["notifications"][0];
     assert_eq!(item["attempt"], 2);
+    assert_eq!(item["id"], "d-1.0");
     assert_eq!(item["user_id"], "bob");
     assert_eq!(item["conv_topic"], "chat.direct.alice:bob");
     assert_eq!(item["headers"]["message_id"], "m3");
@@ -146,7 +147,7 @@ fn batches_cross_users_and_cursor_moves_only_after_2xx() {
         d.take_commits().is_empty(),
         "nothing committed before the answer"
     );
-    assert_eq!(d.outcome(true, 2 * S), Outcome::Sent(3));
+    assert_eq!(d.outcome(true, b"", 2 * S), Outcome::Sent(3));
     let commits = d.take_commits();
     assert_eq!(commits.len(), 3);
     assert!(commits.iter().all(|(_, s)| *s == 2));
@@ -161,26 +162,47 @@ fn retries_back_off_keep_the_delivery_id_then_drop() {
     assert!(step(&mut d, 0, Verdict::Push).is_none(), "window not over");
     let a1 = d.next_attempt(BATCH_WINDOW_NS).unwrap();
     let t1 = BATCH_WINDOW_NS;
-    assert_eq!(d.outcome(false, t1), Outcome::RetryAt(t1 + S));
+    assert_eq!(
+        d.outcome(false, b"", t1),
+        Outcome::RetryAt {
+            at: t1 + S,
+            sent: 0
+        }
+    );
     assert!(d.next_attempt(t1 + S - 1).is_none());
     let a2 = d.next_attempt(t1 + S).unwrap();
     assert_eq!((a2.attempt, &a2.delivery_id), (2, &a1.delivery_id));
     assert_ne!(a1.body, a2.body, "attempt and sent_at change");
-    assert_eq!(d.outcome(false, t1 + S), Outcome::RetryAt(t1 + 3 * S));
+    assert_eq!(
+        d.outcome(false, b"", t1 + S),
+        Outcome::RetryAt {
+            at: t1 + 3 * S,
+            sent: 0
+        }
+    );
     assert!(d.take_commits().is_empty());
     let a3 = d.next_attempt(t1 + 3 * S).unwrap();
     assert_eq!(a3.attempt, 3);
     assert_eq!(
-        d.outcome(false, t1 + 3 * S),
+        d.outcome(false, b"", t1 + 3 * S),
         Outcome::Dropped {
             count: 1,
-            attempts: 3
+            attempts: 3,
+            sent: 0
         }
     );
+    assert!(
+        d.take_commits().is_empty(),
+        "given up, but not yet in the dead-letter topic"
+    );
+    let dead = d.take_dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].notification_id, format!("{}.0", a1.delivery_id));
+    d.dead_lettered(&dead);
     assert_eq!(
         d.take_commits(),
         vec![(key("bob"), 6)],
-        "dropped: advance past"
+        "dead-lettered: advance past"
     );
     let st = d.stats();
     assert_eq!((st.failed, st.dropped, st.sent), (3, 1, 0));
@@ -252,7 +274,7 @@ fn batch_size_is_capped() {
     }
     let a = step(&mut d, 0, Verdict::Push).expect("full batch goes at once");
     assert_eq!(a.count, BATCH_NOTIFICATIONS_MAX);
-    d.outcome(true, 0);
+    d.outcome(true, b"{}", 0);
     let b = d
         .next_attempt(BATCH_WINDOW_NS)
         .expect("rest after the window");
@@ -297,8 +319,25 @@ fn property_cursor_never_passes_unsettled_pointers() {
                     }
                 }
                 _ => {
-                    if d.next_attempt(now).is_some() {
-                        d.outcome(rng.below(2) == 0, now);
+                    if let Some(a) = d.next_attempt(now) {
+                        // A failure, a whole success, or a 2xx naming some as failed.
+                        let answer = match rng.below(3) {
+                            0 => None,
+                            1 => Some(String::new()),
+                            _ => Some(format!(
+                                r#"{{"failed":[{}]}}"#,
+                                rng.below(a.count as u64 + 1)
+                            )),
+                        };
+                        let ok = answer.is_some();
+                        d.outcome(ok, answer.unwrap_or_default().as_bytes(), now);
+                    }
+                    // The dead-letter append fails sometimes; the rest goes in.
+                    let dead = d.take_dead();
+                    if rng.below(4) == 0 {
+                        d.dead_letters_failed(dead);
+                    } else {
+                        d.dead_lettered(&dead);
                     }
                 }
             }
@@ -315,8 +354,10 @@ fn property_cursor_never_passes_unsettled_pointers() {
                 d.settle(c, Verdict::Push, now);
             }
             if let Some(_a) = d.next_attempt(now) {
-                d.outcome(true, now);
+                d.outcome(true, b"", now);
             }
+            let dead = d.take_dead();
+            d.dead_lettered(&dead);
             for (k, s) in d.take_commits() {
                 committed.insert(k, s);
             }
@@ -330,5 +371,85 @@ fn property_cursor_never_passes_unsettled_pointers() {
         for (u, n) in next {
             assert_eq!(committed.get(&key(&u)).copied(), Some(n), "seed {seed}");
         }
+    }
+}
+
+/// Issue 17 item 5: a 2xx naming some notifications as failed (by id or by position)
+/// settles the others at once; only the named ones are sent again, under the same
+/// delivery id and notification ids, and after the last attempt they wait for the
+/// dead-letter topic, holding their cursors back until they are in it.
+#[test]
+fn a_2xx_naming_failures_retries_only_those_then_dead_letters_them() {
+    let mut d = Dispatcher::new(settings(0, 2)).unwrap();
+    for (i, u) in ["bob", "carol", "dave"].iter().enumerate() {
+        d.track(key(u), 1);
+        d.offer(&key(u), &[pointer(u, 1, "alice", i as i64)], 1, 2);
+    }
+    assert!(step(&mut d, S, Verdict::Push).is_none(), "window not over");
+    let a1 = step(&mut d, S + BATCH_WINDOW_NS, Verdict::Push).expect("batch");
+    let v: serde_json::Value = serde_json::from_slice(&a1.body).unwrap();
+    let ids: Vec<String> = (0..3)
+        .map(|i| v["notifications"][i]["id"].as_str().unwrap().to_string())
+        .collect();
+    let users: Vec<&str> = (0..3)
+        .map(|i| v["notifications"][i]["user_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["bob", "carol", "dave"]);
+    // carol by id, dave by position; an unknown id and an out-of-range position name nothing.
+    let answer = format!(r#"{{"failed":["{}", 2, "nope", 7]}}"#, ids[1]);
+    let t1 = 2 * S;
+    assert_eq!(
+        d.outcome(true, answer.as_bytes(), t1),
+        Outcome::RetryAt {
+            at: t1 + S,
+            sent: 1
+        }
+    );
+    assert_eq!(d.take_commits(), vec![(key("bob"), 2)], "bob is settled");
+    let a2 = d.next_attempt(t1 + S).expect("retry");
+    assert_eq!((a2.attempt, a2.count), (2, 2));
+    assert_eq!(a2.delivery_id, a1.delivery_id);
+    let v: serde_json::Value = serde_json::from_slice(&a2.body).unwrap();
+    assert_eq!(v["notifications"][0]["id"], ids[1].as_str());
+    assert_eq!(v["notifications"][1]["id"], ids[2].as_str());
+    // Position 0 of this attempt is carol.
+    assert_eq!(
+        d.outcome(true, br#"{"failed":[0]}"#, t1 + S),
+        Outcome::Dropped {
+            count: 1,
+            attempts: 2,
+            sent: 1
+        }
+    );
+    assert_eq!(d.take_commits(), vec![(key("dave"), 2)]);
+    let dead = d.take_dead();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].candidate.notification.user_id, "carol");
+    let payload: serde_json::Value = serde_json::from_slice(&dead[0].payload()).unwrap();
+    assert_eq!(payload["id"], ids[1].as_str());
+    assert_eq!(payload["attempts"], 2);
+    assert_eq!(payload["user_id"], "carol");
+    // An append that fails gives them back; nothing moves until one succeeds.
+    d.dead_letters_failed(dead);
+    assert!(d.take_commits().is_empty());
+    let dead = d.take_dead();
+    d.dead_lettered(&dead);
+    assert_eq!(d.take_commits(), vec![(key("carol"), 2)]);
+    let st = d.stats();
+    assert_eq!((st.sent, st.dropped, st.failed), (2, 1, 2));
+    d.check_invariants();
+}
+
+#[test]
+fn answers_that_name_nothing_accept_the_whole_batch() {
+    let items: Vec<(String, Candidate)> = Vec::new();
+    for body in [
+        &b""[..],
+        b"ok",
+        b"{}",
+        br#"{"failed":"x"}"#,
+        br#"{"failed":[-1, 1.5, null]}"#,
+    ] {
+        assert!(failed_in_answer(body, &items).is_empty());
     }
 }
