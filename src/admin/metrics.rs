@@ -422,7 +422,7 @@ fn push_series(
         ),
         (
             "boltq_push_dropped_total",
-            "Notifications given up on after the last attempt",
+            "Notifications given up on after the last attempt (now in push.dead_letters)",
             p.dropped,
         ),
         (
