@@ -214,6 +214,13 @@ pub struct GatewayConfig {
     /// or `"http"` when the gateway shares the admin listener, whose cap then grows by this
     /// much). An idle device costs ~9 KB. Default 200000; 1..=10000000.
     pub connections_max: u64,
+    /// Most open device connections from one IP address, each shard an equal share
+    /// (rounded up), so one host cannot take every place of `connections_max`; one past it
+    /// is closed at once and counted (`boltq_connections_refused_per_ip_total`). Devices
+    /// behind one carrier-grade NAT share an address: size it for that. Applies to the
+    /// listener serving the gateway (the admin listener when they share it). Default 5000;
+    /// 1..=10000000.
+    pub connections_per_ip_max: u64,
     /// Outbound frames queued per connection before its producers wait. Default 256;
     /// 1..=65536.
     pub send_buffer: u32,
@@ -253,6 +260,7 @@ impl Default for GatewayConfig {
             pong_timeout: Duration::from_secs(90),
             max_subscriptions: 200,
             connections_max: 200_000,
+            connections_per_ip_max: 5_000,
             send_buffer: 256,
             send_buffer_bytes: 4 * 1024 * 1024,
             slow_consumer_timeout: Duration::from_secs(10),

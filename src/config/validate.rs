@@ -424,6 +424,12 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
         1,
         10_000_000,
     )?;
+    range(
+        "messaging.gateway.connections_per_ip_max",
+        g.connections_per_ip_max,
+        1,
+        10_000_000,
+    )?;
     range_bytes("messaging.gateway.read_limit", g.read_limit, 1024, 64 * MIB)?;
     range_bytes(
         "messaging.gateway.send_buffer_bytes",

@@ -10,7 +10,9 @@ use crate::queue::server::extra::ExtraCommands;
 use crate::queue::server::plane::{Plane, PlaneSettings};
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,7 +92,11 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     };
     let tcp_cap = ConnectionCap::new(
         "tcp",
-        plan.config.server.tcp_connections_max,
+        (
+            plan.config.server.tcp_connections_max,
+            "server.tcp_connections_max",
+        ),
+        None,
         shard.count(),
         shard.metrics(),
     );
@@ -140,13 +146,22 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     });
     // Devices sharing the listener get their own allowance on top of the operators' one, so
     // a cap meant for operators' HTTP clients never turns devices away.
-    let devices = match admin_ctx.takeover {
-        Some(_) => plan.config.messaging.gateway.connections_max,
-        None => 0,
+    let gateway_cfg = &plan.config.messaging.gateway;
+    let per_ip = (
+        gateway_cfg.connections_per_ip_max,
+        "messaging.gateway.connections_per_ip_max",
+    );
+    let (devices, http_per_ip) = match admin_ctx.takeover {
+        Some(_) => (gateway_cfg.connections_max, Some(per_ip)),
+        None => (0, None),
     };
     let http_cap = ConnectionCap::new(
         "http",
-        plan.config.server.http_connections_max + devices,
+        (
+            plan.config.server.http_connections_max + devices,
+            "server.http_connections_max",
+        ),
+        http_per_ip,
         shard.count(),
         shard.metrics(),
     );
@@ -161,7 +176,11 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             let shard = shard.clone();
             let cap = ConnectionCap::new(
                 "gateway",
-                plan.config.messaging.gateway.connections_max,
+                (
+                    plan.config.messaging.gateway.connections_max,
+                    "messaging.gateway.connections_max",
+                ),
+                Some(per_ip),
                 shard.count(),
                 shard.metrics(),
             );
@@ -223,40 +242,107 @@ fn stream_commands(engine: Option<Rc<Engine>>) -> ExtraCommands {
 
 /// Accepts connections until cancelled, serving each in its own task. `live` counts the
 /// connections still being served, for the shutdown drain.
-/// A listener's connection limit on this shard: its share of the configured total.
+/// A listener's connection limit on this shard: its share of the configured total, and
+/// optionally of a per-address limit.
 struct ConnectionCap {
     listener: &'static str,
+    /// The config key of the total, for the refusal's log line.
+    key: &'static str,
     per_shard: usize,
-    open: Rc<Cell<usize>>,
+    /// This shard's share of the per-address limit, with its key.
+    per_ip: Option<(usize, &'static str)>,
+    state: Rc<RefCell<CapState>>,
     refused: boltq_shards::Counter,
+    refused_per_ip: boltq_shards::Counter,
     /// When a refusal was last logged (one line per second at most, whatever the flood).
     last_logged: Cell<Option<std::time::Instant>>,
+}
+
+#[derive(Default)]
+struct CapState {
+    open: usize,
+    /// Open connections per peer address, when the cap has a per-address limit; an
+    /// address leaves the map with its last connection, so it holds open addresses only.
+    by_ip: HashMap<IpAddr, usize>,
+}
+
+/// A connection's place under its cap; dropping it (the connection ended) frees it.
+struct Place {
+    state: Rc<RefCell<CapState>>,
+    ip: Option<IpAddr>,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let mut s = self.state.borrow_mut();
+        s.open -= 1;
+        if let Some(ip) = self.ip {
+            if let std::collections::hash_map::Entry::Occupied(mut e) = s.by_ip.entry(ip) {
+                *e.get_mut() -= 1;
+                if *e.get() == 0 {
+                    e.remove();
+                }
+            }
+        }
+    }
 }
 
 impl ConnectionCap {
     fn new(
         listener: &'static str,
-        total: u64,
+        (total, key): (u64, &'static str),
+        per_ip: Option<(u64, &'static str)>,
         shards: usize,
         metrics: &boltq_shards::Registry,
     ) -> ConnectionCap {
-        let per_shard = (total as usize).div_ceil(shards.max(1));
+        let share = |n: u64| (n as usize).div_ceil(shards.max(1));
         ConnectionCap {
             listener,
-            per_shard,
-            open: Rc::new(Cell::new(0)),
+            key,
+            per_shard: share(total),
+            per_ip: per_ip.map(|(n, key)| (share(n), key)),
+            state: Rc::new(RefCell::new(CapState::default())),
             refused: metrics.counter("boltq_connections_refused_total", &[("listener", listener)]),
+            refused_per_ip: metrics.counter(
+                "boltq_connections_refused_per_ip_total",
+                &[("listener", listener)],
+            ),
             last_logged: Cell::new(None),
         }
     }
 
-    /// Takes a place for a new connection, or refuses it (counted, logged now and then).
-    fn admit(&self) -> Option<Rc<Cell<usize>>> {
-        if self.open.get() < self.per_shard {
-            self.open.set(self.open.get() + 1);
-            return Some(Rc::clone(&self.open));
+    /// Takes a place for a new connection from `peer`, or refuses it (counted, logged now
+    /// and then).
+    fn admit(&self, peer: Option<IpAddr>) -> Option<Place> {
+        let mut s = self.state.borrow_mut();
+        if s.open >= self.per_shard {
+            drop(s);
+            self.refused.inc();
+            self.log_refusal(format_args!("{} open", self.per_shard), self.key);
+            return None;
         }
-        self.refused.inc();
+        let ip = match (self.per_ip, peer) {
+            (Some((per_ip, key)), Some(ip)) => {
+                let n = s.by_ip.entry(ip).or_insert(0);
+                if *n >= per_ip {
+                    drop(s);
+                    self.refused_per_ip.inc();
+                    self.log_refusal(format_args!("{per_ip} open from {ip}"), key);
+                    return None;
+                }
+                *n += 1;
+                Some(ip)
+            }
+            _ => None,
+        };
+        s.open += 1;
+        Some(Place {
+            state: Rc::clone(&self.state),
+            ip,
+        })
+    }
+
+    fn log_refusal(&self, what: std::fmt::Arguments<'_>, key: &str) {
         let now = std::time::Instant::now();
         if self
             .last_logged
@@ -265,14 +351,10 @@ impl ConnectionCap {
         {
             self.last_logged.set(Some(now));
             log::warn!(
-                "{} connection refused: this shard holds its share of the limit ({} open; \
-                 server.{}_connections_max)",
+                "{} connection refused: this shard holds its share of the limit ({what}; {key})",
                 self.listener,
-                self.per_shard,
-                self.listener
             );
         }
-        None
     }
 }
 
@@ -290,7 +372,7 @@ async fn accept_loop<F, Fut>(
             Ok(conn) => {
                 let place = match &cap {
                     None => None,
-                    Some(cap) => match cap.admit() {
+                    Some(cap) => match cap.admit(conn.peer_addr().ok().map(|a| a.ip())) {
                         Some(place) => Some(place),
                         // Closed at once: dropping it closes the socket.
                         None => continue,
@@ -304,9 +386,7 @@ async fn accept_loop<F, Fut>(
                 boltq_shards::spawn(async move {
                     fut.await;
                     live.set(live.get() - 1);
-                    if let Some(place) = place {
-                        place.set(place.get() - 1);
-                    }
+                    drop(place);
                 })
                 .detach();
             }

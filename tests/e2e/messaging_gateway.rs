@@ -425,6 +425,62 @@ fn device_connections_past_the_cap_are_closed_and_counted() {
     assert_eq!(refused, 10 - answered as u64);
 }
 
+/// `messaging.gateway.connections_per_ip_max`: one address cannot take more than its
+/// share, although the listener's total has room; the refusals are counted apart from the
+/// total's, and places come back as that address's connections close.
+#[test]
+fn device_connections_from_one_address_past_its_cap_are_closed_and_counted() {
+    let tmp = TempDir::new("gateway-ip-cap");
+    let port = support::free_port();
+    // Two shards (the test server's default): one connection per address each.
+    let cfg = config_with(
+        tmp.path(),
+        &format!("port = {port}\nconnections_max = 100\nconnections_per_ip_max = 2"),
+    );
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let open = |n: usize| -> (Vec<std::net::TcpStream>, usize) {
+        let mut conns: Vec<std::net::TcpStream> = (0..n)
+            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        let answered = conns
+            .iter_mut()
+            .map(|c| support::answers_get(c, "/healthz"))
+            .filter(|ok| *ok)
+            .count();
+        (conns, answered)
+    };
+    let (conns, answered) = open(8);
+    assert!(
+        (1..=2).contains(&answered),
+        "{answered} of 8 connections from one address answered with a per-address cap of 2"
+    );
+    let metrics = support::http(s.http_port, "GET", "/metrics", &[], b"").body;
+    let per_ip = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("boltq_connections_refused_per_ip_total{listener=\"gateway\"} ")
+        })
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no per-address refusals in /metrics:\n{metrics}"));
+    assert_eq!(per_ip, 8 - answered as u64);
+    assert_eq!(
+        support::refused_connections(&metrics, "gateway"),
+        0,
+        "the total had room"
+    );
+    drop(conns);
+    // The closes reach the server asynchronously: the places come back soon after.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_conns, answered) = open(1);
+        if answered == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no place came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// `messaging.gateway.tls`: devices connect with wss:// and a certificate they trust.
 #[test]
 fn the_dedicated_listener_speaks_tls() {
