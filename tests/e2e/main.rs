@@ -28,6 +28,7 @@ mod messaging_groups;
 mod messaging_liveness;
 mod messaging_presence;
 mod messaging_push;
+mod node_client;
 mod planes_independent;
 mod queue_compat;
 mod queue_plane;
