@@ -288,6 +288,21 @@ impl Group {
         out
     }
 
+    /// As leader, the entries the furthest-behind follower (or learner) lacks; 0 otherwise.
+    pub fn follower_lag_max(&self) -> u64 {
+        if !self.is_leader() {
+            return 0;
+        }
+        let raft = &self.node.raft;
+        let last = raft.raft_log.last_index();
+        raft.prs()
+            .iter()
+            .filter(|(id, _)| **id != raft.id)
+            .map(|(_, pr)| last.saturating_sub(pr.matched))
+            .max()
+            .unwrap_or(0)
+    }
+
     pub fn commit_index(&self) -> u64 {
         self.node.raft.raft_log.committed
     }

@@ -3,8 +3,9 @@
 //! seam, `queue::server::replicated`, where the admin layer can read them).
 
 use crate::queue::server::replicated::{
-    APPLIED_METRIC, LEADER_CHANGES_METRIC, SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC,
-    SNAPSHOTS_INSTALLED_METRIC, TRANSFERS_METRIC,
+    APPLIED_METRIC, FOLLOWER_LAG_METRIC, LEADER_CHANGES_METRIC, SLOTS_LED_METRIC,
+    SLOTS_WITHOUT_LEADER_METRIC, SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC,
+    TRANSFERS_METRIC,
 };
 use boltq_shards::metrics::{Counter, Gauge, Registry};
 
@@ -14,9 +15,11 @@ pub struct NodeMetrics {
     pub applied: Counter,
     pub leader_changes: Counter,
     pub snapshots_installed: Counter,
+    pub snapshots_sent: Counter,
     pub transfers: Counter,
     pub slots_led: Gauge,
     pub slots_without_leader: Gauge,
+    pub follower_lag: Gauge,
 }
 
 impl NodeMetrics {
@@ -25,9 +28,11 @@ impl NodeMetrics {
             applied: registry.counter(APPLIED_METRIC, &[]),
             leader_changes: registry.counter(LEADER_CHANGES_METRIC, &[]),
             snapshots_installed: registry.counter(SNAPSHOTS_INSTALLED_METRIC, &[]),
+            snapshots_sent: registry.counter(SNAPSHOTS_SENT_METRIC, &[]),
             transfers: registry.counter(TRANSFERS_METRIC, &[]),
             slots_led: registry.gauge(SLOTS_LED_METRIC, &[]),
             slots_without_leader: registry.gauge(SLOTS_WITHOUT_LEADER_METRIC, &[]),
+            follower_lag: registry.gauge(FOLLOWER_LAG_METRIC, &[]),
         }
     }
 }

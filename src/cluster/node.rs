@@ -545,8 +545,9 @@ impl Node {
         metrics.snapshots_installed.add(snapshots_installed);
         let host = self.host.borrow();
         let mut leaders = self.leaders.borrow_mut();
-        let (mut led, mut without) = (0, 0);
+        let (mut led, mut without, mut lag) = (0, 0, 0);
         for (slot, replica) in host.replicas() {
+            lag = lag.max(replica.group().follower_lag_max());
             let leader = replica.group().leader();
             match leaders.insert(slot, leader) {
                 Some(before) if before != leader => metrics.leader_changes.inc(),
@@ -557,6 +558,19 @@ impl Node {
         }
         metrics.slots_led.set(led);
         metrics.slots_without_leader.set(without);
+        metrics
+            .follower_lag
+            .set(i64::try_from(lag).unwrap_or(i64::MAX));
+    }
+
+    fn count_snapshots_sent(&self, batches: &Batches) {
+        let sent = batches
+            .values()
+            .flatten()
+            .flatten()
+            .filter(|m| m.msg.get_msg_type() == raft::prelude::MessageType::MsgSnapshot)
+            .count();
+        self.metrics.borrow().snapshots_sent.add(sent as u64);
     }
 
     fn tell_observer(&self, effects: Vec<(u16, Effect)>, applied: &[(u16, u64, u64)]) {
@@ -592,6 +606,7 @@ impl Node {
     }
 
     fn send(&self, batches: Batches) {
+        self.count_snapshots_sent(&batches);
         for (to, batches) in batches {
             for batch in batches {
                 self.outbound.borrow().send(to, &batch);

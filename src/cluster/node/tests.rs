@@ -8,6 +8,7 @@ use crate::cluster::membership::MemberChange;
 use crate::cluster::tests::support::{open_store, run, store_config};
 use crate::queue::broker::ConsumerRef;
 use crate::queue::message::{IdGenerator, Message, MessageId};
+use crate::queue::server::replicated::{FOLLOWER_LAG_METRIC, SNAPSHOTS_SENT_METRIC};
 use boltq_io::listener::SharedListener;
 use boltq_io::testutil::TempDir;
 use boltq_io::StoreConfig;
@@ -186,6 +187,8 @@ fn a_joining_node_becomes_a_learner_then_replaces_a_voter_and_holds_everything()
         let mut published = Vec::new();
         let leader_id = agreed_leader(&members, 0, Duration::from_secs(10)).await;
         let leader = members[(leader_id - 1) as usize].node().unwrap().clone();
+        let registry = boltq_shards::metrics::Registry::new(64);
+        leader.set_metrics(&registry);
         for _ in 0..40 {
             published.push(publish(&leader, 0, &mut ids).await);
         }
@@ -213,6 +216,9 @@ fn a_joining_node_becomes_a_learner_then_replaces_a_voter_and_holds_everything()
             held(&node4, &published) == published.len()
         })
         .await;
+        // It started from the leader's snapshot (the founders' logs begin at one).
+        let sent = registry.snapshot().counter(SNAPSHOTS_SENT_METRIC, &[]);
+        assert!(sent >= Some(1), "snapshots sent by the leader: {sent:?}");
         // Swap a follower founder out for node 4 (joint consensus, left on a tick).
         let replaced = (1..=3).find(|id| *id != leader_id).unwrap();
         change_membership(
@@ -333,9 +339,22 @@ fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
         let failover = crashed_at.elapsed();
         assert_ne!(second, first);
         let leader = members[(second - 1) as usize].node().unwrap().clone();
+        let registry = boltq_shards::metrics::Registry::new(64);
+        leader.set_metrics(&registry);
         for _ in 0..60 {
             published.push(publish(&leader, 0, &mut ids).await);
         }
+        let lag = || {
+            registry
+                .snapshot()
+                .gauge(FOLLOWER_LAG_METRIC, &[])
+                .unwrap_or(0)
+        };
+        assert!(
+            lag() >= 60,
+            "the crashed follower lacks the 60 publishes since: lag {}",
+            lag()
+        );
         let held = |node: &Node| {
             node.with_broker(0, |b| published.iter().filter(|id| b.holds(id)).count())
                 .unwrap()
@@ -357,6 +376,12 @@ fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
                 held(&back),
                 published.len()
             );
+            boltq_shards::sleep(Duration::from_millis(20)).await;
+        }
+        // Caught up: no follower of the leader's groups lacks anything.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while lag() > 0 {
+            assert!(Instant::now() < deadline, "lag stays at {}", lag());
             boltq_shards::sleep(Duration::from_millis(20)).await;
         }
         // Slot 1 elected a leader too, independently of slot 0.

@@ -24,6 +24,10 @@ pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
 /// Times a replica of this node saw its group's leader change (to another node or none).
 pub const LEADER_CHANGES_METRIC: &str = "boltq_raft_leader_changes_total";
 pub const SNAPSHOTS_INSTALLED_METRIC: &str = "boltq_raft_snapshots_installed_total";
+/// Snapshots this node's leaders sent to followers too far behind for entries.
+pub const SNAPSHOTS_SENT_METRIC: &str = "boltq_raft_snapshots_sent_total";
+/// Entries the furthest-behind follower of any group this node leads lacks, now.
+pub const FOLLOWER_LAG_METRIC: &str = "boltq_raft_follower_lag_entries";
 /// Leadership transfers this node started (leader balancing).
 pub const TRANSFERS_METRIC: &str = "boltq_raft_leader_transfers_total";
 /// Groups this node leads, and groups with no leader it knows of, now.
