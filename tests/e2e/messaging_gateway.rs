@@ -399,6 +399,20 @@ fn a_dedicated_listener_serves_the_gateway_and_healthz() {
     assert!(ok, "{out}\nserver log:\n{}", s.log());
 }
 
+/// Opens `n` connections to the gateway listener on `port`, all at once; returns them (still
+/// open) and how many answered `GET /healthz` (the others were closed by a cap).
+fn open_and_count_answered(port: u16, n: usize) -> (Vec<std::net::TcpStream>, usize) {
+    let mut conns: Vec<std::net::TcpStream> = (0..n)
+        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let answered = conns
+        .iter_mut()
+        .map(|c| support::answers_get(c, "/healthz"))
+        .filter(|ok| *ok)
+        .count();
+    (conns, answered)
+}
+
 /// `messaging.gateway.connections_max`: devices past the cap of the dedicated listener are
 /// closed at once and counted; those within it are served.
 #[test]
@@ -408,14 +422,7 @@ fn device_connections_past_the_cap_are_closed_and_counted() {
     // Two shards (the test server's default): two connections each.
     let cfg = config_with(tmp.path(), &format!("port = {port}\nconnections_max = 4"));
     let s = Server::start(&["--config", cfg.to_str().unwrap()]);
-    let mut conns: Vec<std::net::TcpStream> = (0..10)
-        .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
-        .collect();
-    let answered = conns
-        .iter_mut()
-        .map(|c| support::answers_get(c, "/healthz"))
-        .filter(|ok| *ok)
-        .count();
+    let (_conns, answered) = open_and_count_answered(port, 10);
     assert!(
         (2..=4).contains(&answered),
         "{answered} of 10 device connections answered with a cap of 4"
@@ -438,18 +445,7 @@ fn device_connections_from_one_address_past_its_cap_are_closed_and_counted() {
         &format!("port = {port}\nconnections_max = 100\nconnections_per_ip_max = 2"),
     );
     let s = Server::start(&["--config", cfg.to_str().unwrap()]);
-    let open = |n: usize| -> (Vec<std::net::TcpStream>, usize) {
-        let mut conns: Vec<std::net::TcpStream> = (0..n)
-            .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
-            .collect();
-        let answered = conns
-            .iter_mut()
-            .map(|c| support::answers_get(c, "/healthz"))
-            .filter(|ok| *ok)
-            .count();
-        (conns, answered)
-    };
-    let (conns, answered) = open(8);
+    let (conns, answered) = open_and_count_answered(port, 8);
     assert!(
         (1..=2).contains(&answered),
         "{answered} of 8 connections from one address answered with a per-address cap of 2"
@@ -472,7 +468,7 @@ fn device_connections_from_one_address_past_its_cap_are_closed_and_counted() {
     // The closes reach the server asynchronously: the places come back soon after.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let (_conns, answered) = open(1);
+        let (_conns, answered) = open_and_count_answered(port, 1);
         if answered == 1 {
             break;
         }

@@ -11,8 +11,8 @@ mod support;
 
 use boltq_io::testutil::TempDir;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use support::{server_binary, wait_for_ready_ports, wait_until_pings};
+use std::process::Command;
+use support::{server_binary, start_server};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
@@ -88,23 +88,12 @@ fn the_deb_holds_the_binaries_unit_config_and_docs_and_its_config_serves() {
     let config = tree.join("etc/boltq/boltq.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     assert!(text.contains("\ndata_dir = \"/var/lib/boltq\"\n"), "{text}");
-    let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(tree.join("usr/bin/boltq"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "0"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start the packaged server");
-    let (tcp, _) = wait_for_ready_ports(&log_path);
-    wait_until_pings(&format!("127.0.0.1:{tcp}"), None);
-    let _ = child.kill();
-    let _ = child.wait();
+    // Serving: it answered PING.
+    drop(start_server(
+        &tree.join("usr/bin/boltq"),
+        dir.path(),
+        &["--config".as_ref(), config.as_os_str()],
+    ));
 
     // The unit, pointed at the extracted binary (systemd checks that ExecStart exists).
     if Command::new("systemd-analyze")

@@ -10,8 +10,8 @@ mod support;
 
 use boltq_io::testutil::TempDir;
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use support::{server_binary, wait_for_ready_ports, wait_until_pings};
+use std::process::Command;
+use support::{server_binary, start_server};
 
 const README: &str = include_str!("../../README.md");
 const CI_RUN: &str = include_str!("../../.ci/run");
@@ -89,19 +89,8 @@ fn the_set_up_block_is_the_two_commands_and_ci_runs_the_second() {
 #[test]
 fn every_cli_and_curl_example_in_the_readme_runs_against_a_server() {
     let dir = TempDir::new("readme");
-    let log_path = dir.path().join("server.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(server_binary())
-        .arg("--data-dir")
-        .arg(dir.path().join("data"))
-        .args(["--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "0"])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start the server");
-    let (tcp, http) = wait_for_ready_ports(&log_path);
-    wait_until_pings(&format!("127.0.0.1:{tcp}"), None);
+    let server = start_server(server_binary(), dir.path(), &[]);
+    let (tcp, http) = (server.tcp, server.http);
 
     let spans = code_spans(README);
     let cli: Vec<&str> = spans
@@ -150,6 +139,4 @@ fn every_cli_and_curl_example_in_the_readme_runs_against_a_server() {
         c.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 200"), "{example}:\n{answer}");
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }

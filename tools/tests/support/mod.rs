@@ -144,3 +144,44 @@ impl Pki {
         )
     }
 }
+
+/// A `boltq` process started by [`start_server`], killed when dropped.
+#[allow(dead_code)] // for the packaging and README tests; the bench tests start theirs with TLS
+pub struct StartedServer {
+    child: std::process::Child,
+    pub tcp: u16,
+    pub http: u16,
+}
+
+impl Drop for StartedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `bin` on loopback, ports picked by the kernel, its data and log under `dir`, with
+/// `extra` arguments; returns once it answers PING.
+#[allow(dead_code)] // as `StartedServer`
+pub fn start_server(bin: &Path, dir: &Path, extra: &[&std::ffi::OsStr]) -> StartedServer {
+    let log_path = dir.join("server.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let child = Command::new(bin)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--host", "127.0.0.1", "--tcp-port", "0", "--http-port", "0"])
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", bin.display()));
+    let mut server = StartedServer {
+        child,
+        tcp: 0,
+        http: 0,
+    };
+    (server.tcp, server.http) = wait_for_ready_ports(&log_path);
+    wait_until_pings(&format!("127.0.0.1:{}", server.tcp), None);
+    server
+}
