@@ -160,8 +160,12 @@ pub(super) fn apply(c: &mut Config, lookup: EnvLookup) -> Result<(), ConfigError
         c.storage.fsync = mode;
     }
 
-    // [security], [cache]
+    // [security], [admin], [cache]
     env.string("BOLTQ_API_KEY", &mut c.security.api_key);
+    if let Some(origins) = env.list("BOLTQ_ADMIN_CORS_ORIGINS") {
+        c.admin.cors_origins = origins;
+    }
+    env.bool("BOLTQ_ADMIN_METRICS_PUBLIC", &mut c.admin.metrics_public)?;
     env.bool("BOLTQ_CACHE_ENABLED", &mut c.cache.enabled)?;
     env.int("BOLTQ_CACHE_MAX_KEYS", &mut c.cache.max_keys)?;
     env.int(

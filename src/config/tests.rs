@@ -482,6 +482,9 @@ fn env_overrides() {
         ("BOLTQ_API_KEY", "k"),
         ("BOLTQ_CACHE_ENABLED", "0"),
         ("BOLTQ_CACHE_MAX_KEYS", "99"),
+        ("BOLTQ_CACHE_MEMORY_BYTES_MAX", "2000000"),
+        ("BOLTQ_ADMIN_CORS_ORIGINS", "https://ops.example, https://b.example"),
+        ("BOLTQ_ADMIN_METRICS_PUBLIC", "true"),
         ("BOLTQ_CLUSTER_ENABLED", "TRUE"),
         ("BOLTQ_QUEUE_PLANE", "1"),
         ("BOLTQ_NODE_ID", ""), // empty = unset
@@ -513,6 +516,12 @@ fn env_overrides() {
     assert_eq!(c.security.api_key, "k");
     assert!(!c.cache.enabled);
     assert_eq!(c.cache.max_keys, 99);
+    assert_eq!(c.cache.memory_bytes_max, 2_000_000);
+    assert_eq!(
+        c.admin.cors_origins,
+        ["https://ops.example", "https://b.example"]
+    );
+    assert!(c.admin.metrics_public);
     assert!(c.cluster.enabled && c.cluster.queue_plane && c.cluster.non_voter);
     assert_eq!(c.node_id("host-a", 1), "host-a");
     assert!(c.is_bootstrap_node("host-a"));
