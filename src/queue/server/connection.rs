@@ -36,6 +36,11 @@ const BATCH_FRAMES_MAX: usize = 1024;
 /// messages themselves are shared with the broker, which holds them anyway). Below it,
 /// a batch's replies still leave in one write.
 pub const REPLY_BUFFER_BYTES_MAX: usize = 256 * 1024;
+/// How long a durable subscribe's catch-up waits after the replies it follows. Long enough
+/// for a client that reads the `subscribed` reply and then attaches its handler (v1's Node
+/// SDK) to have done so; it delays only subscribes that have something to catch up on, and
+/// keeps order (nothing else is written to the connection meanwhile).
+pub const CATCH_UP_AFTER_REPLY_MS: u64 = 20;
 
 enum Wake {
     Read(std::io::Result<usize>),
@@ -247,6 +252,12 @@ pub async fn serve(
             break 'serve;
         }
         if !state.catch_up.is_empty() || !state.catch_up_tracked.is_empty() {
+            if !state.catch_up.is_empty() {
+                // Written a moment after the replies, not with them: v1's Node SDK attaches
+                // a subscription's handler only once it has read the `subscribed` reply,
+                // and pushes it reads together with that reply reach no handler.
+                boltq_shards::sleep(Duration::from_millis(CATCH_UP_AFTER_REPLY_MS)).await;
+            }
             let catch_up = std::mem::take(&mut state.catch_up);
             if conn.write_all(&catch_up).await.is_err() {
                 break 'serve;
