@@ -328,8 +328,11 @@ export class BoltQClient extends EventEmitter {
     return new Promise((resolve, reject) => {
       const options = typeof this.tls === 'object' ? this.tls : {};
       const ready = this.tls ? 'secureConnect' : 'connect';
+      // SNI carries host names only; an IP address is checked against the certificate's
+      // IP entries instead.
+      const servername = net.isIP(this.host) === 0 ? this.host : undefined;
       const socket = this.tls
-        ? tls.connect({ host: this.host, port: this.port, servername: this.host, ...options })
+        ? tls.connect({ host: this.host, port: this.port, servername, ...options })
         : net.connect({ host: this.host, port: this.port });
       socket.setNoDelay(true);
       const timer = setTimeout(() => {

@@ -5,6 +5,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { BoltQClient, BoltQError } from '../src/index.js';
 
 const port = Number(process.env.BOLTQ_TEST_TCP_PORT);
@@ -189,4 +190,27 @@ test('a wrong API key fails the connect with AUTH_ERROR', { skip: skip || (!apiK
 test('requests while disconnected fail at once', { skip }, async () => {
   const c = new BoltQClient('127.0.0.1', port, { apiKey });
   await assert.rejects(c.ping(), (e) => e.code === 'NOT_CONNECTED');
+});
+
+const tlsPort = Number(process.env.BOLTQ_TEST_TLS_PORT);
+const caFile = process.env.BOLTQ_TEST_CA_FILE;
+const skipTls = skip || (!(tlsPort && caFile) && 'needs the TLS server of the cargo test');
+
+test('over TLS, trusting the server\'s CA: AUTH, publish and consume', { skip: skipTls }, async () => {
+  const options = { apiKey, autoReconnect: false, tls: { ca: readFileSync(caFile) } };
+  for (const host of ['127.0.0.1', 'localhost']) {
+    const c = new BoltQClient(host, tlsPort, options);
+    await c.connect();
+    const q = name('tls');
+    await c.publish(q, { over: 'tls' });
+    const m = await c.consume(q);
+    assert.deepEqual(m.payload, { over: 'tls' });
+    await c.ack(m.id);
+    await c.close();
+  }
+});
+
+test('over TLS, a certificate not signed by a trusted CA is refused', { skip: skipTls }, async () => {
+  const c = new BoltQClient('127.0.0.1', tlsPort, { apiKey, autoReconnect: false, tls: true });
+  await assert.rejects(c.connect(), (e) => e instanceof BoltQError && e.code === 'CONNECTION_CLOSED');
 });
