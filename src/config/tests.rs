@@ -483,7 +483,10 @@ fn env_overrides() {
         ("BOLTQ_CACHE_ENABLED", "0"),
         ("BOLTQ_CACHE_MAX_KEYS", "99"),
         ("BOLTQ_CACHE_MEMORY_BYTES_MAX", "2000000"),
-        ("BOLTQ_ADMIN_CORS_ORIGINS", "https://ops.example, https://b.example"),
+        (
+            "BOLTQ_ADMIN_CORS_ORIGINS",
+            "https://ops.example, https://b.example",
+        ),
         ("BOLTQ_ADMIN_METRICS_PUBLIC", "true"),
         ("BOLTQ_CLUSTER_ENABLED", "TRUE"),
         ("BOLTQ_QUEUE_PLANE", "1"),
