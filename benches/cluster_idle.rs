@@ -62,6 +62,7 @@ async fn start(
         broker: BrokerConfig::default(),
         joining: false,
         balance_every_ticks: 0,
+        membership: None,
     };
     let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
     (running, store, shared)

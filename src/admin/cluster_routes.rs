@@ -1,8 +1,9 @@
 //! `/cluster/status`, `/cluster/join|leave` and the clustered `/readyz`.
 
 use super::router::AdminCtx;
-use crate::http::Response;
-use serde_json::json;
+use crate::http::{Request, Response};
+use crate::queue::server::replicated::MembersChange;
+use serde_json::{json, Value};
 
 /// How long after start a node without a leader for every slot says `joining cluster`
 /// (v1), before it says `no leader elected yet`.
@@ -32,20 +33,70 @@ pub async fn status(ctx: &AdminCtx) -> Response {
                 "slots": report.raft.len(),
                 "slots_led": s.slots_led,
                 "slots_without_leader": s.slots_without_leader,
+                "members": members(&view, &report.raft),
             },
             "enabled": true,
         }),
     )
 }
 
-pub fn join_or_leave(ctx: &AdminCtx) -> Response {
-    match ctx.plane.cluster_view() {
-        None => Response::error(400, "clustering is not enabled"),
-        Some(_) => Response::error(
-            501,
-            "joining and leaving are not available in this build yet: members are listed in cluster.peers",
-        ),
+/// `POST /cluster/join {"node_id","addr","non_voter"?,"shards"?}` and `POST /cluster/leave
+/// {"node_id"}` (v1's bodies; `shards` is ours, so that a node with another shard count
+/// is refused). Any member may be asked: the change goes into the member directory, every
+/// slot's leader carries it out, and the answer comes once this node's groups show it —
+/// a joining voter added and caught up, a leaving node removed — or 500 after
+/// `MEMBERS_SETTLE_MS` (the change stands and continues; asking again waits again).
+pub async fn join_or_leave(req: &Request, ctx: &AdminCtx, join: bool) -> Response {
+    if ctx.plane.cluster_view().is_none() {
+        return Response::error(400, "clustering is not enabled");
     }
+    let body: Value = match serde_json::from_slice(&req.body) {
+        Ok(v) => v,
+        Err(_) => return Response::error(400, "invalid json"),
+    };
+    let text = |key: &str| {
+        body.get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    let change = match (join, text("node_id"), text("addr")) {
+        (true, Some(name), Some(addr)) => MembersChange::Join {
+            name,
+            addr,
+            non_voter: body
+                .get("non_voter")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            shards: body.get("shards").and_then(Value::as_u64),
+        },
+        (true, _, _) => return Response::error(400, "node_id and addr are required"),
+        (false, Some(name), _) => MembersChange::Leave { name },
+        (false, None, _) => return Response::error(400, "node_id is required"),
+    };
+    let name = change.name().to_string();
+    match ctx.plane.change_members(change).await {
+        Ok(()) => Response::json(
+            200,
+            &json!({"node_id": name, "status": if join { "joined" } else { "removed" }}),
+        ),
+        Err(e) => Response::error(500, &e),
+    }
+}
+
+/// Each member with the slot groups (of those this node hosts) it votes in and learns in.
+fn members(
+    view: &crate::queue::server::replicated::ClusterView,
+    raft: &[crate::queue::server::replicated::SlotStatus],
+) -> Vec<Value> {
+    view.members
+        .iter()
+        .map(|(id, name, addr)| {
+            let voting = raft.iter().filter(|s| s.voters.contains(id)).count();
+            let learning = raft.iter().filter(|s| s.learners.contains(id)).count();
+            json!({"node_id": name, "raft_addr": addr, "slots_voting": voting, "slots_learning": learning})
+        })
+        .collect()
 }
 
 /// v1's body; clustered, ready once every slot this node hosts knows its leader.

@@ -150,7 +150,8 @@ async fn route_inner(req: &Request, ctx: &AdminCtx) -> Response {
         p if p.starts_with("/cache/") => super::cache_routes::route(req, ctx).await,
         p if super::messaging_routes::handles(p) => super::messaging_routes::route(req, ctx).await,
         "/cluster/status" if get => super::cluster_routes::status(ctx).await,
-        "/cluster/join" | "/cluster/leave" if post => super::cluster_routes::join_or_leave(ctx),
+        "/cluster/join" if post => super::cluster_routes::join_or_leave(req, ctx, true).await,
+        "/cluster/leave" if post => super::cluster_routes::join_or_leave(req, ctx, false).await,
         p if KNOWN_PATHS.contains(&p) => Response::error(405, "method not allowed"),
         _ => Response::text(404, "text/plain; charset=utf-8", "404 page not found\n"),
     }

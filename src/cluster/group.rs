@@ -303,6 +303,32 @@ impl Group {
             .unwrap_or(0)
     }
 
+    /// As leader: the members heard from within the last election timeout (raft-rs keeps
+    /// this with check-quorum on); empty otherwise.
+    pub fn recently_active(&self) -> Vec<u64> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        self.node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(_, pr)| pr.recent_active)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// As leader: whether follower `id` has the log up to `lag_max` entries from its end.
+    pub fn caught_up(&self, id: u64, lag_max: u64) -> bool {
+        let raft = &self.node.raft;
+        let last = raft.raft_log.last_index();
+        self.is_leader()
+            && raft
+                .prs()
+                .get(id)
+                .is_some_and(|pr| pr.matched + lag_max >= last)
+    }
+
     pub fn commit_index(&self) -> u64 {
         self.node.raft.raft_log.committed
     }

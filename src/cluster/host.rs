@@ -4,6 +4,7 @@
 //! group commit — covers every group's writes.
 
 use super::balance::{self, GroupView};
+use super::directory::Role;
 use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
@@ -41,6 +42,9 @@ pub enum HostRefused {
 pub struct Host {
     node_id: u64,
     replicas: BTreeMap<u16, Replica>,
+    /// The member directory's wants (`directory::Directory::wants`): each leader moves its
+    /// group's membership towards them on every tick. Empty: memberships are left alone.
+    wants: BTreeMap<u64, Role>,
 }
 
 impl Host {
@@ -66,7 +70,11 @@ impl Host {
             .map_err(|e| format!("slot {slot}: {e}"))?;
             replicas.insert(slot, replica);
         }
-        Ok(Host { node_id, replicas })
+        Ok(Host {
+            node_id,
+            replicas,
+            wants: BTreeMap::new(),
+        })
     }
 
     pub fn replica(&self, slot: u16) -> Option<&Replica> {
@@ -123,7 +131,14 @@ impl Host {
     pub fn tick(&mut self, now_ns: i64) {
         for replica in self.replicas.values_mut() {
             replica.tick(now_ns);
+            if !self.wants.is_empty() {
+                replica.follow_wants(&self.wants);
+            }
         }
+    }
+
+    pub fn set_wants(&mut self, wants: BTreeMap<u64, Role>) {
+        self.wants = wants;
     }
 
     /// Steps each message of a batch into its slot's group. Returns how many were not

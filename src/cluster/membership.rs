@@ -16,7 +16,10 @@
 //! kind    = 0 add voter | 1 add learner | 2 remove
 //! ```
 
-use raft::prelude::{ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2};
+use super::directory::Role;
+use raft::prelude::{
+    ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, ConfState,
+};
 
 pub const VERSION: u8 = 1;
 /// Most changes in one proposal.
@@ -126,9 +129,126 @@ pub fn to_raft(changes: &[MemberChange]) -> ConfChangeV2 {
     cc
 }
 
+/// What a leader does next to bring its group to the directory's wants
+/// (`directory::Directory::wants`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Propose(Vec<MemberChange>),
+    /// This leader is to leave the group: it hands leadership over first, and the next
+    /// leader removes it.
+    HandOver,
+}
+
+/// The next membership change of a group whose applied membership is `conf`, led by `me`,
+/// towards `wants` (members absent from `wants` are left as they are). One change at a
+/// time, in this order: a learner that caught up (`caught_up`) becomes a voter, a member
+/// that should be in the group is added as a learner (it catches up before it votes, so it
+/// never holds up the quorum while it loads a snapshot), and one that left is removed —
+/// except the last voter, and a voter whose removal would leave the group without a
+/// majority of voters heard from recently (`active`): of three voters with one down,
+/// removing another would stop the group until the down one returns, so that waits.
+/// None during joint consensus (`replica.rs` leaves it first).
+pub fn plan(
+    me: u64,
+    conf: &ConfState,
+    wants: &std::collections::BTreeMap<u64, Role>,
+    caught_up: impl Fn(u64) -> bool,
+    active: impl Fn(u64) -> bool,
+) -> Option<Step> {
+    if !conf.voters_outgoing.is_empty() {
+        return None;
+    }
+    let voter = |id: &u64| conf.voters.contains(id);
+    let learner = |id: &u64| conf.learners.contains(id);
+    let promote = wants
+        .iter()
+        .find(|&(id, role)| *role == Role::Voter && learner(id) && caught_up(*id));
+    if let Some((&id, _)) = promote {
+        return Some(Step::Propose(vec![MemberChange::AddVoter(id)]));
+    }
+    let add = wants
+        .iter()
+        .find(|&(id, role)| *role != Role::Gone && !voter(id) && !learner(id));
+    if let Some((&id, _)) = add {
+        return Some(Step::Propose(vec![MemberChange::AddLearner(id)]));
+    }
+    let keeps_quorum = |gone: u64| {
+        let left: Vec<u64> = conf.voters.iter().copied().filter(|&v| v != gone).collect();
+        let live = left.iter().filter(|&&v| v == me || active(v)).count();
+        !left.is_empty() && live > left.len() / 2
+    };
+    let remove = wants.iter().find(|&(id, role)| {
+        *role == Role::Gone && (learner(id) || (voter(id) && keeps_quorum(*id)))
+    });
+    match remove {
+        Some((&id, _)) if id == me => Some(Step::HandOver),
+        Some((&id, _)) => Some(Step::Propose(vec![MemberChange::Remove(id)])),
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeMap;
+
+    fn conf(voters: &[u64], learners: &[u64]) -> ConfState {
+        ConfState {
+            voters: voters.to_vec(),
+            learners: learners.to_vec(),
+            ..ConfState::default()
+        }
+    }
+
+    #[test]
+    fn a_joiner_is_added_as_a_learner_and_promoted_once_caught_up() {
+        let wants = BTreeMap::from([(1, Role::Voter), (2, Role::Voter)]);
+        let step = plan(1, &conf(&[1], &[]), &wants, |_| true, |_| true);
+        assert_eq!(step, Some(Step::Propose(vec![MemberChange::AddLearner(2)])));
+        let lagging = plan(1, &conf(&[1], &[2]), &wants, |_| false, |_| true);
+        assert_eq!(lagging, None, "not promoted before it caught up");
+        let step = plan(1, &conf(&[1], &[2]), &wants, |id| id == 2, |_| true);
+        assert_eq!(step, Some(Step::Propose(vec![MemberChange::AddVoter(2)])));
+        assert_eq!(
+            plan(1, &conf(&[1, 2], &[]), &wants, |_| true, |_| true),
+            None
+        );
+    }
+
+    #[test]
+    fn a_non_voter_stays_a_learner_and_a_member_that_left_is_removed() {
+        let wants = BTreeMap::from([(1, Role::Voter), (3, Role::NonVoter), (2, Role::Gone)]);
+        let step = plan(1, &conf(&[1, 2], &[]), &wants, |_| true, |_| true);
+        assert_eq!(step, Some(Step::Propose(vec![MemberChange::AddLearner(3)])));
+        let step = plan(1, &conf(&[1, 2], &[3]), &wants, |_| true, |_| true);
+        assert_eq!(step, Some(Step::Propose(vec![MemberChange::Remove(2)])));
+        assert_eq!(plan(1, &conf(&[1], &[3]), &wants, |_| true, |_| true), None);
+        assert_eq!(
+            plan(2, &conf(&[1, 2], &[3]), &wants, |_| true, |_| true),
+            Some(Step::HandOver),
+            "a leader that left hands over rather than remove itself"
+        );
+        let last = BTreeMap::from([(1, Role::Gone)]);
+        assert_eq!(
+            plan(1, &conf(&[1], &[]), &last, |_| true, |_| true),
+            None,
+            "never the last voter"
+        );
+        let three = conf(&[1, 2, 3], &[]);
+        let two_gone = BTreeMap::from([(1, Role::Voter), (2, Role::Gone), (3, Role::Voter)]);
+        assert_eq!(
+            plan(1, &three, &two_gone, |_| true, |id| id != 3),
+            None,
+            "with 3 down, removing 2 would leave 1 of 2 voters: it waits"
+        );
+        assert_eq!(
+            plan(1, &three, &two_gone, |_| true, |_| true),
+            Some(Step::Propose(vec![MemberChange::Remove(2)]))
+        );
+        let mut joint = conf(&[1, 2], &[]);
+        joint.voters_outgoing = vec![1];
+        assert_eq!(plan(1, &joint, &wants, |_| true, |_| true), None);
+    }
 
     #[test]
     fn changes_round_trip_and_damage_is_refused() {

@@ -16,6 +16,7 @@
 //! addresses), joining and leaving, leader balancing. STATUS.md keeps the list.
 
 pub mod balance;
+pub mod directory;
 pub mod forward;
 pub mod group;
 pub mod group_log;

@@ -14,6 +14,7 @@
 //! (`queue/server/replicated.rs`) and carries out the applied commands' effects for its
 //! own connections (`set_observer`).
 
+use super::directory::{Directory, Member, Role};
 use super::forward::{self, Answer};
 use super::group::ElectionTicks;
 use super::group_log::GroupLog;
@@ -31,7 +32,8 @@ use boltq_io::Store;
 use raft::prelude::ConfState;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -58,7 +60,26 @@ pub struct NodeConfig {
     pub joining: bool,
     /// Ticks between two rounds of leader balancing (`balance.rs`); 0 = never.
     pub balance_every_ticks: u64,
+    /// With a member directory (`directory.rs`), the groups' memberships follow it and it
+    /// is kept and gossiped; without, the members are `peers` and this node for good.
+    pub membership: Option<MembershipConfig>,
 }
+
+/// What a node needs to follow the member directory.
+pub struct MembershipConfig {
+    /// This node's name (its raft id is the name hashed).
+    pub name: String,
+    /// What this shard knew of the members at start.
+    pub directory: Directory,
+    /// Where this shard keeps its copy of the directory.
+    pub path: PathBuf,
+    /// Shard k links to shard k of every member, on the member's raft port + k.
+    pub port_offset: u16,
+}
+
+/// Ticks between two sends of the directory to every peer: how soon a node that missed a
+/// change (it was down, or its link was not up yet) learns it.
+pub const GOSSIP_EVERY_TICKS: u64 = 10;
 
 /// Why a proposal has no outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +132,11 @@ pub struct Node {
     /// Raft messages received for slots this node does not host, and when that was last
     /// logged (a sign that the nodes' `server.shards` differ).
     misrouted: std::cell::Cell<(u64, Option<Instant>)>,
+    /// The member directory, when the node follows one (`NodeConfig::membership`).
+    directory: RefCell<Option<Directory>>,
+    /// Notified whenever the directory changed or entries were applied: what waits for a
+    /// membership change to settle watches it.
+    members_moved: Event,
 }
 
 #[derive(Default)]
@@ -145,8 +171,10 @@ impl Node {
     ) -> Result<Running, String> {
         let mut voters: Vec<u64> = Vec::new();
         if !cfg.joining {
-            voters.extend(cfg.peers.keys().copied());
-            voters.push(cfg.node_id);
+            match &cfg.membership {
+                Some(m) => voters = m.directory.founders(),
+                None => voters.extend(cfg.peers.keys().copied().chain([cfg.node_id])),
+            }
             voters.sort_unstable();
         }
         let mut logs = BTreeMap::new();
@@ -167,6 +195,7 @@ impl Node {
         )?;
         let outbound = Outbound::start(cfg.node_id, &cfg.peers);
         let node_id = cfg.node_id;
+        let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
         let node = Rc::new(Node {
             cfg,
             host: RefCell::new(host),
@@ -182,7 +211,12 @@ impl Node {
             metrics: RefCell::new(NodeMetrics::default()),
             leaders: RefCell::new(BTreeMap::new()),
             misrouted: std::cell::Cell::new((0, None)),
+            directory: RefCell::new(None),
+            members_moved: Event::default(),
         });
+        if let Some(directory) = directory {
+            node.learn(directory);
+        }
         let inbound = Rc::clone(&node);
         let deliver: transport::Deliver = Rc::new(move |from, incoming| match incoming {
             Incoming::Raft(batch) => {
@@ -193,6 +227,7 @@ impl Node {
                 boltq_shards::spawn(Rc::clone(&inbound).serve_forwarded(from, request)).detach();
             }
             Incoming::Reply(reply) => inbound.take_reply(reply),
+            Incoming::Directory(directory) => inbound.learn(directory),
         });
         let tasks = vec![
             transport::serve(listener, node_id, deliver),
@@ -240,6 +275,8 @@ impl Node {
             .replicas()
             .map(|(slot, replica)| SlotStatus {
                 slot,
+                voters: replica.group().conf_state().voters,
+                learners: replica.group().conf_state().learners,
                 leader: replica.group().leader(),
                 term: replica.group().term(),
                 commit: replica.group().commit_index(),
@@ -482,6 +519,9 @@ impl Node {
                     let started = self.host.borrow_mut().balance_leaders();
                     self.metrics.borrow().transfers.add(started as u64);
                 }
+                if ticks.is_multiple_of(GOSSIP_EVERY_TICKS) {
+                    self.gossip();
+                }
             }
             if let Err(e) = self.round(&mut logs).await {
                 log::error!("raft node {} stopped: {e}", self.cfg.node_id);
@@ -577,6 +617,7 @@ impl Node {
         if applied.is_empty() {
             return;
         }
+        self.members_moved.notify();
         let mut slots: Vec<u16> = applied.iter().map(|&(slot, _, _)| slot).collect();
         slots.dedup();
         if let Some(observer) = self.observer.borrow().as_ref() {
@@ -611,6 +652,130 @@ impl Node {
             for batch in batches {
                 self.outbound.borrow().send(to, &batch);
             }
+        }
+    }
+
+    /// Takes what `incoming` knows that this node did not (`Directory::merge`): links to
+    /// the members it names, their wants for the groups, and its own copy saved and sent to
+    /// every peer when anything changed. Without `NodeConfig::membership`, ignored.
+    pub fn learn(&self, incoming: Directory) {
+        let Some(cfg) = &self.cfg.membership else {
+            return;
+        };
+        let (changed, merged) = {
+            let mut held = self.directory.borrow_mut();
+            let held = held.get_or_insert_with(Directory::default);
+            let changed = held.merge(incoming.members().cloned());
+            (changed, held.clone())
+        };
+        if changed.is_empty() {
+            return;
+        }
+        for member in changed.iter().filter(|m| m.id() != self.cfg.node_id) {
+            self.link_to(member, cfg.port_offset);
+        }
+        self.host.borrow_mut().set_wants(merged.wants());
+        self.outbound.borrow().set_greeting(&merged);
+        if let Err(e) = merged.save(&cfg.path) {
+            // The peers still hold it and gossip it back after a restart.
+            log::error!("save the member directory {}: {e}", cfg.path.display());
+        }
+        for m in &changed {
+            log::info!("member {} ({}) at {}: {:?}", m.name, m.id(), m.addr, m.role);
+        }
+        self.gossip();
+        self.members_moved.notify();
+    }
+
+    /// Starts (or moves) the link to `member`'s shard of this one. An address that does
+    /// not resolve is logged and left: the next change of the entry tries again.
+    fn link_to(&self, member: &Member, port_offset: u16) {
+        if member.role == Role::Gone {
+            return;
+        }
+        let resolved = member
+            .addr
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .and_then(|mut a| {
+                a.set_port(a.port().checked_add(port_offset)?);
+                Some(a)
+            });
+        match resolved {
+            Some(addr) => self.outbound.borrow_mut().add_peer(member.id(), addr),
+            None => log::warn!(
+                "member {}: its raft address {:?} does not resolve (plus shard offset {port_offset})",
+                member.name,
+                member.addr
+            ),
+        }
+    }
+
+    /// Sends the directory to every peer (links that are down drop it; the next round
+    /// sends it again).
+    fn gossip(&self) {
+        let Some(directory) = self.directory.borrow().clone() else {
+            return;
+        };
+        let outbound = self.outbound.borrow();
+        for to in outbound.peers() {
+            outbound.send_directory(to, &directory);
+        }
+    }
+
+    /// The member directory this node follows (None without `NodeConfig::membership`).
+    pub fn directory(&self) -> Option<Directory> {
+        self.directory.borrow().clone()
+    }
+
+    /// Hosted groups whose applied membership does not yet have `name` as the directory
+    /// wants it (a voter, a learner, or absent when it left).
+    pub fn groups_unsettled(&self, name: &str) -> usize {
+        let Some(role) = self
+            .directory
+            .borrow()
+            .as_ref()
+            .and_then(|d| d.get(name).map(|m| m.role))
+        else {
+            return 0;
+        };
+        let id = super::directory::raft_id(name);
+        self.host
+            .borrow()
+            .replicas()
+            .filter(|(_, r)| {
+                let conf = r.group().conf_state();
+                let voter = conf.voters.contains(&id) && conf.voters_outgoing.is_empty();
+                let learner = conf.learners.contains(&id);
+                let absent = !voter
+                    && !learner
+                    && !conf.voters.contains(&id)
+                    && !conf.voters_outgoing.contains(&id);
+                let settled = match role {
+                    Role::Voter => voter,
+                    Role::NonVoter => learner,
+                    Role::Gone => absent,
+                };
+                !settled
+            })
+            .count()
+    }
+
+    /// Waits until every hosted group has `name` as the directory wants it, or `timeout`
+    /// passes; returns the groups still unsettled.
+    pub async fn settle(&self, name: &str, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let ticket = self.members_moved.ticket();
+            let left = self.groups_unsettled(name);
+            let now = Instant::now();
+            if left == 0 || now >= deadline {
+                return left;
+            }
+            // Applied entries notify too, but a poll bounds the wait if none come.
+            let step = (deadline - now).min(Duration::from_millis(200));
+            boltq_shards::timeout(step, self.members_moved.wait(ticket)).await;
         }
     }
 

@@ -12,13 +12,18 @@
 //! `snapshot_every_entries` applied entries; a follower too far behind gets one from the
 //! leader and replaces its broker with it.
 
+use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
 use super::image_log::{ImageLog, Recovered, Written};
-use super::membership::MemberChange;
+use super::membership::{self, MemberChange};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use crate::queue::server::{snapshot as body, wal::record};
 use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
 use std::collections::BTreeMap;
+
+/// A learner is made a voter once it is at most this many entries behind the leader's log:
+/// close enough that it does not hold the quorum up while it catches the rest.
+pub const CAUGHT_UP_LAG_ENTRIES_MAX: u64 = 64;
 
 /// Most proposals of one replica waiting for their entry to be applied.
 pub const PROPOSALS_MAX: usize = 65_536;
@@ -226,6 +231,36 @@ impl Replica {
                 // Nobody waits for the leave's outcome.
                 self.proposals.remove(&id.index);
             }
+        }
+    }
+
+    /// As leader with no membership change pending, starts the next change towards
+    /// `wants` (the member directory, `membership::plan`).
+    pub fn follow_wants(&mut self, wants: &BTreeMap<u64, Role>) {
+        if !self.group.is_leader() || self.group.membership_pending() {
+            return;
+        }
+        let conf = self.group.storage().conf_state().clone();
+        let me = self.group.id();
+        let group = &self.group;
+        let active = group.recently_active();
+        let step = membership::plan(
+            me,
+            &conf,
+            wants,
+            |id| group.caught_up(id, CAUGHT_UP_LAG_ENTRIES_MAX),
+            |id| active.contains(&id),
+        );
+        match step {
+            Some(membership::Step::Propose(changes)) => {
+                if let Ok(id) = self.propose_membership(&changes) {
+                    // Nobody waits for it: the directory is the request, and the next
+                    // step follows once it is applied.
+                    self.proposals.remove(&id.index);
+                }
+            }
+            Some(membership::Step::HandOver) => self.group.hand_over_leadership(),
+            None => {}
         }
     }
 

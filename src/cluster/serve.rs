@@ -10,12 +10,13 @@
 //! connection's disconnect is proposed to the slots where it consumed or subscribed, and
 //! a restarted node ends the subscriptions its earlier processes left.
 
+use super::directory::{Directory, Role};
 use super::node::{Node, NodeConfig, ProposeError, Running};
 use super::replica::NotApplied;
 use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
 use crate::queue::server::plane::{now_ns, Plane};
 use crate::queue::server::replicated::{
-    ClusterView, Replicated, SlotStatus, COMMIT_LATENCY_METRIC,
+    ClusterView, MembersChange, Replicated, SlotStatus, COMMIT_LATENCY_METRIC,
 };
 use crate::queue::server::waiters::Answer;
 use boltq_io::event::Event;
@@ -24,6 +25,8 @@ use boltq_io::Store;
 use boltq_shards::metrics::Histogram;
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::time::{Duration, Instant};
 
@@ -45,6 +48,8 @@ pub struct ClusterStart {
     /// Connection boot ids of this node's earlier processes (`server::cluster::boots`):
     /// their subscriptions are swept.
     pub earlier_boots: Vec<u64>,
+    /// `server.shards`, which a joining node must share.
+    pub shards: u64,
 }
 
 /// How often a node looks for subscriptions its earlier processes left registered.
@@ -65,6 +70,7 @@ pub struct Replication {
     /// CONSUME).
     long_polls_running: std::cell::Cell<usize>,
     earlier_boots: Vec<u64>,
+    shards: u64,
     /// Stale connections whose disconnect is proposed and not yet answered.
     sweeping: Rc<RefCell<BTreeSet<(u16, ConsumerRef)>>>,
     /// Itself, for the tasks of long-polls.
@@ -100,6 +106,7 @@ impl Replication {
             long_polls: RefCell::new(HashMap::new()),
             long_polls_running: std::cell::Cell::new(0),
             earlier_boots: start.earlier_boots,
+            shards: start.shards,
             sweeping: Rc::default(),
         });
         let weak = Rc::downgrade(&replication);
@@ -226,8 +233,46 @@ impl Replicated for Replication {
         self.node.slot_status()
     }
 
-    fn view(&self) -> &ClusterView {
-        &self.view
+    fn view(&self) -> ClusterView {
+        let mut view = (*self.view).clone();
+        if let Some(directory) = self.node.directory() {
+            view.members = directory
+                .members()
+                .filter(|m| m.role != Role::Gone)
+                .map(|m| (m.id(), m.name.clone(), m.addr.clone()))
+                .collect();
+        }
+        view
+    }
+
+    fn accept_members_change(&self, change: &MembersChange) -> Result<Vec<u8>, String> {
+        let held = self.node.directory().unwrap_or_default();
+        let now_ns = u64::try_from(now_ns()).unwrap_or(0);
+        let mut directory = held.clone();
+        if let Some(entry) = held.accept(change, now_ns, self.shards)? {
+            log::info!("members change asked of this node: {change:?}");
+            directory.merge([entry]);
+        }
+        Ok(directory.encode())
+    }
+
+    fn take_members(
+        &self,
+        directory: Vec<u8>,
+        name: String,
+        wait_ms: u64,
+    ) -> Pin<Box<dyn Future<Output = usize>>> {
+        let node = Rc::clone(&self.node);
+        Box::pin(async move {
+            match Directory::decode(bytes::Bytes::from(directory)) {
+                Ok(directory) => node.learn(directory),
+                Err(e) => {
+                    log::error!("member directory from another shard refused: {e}");
+                    return usize::MAX;
+                }
+            }
+            node.settle(&name, Duration::from_millis(wait_ms)).await
+        })
     }
 }
 
@@ -280,9 +325,15 @@ async fn run(node: &Node, view: &ClusterView, slot: u16, cmd: &Command) -> Outco
     match node.submit(slot, cmd, timeout).await {
         Ok(outcome) => outcome,
         Err(ProposeError::NotLeader { leader }) => {
-            let known = leader.and_then(|id| view.members.iter().find(|m| m.0 == id));
-            let (leader_id, leader) =
-                known.map_or_else(Default::default, |m| (m.1.clone(), m.2.clone()));
+            let known = leader.and_then(|id| match node.directory() {
+                Some(d) => d.by_id(id).map(|m| (m.name.clone(), m.addr.clone())),
+                None => view
+                    .members
+                    .iter()
+                    .find(|m| m.0 == id)
+                    .map(|m| (m.1.clone(), m.2.clone())),
+            });
+            let (leader_id, leader) = known.unwrap_or_default();
             Outcome::NotLeader { leader, leader_id }
         }
         Err(e) => Outcome::Error(refusal_text(slot, &e)),

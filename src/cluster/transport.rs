@@ -8,6 +8,7 @@
 //! frame  = len:u32 | kind:u8 | body                    (len counts kind and body,
 //!                                                        ≤ wire::BATCH_BYTES_MAX + 1)
 //! kind   = 1 raft batch (wire.rs) | 2 forwarded command | 3 its reply (forward.rs)
+//!        | 4 the sender's member directory (directory.rs)
 //! ```
 //!
 //! Raft tolerates lost messages and retries on its own, so the links never block the
@@ -23,6 +24,7 @@
 //! for itself only). Anything else closes the connection with a log line. Not built:
 //! TLS/mTLS on the links, heartbeat coalescing per node pair.
 
+use super::directory::Directory;
 use super::forward;
 use super::wire::{self, SlotMessage};
 use boltq_io::connect::connect_tcp;
@@ -41,6 +43,7 @@ pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT2\n";
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
+const KIND_DIRECTORY: u8 = 4;
 
 /// What a peer sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +51,7 @@ pub enum Incoming {
     Raft(Vec<SlotMessage>),
     Forward(forward::Request),
     Reply(forward::Reply),
+    Directory(Directory),
 }
 const HELLO_BYTES: usize = 8 + 8 + 8;
 pub const HELLO_TIMEOUT_MS: u64 = 5_000;
@@ -83,6 +87,9 @@ struct Link {
     stats: Cell<LinkStats>,
     /// (slot, to, delivered) of snapshots written or lost, for the host.
     reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
+    /// A frame written first on every connection (the member directory), so a peer that
+    /// was down or new learns it at once rather than at the next gossip.
+    greeting: Rc<RefCell<Option<Vec<u8>>>>,
 }
 
 /// This node's outbound links, one per peer, each written by its own task.
@@ -90,7 +97,8 @@ pub struct Outbound {
     node_id: u64,
     links: BTreeMap<u64, Rc<Link>>,
     reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
-    tasks: Vec<boltq_shards::Task<()>>,
+    tasks: BTreeMap<u64, boltq_shards::Task<()>>,
+    greeting: Rc<RefCell<Option<Vec<u8>>>>,
 }
 
 impl Outbound {
@@ -101,7 +109,8 @@ impl Outbound {
             node_id,
             links: BTreeMap::new(),
             reports: Rc::new(RefCell::new(Vec::new())),
-            tasks: Vec::new(),
+            tasks: BTreeMap::new(),
+            greeting: Rc::default(),
         };
         for (&to, &addr) in peers {
             out.add_peer(to, addr);
@@ -109,10 +118,11 @@ impl Outbound {
         out
     }
 
-    /// Starts a link to a node that joined (a known one keeps its link and address).
+    /// Starts a link to a node that joined; a known one keeps its link, unless its address
+    /// changed (a member that rejoined elsewhere): then the old link stops.
     pub fn add_peer(&mut self, to: u64, addr: SocketAddr) {
         assert_ne!(to, self.node_id, "a node has no link to itself");
-        if self.links.contains_key(&to) {
+        if self.links.get(&to).is_some_and(|l| l.addr == addr) {
             return;
         }
         let link = Rc::new(Link {
@@ -125,8 +135,10 @@ impl Outbound {
             wake: Event::default(),
             stats: Cell::new(LinkStats::default()),
             reports: Rc::clone(&self.reports),
+            greeting: Rc::clone(&self.greeting),
         });
-        self.tasks.push(boltq_shards::spawn(Rc::clone(&link).run()));
+        self.tasks
+            .insert(to, boltq_shards::spawn(Rc::clone(&link).run()));
         self.links.insert(to, link);
     }
 
@@ -160,6 +172,25 @@ impl Outbound {
         let mut bytes = vec![KIND_REPLY];
         forward::encode_reply(reply, &mut bytes);
         self.send_other(to, bytes)
+    }
+
+    /// Sends this node's member directory to node `to`. False: dropped.
+    pub fn send_directory(&self, to: u64, directory: &Directory) -> bool {
+        let mut bytes = vec![KIND_DIRECTORY];
+        bytes.extend_from_slice(&directory.encode());
+        self.send_other(to, bytes)
+    }
+
+    /// Sets the directory every link writes first when it connects.
+    pub fn set_greeting(&self, directory: &Directory) {
+        let mut bytes = vec![KIND_DIRECTORY];
+        bytes.extend_from_slice(&directory.encode());
+        *self.greeting.borrow_mut() = Some(bytes);
+    }
+
+    /// The peers this node has a link to.
+    pub fn peers(&self) -> Vec<u64> {
+        self.links.keys().copied().collect()
     }
 
     fn send_other(&self, to: u64, bytes: Vec<u8>) -> bool {
@@ -260,6 +291,11 @@ impl Link {
         hello.extend_from_slice(HELLO_MAGIC);
         hello.extend_from_slice(&self.from.to_le_bytes());
         hello.extend_from_slice(&self.to.to_le_bytes());
+        let greeting = self.greeting.borrow().clone();
+        if let Some(frame) = greeting {
+            hello.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+            hello.extend_from_slice(&frame);
+        }
         conn.write_all(&hello).await?;
         Ok(conn)
     }
@@ -403,6 +439,9 @@ fn decode_frame(from: u64, frame: Bytes) -> Result<Incoming, String> {
         KIND_REPLY => forward::decode_reply(body)
             .map(Incoming::Reply)
             .map_err(|e| format!("node {from}: {e}")),
+        KIND_DIRECTORY => Directory::decode(body)
+            .map(Incoming::Directory)
+            .map_err(|e| format!("node {from}: {e}")),
         kind => Err(format!("node {from} sent a frame of kind {kind}")),
     }
 }
@@ -493,6 +532,29 @@ mod tests {
             boltq_shards::timeout(Duration::from_secs(2), conn.read(&mut buf)).await,
             Some(Ok(0)) | Some(Err(_))
         )
+    }
+
+    #[test]
+    fn the_directory_greets_every_connection_and_travels_on_its_own() {
+        use crate::cluster::directory::{Member, Role};
+        run(|| async {
+            let (shared, _serving, got) = listen();
+            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
+            let mut out = Outbound::start(2, &BTreeMap::new());
+            let directory = Directory::new([Member {
+                name: "n2".into(),
+                addr: "127.0.0.1:9".into(),
+                role: Role::Voter,
+                version: 4,
+            }]);
+            out.set_greeting(&directory);
+            out.add_peer(1, peers[&1]);
+            until("the greeting", || got.borrow().len() == 1).await;
+            assert_eq!(got.borrow()[0], (2, Incoming::Directory(directory.clone())));
+            assert!(out.send_directory(1, &directory));
+            until("the directory sent", || got.borrow().len() == 2).await;
+            assert_eq!(got.borrow()[1], (2, Incoming::Directory(directory)));
+        });
     }
 
     #[test]

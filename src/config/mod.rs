@@ -477,8 +477,8 @@ pub struct ClusterConfig {
     /// Node id; empty (default) = the hostname while clustering, see
     /// [`Config::node_id`].
     pub node_id: String,
-    /// Raft bind and advertised address. Default `"0.0.0.0:9100"` (advertising
-    /// 0.0.0.0 breaks peers; a warning says so when clustering).
+    /// Raft bind and advertised address. Default `"0.0.0.0:9100"`, which a clustered
+    /// node refuses at start: the other members dial this address, so it must be routable.
     pub raft_addr: String,
     /// Raft storage. Default unset = `<storage.data_dir>/raft` (v1:
     /// `./data/raft`, the same path with the default data dir).
@@ -739,16 +739,6 @@ impl Config {
                     "{key} = \"interval\": up to the interval of acknowledged data can be lost on power failure"
                 )),
                 FsyncMode::Always => {}
-            }
-        }
-        if self.cluster.enabled {
-            if let Some((host, _)) = split_host_port(&self.cluster.raft_addr) {
-                if host == "0.0.0.0" || host == "[::]" || host.is_empty() {
-                    out.push(format!(
-                        "cluster.raft_addr = {:?} is advertised to peers, which cannot reach it; set a routable address",
-                        self.cluster.raft_addr
-                    ));
-                }
             }
         }
         if !self.security.api_key.is_empty() && self.security.allow_query_api_key {

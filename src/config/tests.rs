@@ -912,10 +912,6 @@ fn derived_values() {
     assert_eq!(c.node_id("h", 7), "node-7");
     c.cluster.enabled = true;
     assert_eq!(c.node_id("h", 7), "h");
-    assert!(c
-        .warnings(64)
-        .iter()
-        .any(|w| w.starts_with("cluster.raft_addr")));
     c.cluster.raft_addr = "10.0.0.5:9200".into();
     assert_eq!(c.meta_raft_addr().as_deref(), Some("10.0.0.5:9201"));
     c.cluster.meta_raft_addr = "10.0.0.5:9300".into();

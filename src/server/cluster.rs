@@ -7,15 +7,16 @@
 //! misrouted-message warnings, since the peers cannot be asked).
 
 use super::ServerError;
+use crate::cluster::directory::{check_advertised, check_name, raft_id, Directory, Member, Role};
 use crate::cluster::group::{ElectionTicks, ELECTION_TICKS};
-use crate::cluster::node::NodeConfig;
+use crate::cluster::node::{MembershipConfig, NodeConfig};
 use crate::config::{split_host_port, split_peer, Config};
 use crate::queue::broker::BrokerConfig;
 use crate::queue::server::replicated::ClusterView;
 use boltq_io::listener::SharedListener;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Milliseconds per raft tick: heartbeats every tick, elections after 10–20 ticks
 /// (design §9: heartbeat ~100 ms, election timeout ~1 s).
@@ -26,17 +27,26 @@ pub const TICK_MS: u64 = 100;
 pub const BALANCE_EVERY_TICKS: u64 = 50;
 
 pub struct ClusterPlan {
-    /// This node's raft id (`raft_id(cluster.node_id)`) and its configured name.
+    /// This node's raft id (`raft_id(name)`) and its name (`Config::node_id`).
     pub node_id: u64,
     pub name: String,
-    /// The peers' raft ids, names and raft addresses (of their shard 0).
-    pub peers: Vec<(u64, String, SocketAddr)>,
+    /// Its advertised raft address (`cluster.raft_addr`, shard 0's).
+    pub raft_addr: String,
+    /// The member directory as this node starts with it: what its shards saved, or at the
+    /// first start the founding members (this node and `cluster.peers`, or this node
+    /// alone when it bootstraps), or nothing when it is to join through seeds.
+    pub directory: Directory,
+    /// Not a founding member: its groups start empty and learn their membership from the
+    /// leaders once a seed accepted its join.
+    pub joining: bool,
     /// Shard k's raft listener, on the raft port + k.
     pub listeners: Vec<SharedListener>,
     pub snapshot_every_entries: u64,
     pub election: ElectionTicks,
     /// Connection boot ids of this node's earlier processes (`note_boot`).
     pub earlier_boots: Vec<u64>,
+    /// `<data_dir>/cluster`: where each shard keeps its copy of the directory.
+    pub dir: PathBuf,
 }
 
 /// Records the member set (this node's name and its peers') in
@@ -126,33 +136,28 @@ fn parse_boots(text: &str) -> Result<Vec<u64>, String> {
         .collect()
 }
 
-/// A node's raft id: its configured name hashed (FNV-1a 64), never 0 (raft's "none").
-/// Stable across restarts and the same on every node that names it.
-pub fn raft_id(name: &str) -> u64 {
-    boltq_shards::fnv1a_64(name.as_bytes()).max(1)
-}
-
 impl ClusterPlan {
-    /// Resolves the peers and binds one raft listener per shard. Errors name the key.
+    /// Finds this node's members (`initial_directory`) and binds one raft listener per
+    /// shard. Errors name the key.
     pub fn build(
         config: &Config,
+        data_dir: &Path,
         shard_count: usize,
         earlier_boots: Vec<u64>,
     ) -> Result<ClusterPlan, ServerError> {
         let cl = &config.cluster;
-        let name = cl.node_id.clone();
+        let name = node_name(config);
+        check_name(&name).map_err(|e| ServerError(format!("cluster.node_id: {e}")))?;
+        check_advertised(&cl.raft_addr)
+            .map_err(|e| ServerError(format!("cluster.raft_addr: {e}")))?;
+        let dir = data_dir.join("cluster");
+        let directory = initial_directory(config, &name, &dir, shard_count)?;
         let node_id = raft_id(&name);
-        let mut peers = Vec::new();
-        for peer in &cl.peers {
-            let (peer_name, addr) = split_peer(peer).expect("validated: node_id@host:port");
-            let resolved = resolve(addr, "cluster.peers")?;
-            let id = raft_id(peer_name);
-            if id == node_id || peers.iter().any(|&(other, _, _)| other == id) {
-                return Err(ServerError(format!(
-                    "cluster.peers: node id {peer_name:?} hashes to the raft id of another member; rename it"
-                )));
-            }
-            peers.push((id, peer_name.to_string(), resolved));
+        let joining = !directory.founders().contains(&node_id);
+        if joining && cl.seeds.is_empty() && directory.get(&name).is_none() {
+            return Err(ServerError(
+                "cluster.enabled: this node has no members to found a cluster with and none to join: list them in cluster.peers, set cluster.bootstrap on one node, or give the others cluster.seeds".into(),
+            ));
         }
         let base = resolve(&cl.raft_addr, "cluster.raft_addr")?;
         let mut listeners = Vec::with_capacity(shard_count);
@@ -167,53 +172,117 @@ impl ClusterPlan {
         Ok(ClusterPlan {
             node_id,
             name,
-            peers,
+            raft_addr: cl.raft_addr.clone(),
+            directory,
+            joining,
             listeners,
             snapshot_every_entries: cl.snapshot_threshold,
             election: ELECTION_TICKS,
             earlier_boots,
+            dir,
         })
     }
 
-    /// Who this node and its peers are (`raft_addr` as configured).
-    pub fn view(&self, raft_addr: &str) -> ClusterView {
-        let mut members = vec![(self.node_id, self.name.clone(), raft_addr.to_string())];
-        members.extend(
-            self.peers
-                .iter()
-                .map(|(id, name, addr)| (*id, name.clone(), addr.to_string())),
-        );
+    /// Who this node is (the members come from the directory as it changes).
+    pub fn view(&self) -> ClusterView {
         ClusterView {
             node_id: self.node_id,
             name: self.name.clone(),
-            raft_addr: raft_addr.to_string(),
-            members,
+            raft_addr: self.raft_addr.clone(),
+            members: vec![(self.node_id, self.name.clone(), self.raft_addr.clone())],
         }
     }
 
     /// What shard `shard`'s raft node runs with: the groups of `slots`, linked to shard
-    /// `shard` of every peer.
+    /// `shard` of every member.
     pub fn node_config(&self, shard: usize, slots: Vec<u16>, broker: BrokerConfig) -> NodeConfig {
-        let peers: BTreeMap<u64, SocketAddr> = self
-            .peers
-            .iter()
-            .map(|&(id, _, addr)| {
-                let addr = with_port_offset(addr, shard).expect("checked when the plan was built");
-                (id, addr)
-            })
-            .collect();
         NodeConfig {
             node_id: self.node_id,
-            peers,
+            peers: BTreeMap::new(),
             slots,
             tick_ms: TICK_MS,
             election: self.election,
             snapshot_every_entries: self.snapshot_every_entries,
             broker,
-            joining: false,
+            joining: self.joining,
             balance_every_ticks: BALANCE_EVERY_TICKS,
+            membership: Some(MembershipConfig {
+                name: self.name.clone(),
+                directory: self.directory.clone(),
+                path: shard_directory_path(&self.dir, shard),
+                port_offset: u16::try_from(shard).expect("validated: raft port + shard ≤ 65535"),
+            }),
         }
     }
+}
+
+/// `cluster.node_id`, or the hostname (v1), or `node-<pid>`.
+fn node_name(config: &Config) -> String {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    config.node_id(hostname.trim(), std::process::id())
+}
+
+fn shard_directory_path(dir: &Path, shard: usize) -> PathBuf {
+    dir.join(format!("directory.{shard}"))
+}
+
+/// What the shards saved (merged: each shard keeps its own copy, and any may be the newest),
+/// else the founding members: this node and `cluster.peers`, or this node alone when it
+/// bootstraps. Empty for a node that is to join through seeds.
+fn initial_directory(
+    config: &Config,
+    name: &str,
+    dir: &Path,
+    shard_count: usize,
+) -> Result<Directory, ServerError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| ServerError(format!("create {}: {e}", dir.display())))?;
+    let mut saved = Directory::default();
+    let mut any = false;
+    // More files than shards: the node ran with more shards once; they count too.
+    for shard in 0..shard_count.max(256) {
+        let path = shard_directory_path(dir, shard);
+        if let Some(d) = Directory::load(&path).map_err(ServerError)? {
+            saved.merge(d.members().cloned());
+            any = true;
+        } else if shard >= shard_count {
+            break;
+        }
+    }
+    if any {
+        return Ok(saved);
+    }
+    let cl = &config.cluster;
+    let me = Member {
+        name: name.to_string(),
+        addr: cl.raft_addr.clone(),
+        role: Role::Voter,
+        version: 0,
+    };
+    if !cl.peers.is_empty() {
+        let peers = cl.peers.iter().map(|p| {
+            let (peer, addr) = split_peer(p).expect("validated: node_id@host:port");
+            Member {
+                name: peer.to_string(),
+                addr: addr.to_string(),
+                role: Role::Voter,
+                version: 0,
+            }
+        });
+        let founders = Directory::new(peers.chain([me]));
+        let ids: std::collections::BTreeSet<u64> = founders.members().map(Member::id).collect();
+        if ids.len() != founders.members().count() {
+            return Err(ServerError(
+                "cluster.peers: two members' node ids hash to the same raft id; rename one".into(),
+            ));
+        }
+        return Ok(founders);
+    }
+    if config.is_bootstrap_node(name) {
+        log::info!("bootstrapping a new cluster with this node ({name}) as its only member");
+        return Ok(Directory::new([me]));
+    }
+    Ok(Directory::default())
 }
 
 fn resolve(addr: &str, key: &str) -> Result<SocketAddr, ServerError> {
@@ -237,13 +306,6 @@ fn with_port_offset(mut addr: SocketAddr, shard: usize) -> Result<SocketAddr, Se
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raft_ids_are_stable_distinct_and_never_zero() {
-        assert_eq!(raft_id("node-a"), raft_id("node-a"));
-        assert_ne!(raft_id("node-a"), raft_id("node-b"));
-        assert_ne!(raft_id(""), 0);
-    }
 
     #[test]
     fn boots_are_remembered_across_starts_up_to_the_limit() {

@@ -2,6 +2,7 @@
 //! journals, start the shards, and on SIGINT/SIGTERM drain and sync before exiting 0.
 
 pub mod cluster;
+pub mod cluster_join;
 pub mod exposure;
 pub mod mesh;
 pub mod ready;
@@ -55,6 +56,9 @@ pub struct Plan {
     /// What startup warned about that an operator should also see on the dashboard
     /// (listeners open to other hosts without a key).
     pub warnings: Vec<String>,
+    /// Set once a node that joined through seeds has left through them at shutdown
+    /// (`shard_main::leave_before_closing`): the other shards close their storage then.
+    pub members_left: std::sync::atomic::AtomicBool,
 }
 
 /// Checks the settings a plane validates itself because config, the lowest layer, cannot
@@ -72,21 +76,6 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
     let cl = &config.cluster;
     let clustered = cl.enabled;
     let unbuilt = [
-        (
-            clustered && !cl.seeds.is_empty(),
-            "cluster.seeds with cluster.enabled = true",
-            "joining a cluster through seeds (list every member in cluster.peers instead)",
-        ),
-        (
-            clustered && cl.non_voter,
-            "cluster.non_voter = true",
-            "joining as a non-voter",
-        ),
-        (
-            clustered && (cl.bootstrap || !cl.bootstrap_node_id.is_empty()),
-            "cluster.bootstrap with cluster.enabled = true",
-            "a single-voter cluster that grows by joins (list every member in cluster.peers instead)",
-        ),
         (
             clustered && config.messaging.stream.enabled,
             "messaging.stream.enabled = true with cluster.enabled = true",
@@ -158,9 +147,16 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let cluster = match (&store, config.cluster.enabled) {
         (Some(store), true) => {
             let boot_id = crate::queue::server::plane::connection_boot_id(random);
-            cluster::check_members(&store.data_dir, &config)?;
+            if !config.cluster.peers.is_empty() {
+                cluster::check_members(&store.data_dir, &config)?;
+            }
             let boots = cluster::note_boot(&store.data_dir, boot_id)?;
-            Some(cluster::ClusterPlan::build(&config, shard_count, boots)?)
+            Some(cluster::ClusterPlan::build(
+                &config,
+                &store.data_dir,
+                shard_count,
+                boots,
+            )?)
         }
         _ => None,
     };
@@ -204,6 +200,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         http,
         state: Arc::new(ServerState::new(shard_count)),
         warnings,
+        members_left: std::sync::atomic::AtomicBool::new(false),
     });
     let shutdown = boltq_shards::ShutdownHandle::new();
     let _signals = shutdown
@@ -423,11 +420,13 @@ mod tests {
     #[test]
     fn a_cluster_this_build_can_run_is_accepted_and_every_missing_feature_is_named() {
         assert_eq!(refuse_unbuilt_features(&clustered()), Ok(()));
+        let mut joining = clustered();
+        joining.cluster.seeds = vec!["h:1".into()];
+        joining.cluster.non_voter = true;
+        joining.cluster.bootstrap = true;
+        assert_eq!(refuse_unbuilt_features(&joining), Ok(()), "joins are built");
         type Change = fn(&mut Config);
-        let cases: [(&str, Change); 6] = [
-            ("cluster.seeds", |c| c.cluster.seeds = vec!["h:1".into()]),
-            ("cluster.non_voter", |c| c.cluster.non_voter = true),
-            ("cluster.bootstrap", |c| c.cluster.bootstrap = true),
+        let cases: [(&str, Change); 3] = [
             ("messaging.stream.enabled", |c| {
                 c.messaging.stream.enabled = true
             }),

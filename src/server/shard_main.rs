@@ -53,6 +53,20 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
         .await?;
         plane.set_replication(replication);
     }
+    let seeds_name = plan
+        .cluster
+        .as_ref()
+        .map(|c| c.name.clone())
+        .filter(|name| super::cluster_join::uses_seeds(&plan.config, name));
+    let _join_task = match (&seeds_name, shard.id()) {
+        (Some(name), 0) => {
+            let (plan, name, shards) = (Arc::clone(&plan), name.clone(), shard.count());
+            Some(boltq_shards::spawn(async move {
+                super::cluster_join::join(&plan.config, &name, shards).await
+            }))
+        }
+        _ => None,
+    };
     let cache = plan.config.cache.enabled.then(|| {
         let limits =
             crate::cache::CacheLimits::for_shard(&plan.config.cache, shard.id(), shard.count());
@@ -222,6 +236,9 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             boltq_shards::sleep(Duration::from_millis(20)).await;
         }
     }
+    if let Some(name) = &seeds_name {
+        leave_before_closing(&shard, &plan, name).await;
+    }
     if let Some(store) = store {
         store
             .close()
@@ -229,6 +246,23 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
             .map_err(|e| format!("closing storage: {e}"))?;
     }
     Ok(())
+}
+
+/// A node that joined through seeds leaves through them before its storage closes: shard 0
+/// asks, every shard's groups keep running until it is done (removing this node may need
+/// its vote or its hand-over of the slots it leads).
+async fn leave_before_closing(shard: &Shard<ShardMsg>, plan: &Plan, name: &str) {
+    use std::sync::atomic::Ordering;
+    if shard.id() == 0 {
+        super::cluster_join::leave(&plan.config, name).await;
+        plan.members_left.store(true, Ordering::Release);
+        return;
+    }
+    let deadline = std::time::Instant::now()
+        + Duration::from_millis(super::cluster_join::LEAVE_TIMEOUT_MS + 5_000);
+    while !plan.members_left.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+        boltq_shards::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The messaging plane's stream commands (0x1D–0x20) for the queue plane's TCP
@@ -442,7 +476,8 @@ fn cluster_node(
     Ok(Some(crate::cluster::serve::ClusterStart {
         node: cluster.node_config(shard.id(), plane.owned_slots(), plan.broker.clone()),
         listener,
-        view: cluster.view(&plan.config.cluster.raft_addr),
+        view: cluster.view(),
         earlier_boots: cluster.earlier_boots.clone(),
+        shards: shard.count() as u64,
     }))
 }

@@ -53,6 +53,7 @@ impl Member {
             broker: BrokerConfig::default(),
             joining: self.joining,
             balance_every_ticks: 0,
+            membership: None,
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));

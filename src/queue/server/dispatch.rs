@@ -152,6 +152,8 @@ pub enum Pending {
     },
     Stats(StatsGather),
     ClusterStatus(StatsGather),
+    /// CLUSTER_JOIN / CLUSTER_LEAVE: carried out when the reply is due (in pipeline order).
+    Members(super::replicated::MembersChange),
     /// Another plane's command (see `extra.rs`), run when the reply is due.
     Extra(ExtraReply),
     Exchange(super::plane::ExchangeSubmitted),
@@ -264,6 +266,15 @@ impl Pending {
                 match plane.cluster_view() {
                     Some(view) => reply::cluster_status(&view.summary(&report.raft).info, out),
                     None => reply::cluster_disabled(out),
+                }
+            }
+            Pending::Members(change) => {
+                let name = change.name().to_string();
+                let join = matches!(change, super::replicated::MembersChange::Join { .. });
+                match plane.change_members(change).await {
+                    Ok(()) if join => reply::cluster_joined(&name, out),
+                    Ok(()) => reply::cluster_removed(&name, out),
+                    Err(e) => reply::error(&e, out),
                 }
             }
             Pending::Extra(reply) => out.extend_from_slice(&reply.await),
@@ -394,13 +405,22 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             reply::ok(&mut out);
             Pending::Ready(out)
         }
-        Request::ClusterJoin { .. } | Request::ClusterLeave { .. } => {
-            let text = match plane.cluster_view() {
-                None => "clustering is not enabled",
-                Some(_) => "joining and leaving are not available in this build yet: members are listed in cluster.peers",
-            };
-            reply::error(text, &mut out);
+        Request::ClusterJoin { .. } | Request::ClusterLeave { .. }
+            if plane.cluster_view().is_none() =>
+        {
+            reply::error("clustering is not enabled", &mut out);
             Pending::Ready(out)
+        }
+        Request::ClusterJoin { node_id, addr } => {
+            Pending::Members(super::replicated::MembersChange::Join {
+                name: node_id,
+                addr,
+                non_voter: false,
+                shards: None,
+            })
+        }
+        Request::ClusterLeave { node_id } => {
+            Pending::Members(super::replicated::MembersChange::Leave { name: node_id })
         }
         Request::ClusterStatus if plane.cluster_view().is_some() => {
             Pending::ClusterStatus(plane.gather_stats())

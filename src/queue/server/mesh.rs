@@ -42,6 +42,13 @@ pub enum QueueMsg {
     },
     /// Request: dead-letter counts of this shard's queues (all, or of one queue).
     DlqList { queue: Option<String> },
+    /// Request (clustered): take this member directory (encoded) and answer, once this
+    /// shard's groups have member `name` as it wants or `wait_ms` passed, how many do not.
+    Members {
+        directory: Vec<u8>,
+        name: String,
+        wait_ms: u64,
+    },
     /// Request to the owner of `queue`'s slot: dead letters without removing them.
     DlqRead {
         queue: String,
@@ -85,7 +92,7 @@ impl ShardReport {
         self.shards_missing += other.shards_missing;
         self.connection_list
             .extend(other.connection_list.iter().cloned());
-        self.raft.extend(other.raft.iter().copied());
+        self.raft.extend(other.raft.iter().cloned());
         self.metrics = boltq_shards::MetricsSnapshot::merge([
             std::mem::take(&mut self.metrics),
             other.metrics.clone(),
@@ -101,6 +108,8 @@ pub enum QueueReply {
     Exchange(Result<(), String>),
     DlqCounts(BTreeMap<String, u64>),
     DlqMessages(Vec<Message>),
+    /// Groups of the shard that do not yet reflect a members change.
+    Unsettled(usize),
 }
 
 /// The queue plane's view of its shard: it sends [`QueueMsg`]s and answers with
@@ -188,6 +197,26 @@ impl Plane {
                     Err(e) => log::error!("exchange table from the metadata shard refused: {e}"),
                 }
             }
+            Incoming::Request {
+                msg:
+                    QueueMsg::Members {
+                        directory,
+                        name,
+                        wait_ms,
+                    },
+                token,
+            } => match self.replication.get() {
+                Some(replication) => {
+                    let plane = Rc::clone(self);
+                    let settled = replication.take_members(directory, name, wait_ms);
+                    boltq_shards::spawn(async move {
+                        let left = settled.await;
+                        plane.shard.reply(token, QueueReply::Unsettled(left));
+                    })
+                    .detach();
+                }
+                None => self.shard.reply(token, QueueReply::Unsettled(0)),
+            },
             Incoming::Request {
                 msg: QueueMsg::DlqList { queue },
                 token,

@@ -195,7 +195,7 @@ impl Plane {
     }
 
     /// With `cluster.enabled`: who this node and its peers are.
-    pub fn cluster_view(&self) -> Option<&ClusterView> {
+    pub fn cluster_view(&self) -> Option<ClusterView> {
         self.replication.get().map(|r| r.view())
     }
 

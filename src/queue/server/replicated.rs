@@ -50,13 +50,56 @@ pub trait Replicated {
     /// Every hosted slot's broker as this node has applied it.
     fn for_each_broker(&self, f: &mut dyn FnMut(u16, &Broker));
     fn slot_status(&self) -> Vec<SlotStatus>;
-    fn view(&self) -> &ClusterView;
+    /// Who the members are now (they change as nodes join and leave).
+    fn view(&self) -> ClusterView;
+    /// A join or leave asked of this node (`/cluster/join|leave`, TCP 0x10–0x11): checked
+    /// against this shard's member directory and taken into it. Returns the new directory
+    /// (encoded) for the node's other shards to take too (`take_members`).
+    fn accept_members_change(&self, change: &MembersChange) -> Result<Vec<u8>, String>;
+    /// Takes `directory` into this shard's member directory and answers, once this shard's
+    /// groups have member `name` as the directory wants it or `wait_ms` passed, how many
+    /// groups do not yet.
+    fn take_members(
+        &self,
+        directory: Vec<u8>,
+        name: String,
+        wait_ms: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = usize>>>;
 }
 
+/// A change of the cluster's members asked by an operator or a joining node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MembersChange {
+    /// `addr` is its advertised raft address; `shards` its `server.shards`, when it said.
+    Join {
+        name: String,
+        addr: String,
+        non_voter: bool,
+        shards: Option<u64>,
+    },
+    Leave {
+        name: String,
+    },
+}
+
+impl MembersChange {
+    pub fn name(&self) -> &str {
+        match self {
+            MembersChange::Join { name, .. } | MembersChange::Leave { name } => name,
+        }
+    }
+}
+
+/// How long a join or leave waits for this node's groups to reflect it before answering.
+pub const MEMBERS_SETTLE_MS: u64 = 30_000;
+
 /// One hosted group as this node sees it (`/cluster/status`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotStatus {
     pub slot: u16,
+    /// The group's voters and learners as this replica applied them (raft ids).
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
     /// The leader this replica knows of.
     pub leader: Option<u64>,
     pub term: u64,
@@ -145,6 +188,51 @@ impl ClusterView {
 }
 
 impl Plane {
+    /// A join or leave: taken into this shard's member directory, then every other shard's
+    /// (each gossips it to its peers on the links and its leaders change their groups'
+    /// membership to match); answers once all of this node's groups reflect it, or with
+    /// how many do not after `MEMBERS_SETTLE_MS`.
+    pub async fn change_members(&self, change: MembersChange) -> Result<(), String> {
+        let Some(replication) = self.replication.get() else {
+            return Err("clustering is not enabled".into());
+        };
+        let directory = replication.accept_members_change(&change)?;
+        let name = change.name().to_string();
+        let wait_ms = MEMBERS_SETTLE_MS;
+        let remote: Vec<_> = (0..self.shard.count())
+            .filter(|&dest| dest != self.shard.id())
+            .map(|dest| {
+                let msg = super::mesh::QueueMsg::Members {
+                    directory: directory.clone(),
+                    name: name.clone(),
+                    wait_ms,
+                };
+                self.shard.request(dest, msg, wait_ms + 5_000)
+            })
+            .collect();
+        let mut unsettled = replication
+            .take_members(directory, name.clone(), wait_ms)
+            .await;
+        let mut missing = 0;
+        for r in remote {
+            match r.await {
+                Ok(super::mesh::QueueReply::Unsettled(left)) => unsettled += left,
+                _ => missing += 1,
+            }
+        }
+        let what = match change {
+            MembersChange::Join { .. } => "joined",
+            MembersChange::Leave { .. } => "removed",
+        };
+        match (unsettled, missing) {
+            (0, 0) => Ok(()),
+            _ => Err(format!(
+                "{name} is not yet {what} in {unsettled} of this node's slot groups after {} s ({missing} shards did not answer); the change stands and continues, ask again to wait for it",
+                wait_ms / 1000
+            )),
+        }
+    }
+
     /// Carries out an effect of an applied command if it is for a connection of this
     /// process (every node applies every command; the others' connections are theirs).
     pub fn route_own_effect(&self, effect: Effect) {
@@ -178,6 +266,8 @@ mod tests {
     fn slot(slot: u16, leader: Option<u64>, term: u64, commit: u64) -> SlotStatus {
         SlotStatus {
             slot,
+            voters: vec![1, 2, 3],
+            learners: vec![],
             leader,
             term,
             commit,
