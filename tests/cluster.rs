@@ -693,4 +693,20 @@ fn a_cluster_grows_by_joins_through_seeds_and_shrinks_by_graceful_leaves() {
         .unwrap()
         .expect("the message");
     assert_eq!(got.id, id);
+    // n2 loses its data directory: it may not join again under its name while it is a
+    // member (it would vote again in terms it voted in), and says what to do instead.
+    n2.server.take().unwrap().stop(libc::SIGKILL);
+    std::fs::remove_dir_all(&n2.data).unwrap();
+    let args: Vec<&str> = n2.args.iter().map(String::as_str).collect();
+    let server =
+        Server::start_raw_until(&args, n2.tcp, n2.http, &n2.data, support::ReadyBy::LogLine);
+    let deadline = Instant::now() + PATIENCE;
+    while !server.log().contains("remove it first") {
+        assert!(
+            Instant::now() < deadline,
+            "n2's join is not refused:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

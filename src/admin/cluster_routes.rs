@@ -40,9 +40,9 @@ pub async fn status(ctx: &AdminCtx) -> Response {
     )
 }
 
-/// `POST /cluster/join {"node_id","addr","non_voter"?,"shards"?}` and `POST /cluster/leave
-/// {"node_id"}` (v1's bodies; `shards` is ours, so that a node with another shard count
-/// is refused). Any member may be asked: the change goes into the member directory, every
+/// `POST /cluster/join {"node_id","addr","non_voter"?,"shards"?,"fresh"?}` and `POST
+/// /cluster/leave {"node_id"}` (v1's bodies; `shards` and `fresh` are ours, so that a node
+/// with another shard count, or a member that lost its state, is refused). Any member may be asked: the change goes into the member directory, every
 /// slot's leader carries it out, and the answer comes once this node's groups show it —
 /// a joining voter added and caught up, a leaving node removed — or 500 after
 /// `MEMBERS_SETTLE_MS` (the change stands and continues; asking again waits again).
@@ -69,6 +69,7 @@ pub async fn join_or_leave(req: &Request, ctx: &AdminCtx, join: bool) -> Respons
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             shards: body.get("shards").and_then(Value::as_u64),
+            fresh: body.get("fresh").and_then(Value::as_bool).unwrap_or(false),
         },
         (true, _, _) => return Response::error(400, "node_id and addr are required"),
         (false, Some(name), _) => MembersChange::Leave { name },

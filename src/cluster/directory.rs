@@ -244,8 +244,16 @@ impl Directory {
                 addr,
                 non_voter,
                 shards: theirs,
+                fresh,
             } => {
                 check_name(name)?;
+                if *fresh && self.get(name).is_some_and(|m| m.role != Role::Gone) {
+                    // Its groups would vote again in terms they voted in before: two
+                    // leaders of one term become possible.
+                    return Err(format!(
+                        "{name} is a member already, but the node asking starts with no cluster state (its data directory was lost or replaced): remove it first (POST /cluster/leave {{\"node_id\":\"{name}\"}}), then let it join"
+                    ));
+                }
                 check_advertised(addr)?;
                 if let Some(theirs) = *theirs {
                     if theirs != shards {
@@ -447,6 +455,7 @@ mod tests {
             addr: addr.into(),
             non_voter: false,
             shards: Some(2),
+            fresh: false,
         }
     }
 
@@ -478,6 +487,12 @@ mod tests {
             let e = d2.accept(&bad, 70, 2).unwrap_err();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
+        let mut again_fresh = join("b", "10.0.0.2:9100");
+        if let MembersChange::Join { fresh, .. } = &mut again_fresh {
+            *fresh = true;
+        }
+        let e = d2.accept(&again_fresh, 70, 2).unwrap_err();
+        assert!(e.contains("remove it first"), "{e}");
         let e = d2.accept(&join("c", "h:1"), 70, 4).unwrap_err();
         assert!(e.contains("server.shards = 2"), "{e}");
         let leave = |name: &str| MembersChange::Leave { name: name.into() };

@@ -113,6 +113,18 @@ impl Group {
     /// Steps a message from a peer. Messages of other groups or from unknown peers are the
     /// caller's to filter; raft-rs ignores stale terms itself.
     pub fn step(&mut self, msg: Message) {
+        let last = self.node.raft.raft_log.last_index();
+        if msg.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat && msg.commit > last {
+            // A leader only sends a commit index the follower has (the least of its matched
+            // index and the commit): this replica lost entries it had acknowledged (its data
+            // was lost or replaced). raft-rs would panic on it; it is dropped instead.
+            log::warn!(
+                "raft group {}: heartbeat commits index {} past this replica's last {last}: its log was lost; ignored",
+                self.id(),
+                msg.commit
+            );
+            return;
+        }
         if let Err(e) = self.node.step(msg) {
             // Only messages raft-rs considers invalid for its state (a response from a peer
             // it does not know): dropping them is what it expects.

@@ -75,6 +75,11 @@ pub struct MembershipConfig {
     pub path: PathBuf,
     /// Shard k links to shard k of every member, on the member's raft port + k.
     pub port_offset: u16,
+    /// False while this node, started without cluster state, waits for a seed to accept
+    /// its join (`server::cluster_join`): until then it takes no part in any group. If
+    /// it was a member whose data was lost, its groups would otherwise vote again in
+    /// terms they voted in (two leaders of a term) — its seeds refuse its join instead.
+    pub admitted: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Ticks between two sends of the directory to every peer: how soon a node that missed a
@@ -196,6 +201,10 @@ impl Node {
         let outbound = Outbound::start(cfg.node_id, &cfg.peers);
         let node_id = cfg.node_id;
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
+        let admitted = cfg
+            .membership
+            .as_ref()
+            .map(|m| std::sync::Arc::clone(&m.admitted));
         let node = Rc::new(Node {
             cfg,
             host: RefCell::new(host),
@@ -219,6 +228,10 @@ impl Node {
         }
         let inbound = Rc::clone(&node);
         let deliver: transport::Deliver = Rc::new(move |from, incoming| match incoming {
+            Incoming::Raft(_)
+                if admitted
+                    .as_ref()
+                    .is_some_and(|a| !a.load(std::sync::atomic::Ordering::Acquire)) => {}
             Incoming::Raft(batch) => {
                 inbound.inbox.borrow_mut().push((from, batch));
                 inbound.wake.notify();
@@ -730,7 +743,8 @@ impl Node {
     }
 
     /// Hosted groups whose applied membership does not yet have `name` as the directory
-    /// wants it (a voter, a learner, or absent when it left).
+    /// wants it: in the group (as a learner at least) for a member, absent for one that
+    /// left.
     pub fn groups_unsettled(&self, name: &str) -> usize {
         let Some(role) = self
             .directory
@@ -752,9 +766,10 @@ impl Node {
                     && !learner
                     && !conf.voters.contains(&id)
                     && !conf.voters_outgoing.contains(&id);
+                // A joining voter counts once added: it is a learner until it caught up,
+                // and it catches up only once its join was answered (`admitted`).
                 let settled = match role {
-                    Role::Voter => voter,
-                    Role::NonVoter => learner,
+                    Role::Voter | Role::NonVoter => voter || learner,
                     Role::Gone => absent,
                 };
                 !settled

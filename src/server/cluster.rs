@@ -39,6 +39,11 @@ pub struct ClusterPlan {
     /// Not a founding member: its groups start empty and learn their membership from the
     /// leaders once a seed accepted its join.
     pub joining: bool,
+    /// It starts with no cluster state: no directory was saved and it founds nothing.
+    pub fresh: bool,
+    /// Set once a seed accepted this node's join; true from the start unless `fresh`
+    /// (`MembershipConfig::admitted`).
+    pub admitted: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// Shard k's raft listener, on the raft port + k.
     pub listeners: Vec<SharedListener>,
     pub snapshot_every_entries: u64,
@@ -154,6 +159,7 @@ impl ClusterPlan {
         let directory = initial_directory(config, &name, &dir, shard_count)?;
         let node_id = raft_id(&name);
         let joining = !directory.founders().contains(&node_id);
+        let fresh = joining && directory.members().next().is_none();
         if joining && cl.seeds.is_empty() && directory.get(&name).is_none() {
             return Err(ServerError(
                 "cluster.enabled: this node has no members to found a cluster with and none to join: list them in cluster.peers, set cluster.bootstrap on one node, or give the others cluster.seeds".into(),
@@ -175,6 +181,8 @@ impl ClusterPlan {
             raft_addr: cl.raft_addr.clone(),
             directory,
             joining,
+            fresh,
+            admitted: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(!fresh)),
             listeners,
             snapshot_every_entries: cl.snapshot_threshold,
             election: ELECTION_TICKS,
@@ -211,6 +219,7 @@ impl ClusterPlan {
                 directory: self.directory.clone(),
                 path: shard_directory_path(&self.dir, shard),
                 port_offset: u16::try_from(shard).expect("validated: raft port + shard ≤ 65535"),
+                admitted: std::sync::Arc::clone(&self.admitted),
             }),
         }
     }

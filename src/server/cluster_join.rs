@@ -13,6 +13,8 @@ use crate::config::Config;
 use crate::http::client::{parse_url, HttpClient, HttpRequest, Method, TlsOptions};
 use crate::queue::server::replicated::MEMBERS_SETTLE_MS;
 use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const JOIN_DELAY_MS: u64 = 2_000;
@@ -33,13 +35,15 @@ pub fn uses_seeds(config: &Config, name: &str) -> bool {
 }
 
 /// Asks the seeds to add this node until one does, or gives up with a warning.
-pub async fn join(config: &Config, name: &str, shards: usize) {
+pub async fn join(config: &Config, name: &str, shards: usize, admitted: Arc<AtomicBool>) {
+    let fresh = !admitted.load(Ordering::Acquire);
     boltq_shards::sleep(Duration::from_millis(JOIN_DELAY_MS)).await;
     let body = json!({
         "node_id": name,
         "addr": config.cluster.raft_addr,
         "non_voter": config.cluster.non_voter,
         "shards": shards,
+        "fresh": fresh,
     });
     let mut backoff_ms = JOIN_BACKOFF_MS_MIN;
     for round in 1..=JOIN_ROUNDS_MAX {
@@ -47,6 +51,7 @@ pub async fn join(config: &Config, name: &str, shards: usize) {
             match call(config, seed, "/cluster/join", &body, CALL_TIMEOUT_MS).await {
                 Ok(()) => {
                     log::info!("joined the cluster through seed {seed}");
+                    admitted.store(true, Ordering::Release);
                     return;
                 }
                 Err(e) => log::warn!("join through seed {seed} (round {round}): {e}"),

@@ -61,8 +61,13 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     let _join_task = match (&seeds_name, shard.id()) {
         (Some(name), 0) => {
             let (plan, name, shards) = (Arc::clone(&plan), name.clone(), shard.count());
+            let admitted = plan
+                .cluster
+                .as_ref()
+                .map(|c| Arc::clone(&c.admitted))
+                .expect("seeds are used only when clustered");
             Some(boltq_shards::spawn(async move {
-                super::cluster_join::join(&plan.config, &name, shards).await
+                super::cluster_join::join(&plan.config, &name, shards, admitted).await
             }))
         }
         _ => None,

@@ -417,6 +417,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
                 addr,
                 non_voter: false,
                 shards: None,
+                fresh: false,
             })
         }
         Request::ClusterLeave { node_id } => {

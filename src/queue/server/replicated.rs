@@ -70,12 +70,15 @@ pub trait Replicated {
 /// A change of the cluster's members asked by an operator or a joining node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MembersChange {
-    /// `addr` is its advertised raft address; `shards` its `server.shards`, when it said.
+    /// `addr` is its advertised raft address; `shards` its `server.shards`, when it said;
+    /// `fresh` when it said it starts with no cluster state (a new node, or one whose
+    /// data directory was lost).
     Join {
         name: String,
         addr: String,
         non_voter: bool,
         shards: Option<u64>,
+        fresh: bool,
     },
     Leave {
         name: String,
