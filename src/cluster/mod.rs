@@ -11,9 +11,10 @@
 //! the links between nodes (`transport.rs`), a node's commit-round loop over all of that
 //! (`node.rs`), and a deterministic simulator with network faults, crashes that replay
 //! each group's records, and a node joining (`tests/sim.rs`). The queue plane serves
-//! clients through it with `cluster.enabled` (`queue/server/replicated.rs`, members
-//! listed in `cluster.peers`). Not built yet: the `meta` group (exchanges, member
-//! addresses), joining and leaving, leader balancing. STATUS.md keeps the list.
+//! clients through it with `cluster.enabled` (`queue/server/replicated.rs`); the member
+//! directory that joins and leaves change and the leaders follow (`directory.rs`,
+//! `membership::plan`), and leader balancing (`balance.rs`). Not built yet: the `meta`
+//! group (exchanges). STATUS.md keeps the list.
 
 pub mod balance;
 pub mod directory;
