@@ -178,6 +178,10 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
             put_text(leader, out);
             put_text(leader_id, out);
         }
+        Outcome::Exchanged { version } => {
+            out.push(15);
+            out.extend_from_slice(&version.to_le_bytes());
+        }
     }
 }
 
@@ -253,6 +257,9 @@ fn outcome(r: &mut Reader) -> Result<Outcome, ForwardError> {
             leader: text(r, "leader")?,
             leader_id: text(r, "leader_id")?,
         },
+        15 => Outcome::Exchanged {
+            version: r.u64("exchange version")?,
+        },
         k => return Err(ForwardError(format!("unknown outcome {k}"))),
     })
 }
@@ -301,6 +308,7 @@ mod tests {
                 leader: "10.0.0.1:9100".into(),
                 leader_id: "n1".into(),
             },
+            Outcome::Exchanged { version: 17 },
         ];
         let mut answers: Vec<Answer> = outcomes.drain(..).map(Answer::Applied).collect();
         answers.extend([

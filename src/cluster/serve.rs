@@ -28,6 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a command waits for its slot's group: through an election (about 1–2 s) and
@@ -110,6 +111,7 @@ impl Replication {
             sweeping: Rc::default(),
         });
         let weak = Rc::downgrade(&replication);
+        let plane_watched = plane.clone();
         node.set_observer(Box::new(move |effects, _slots| {
             let (Some(plane), Some(replication)) = (plane.upgrade(), weak.upgrade()) else {
                 return;
@@ -117,8 +119,13 @@ impl Replication {
             for (_, effect) in effects {
                 plane.route_own_effect(effect);
             }
+            replication.refresh_exchanges(&plane);
             replication.applied.notify();
         }));
+        if let Some(plane) = plane_watched.upgrade() {
+            replication.refresh_exchanges(&plane);
+        }
+        boltq_shards::spawn(exchange_watch(Rc::downgrade(&replication), plane_watched)).detach();
         if !replication.earlier_boots.is_empty() {
             boltq_shards::spawn(sweep_loop(Rc::downgrade(&replication))).detach();
         }
@@ -277,6 +284,22 @@ impl Replicated for Replication {
 }
 
 impl Replication {
+    /// On the shard hosting the exchange slot: hands the plane the replica's exchange table
+    /// when it is newer than the plane's (the plane passes it to its other shards).
+    fn refresh_exchanges(&self, plane: &Plane) {
+        let slot = crate::queue::server::exchanges::exchange_slot();
+        let newer = self
+            .node
+            .with_broker(slot, |b| {
+                let (version, table) = b.exchanges();
+                (*version > plane.exchanges_version()).then(|| (*version, Arc::clone(table)))
+            })
+            .flatten();
+        if let Some((version, table)) = newer {
+            plane.install_replicated_exchanges(version, &table);
+        }
+    }
+
     fn note_touched(&self, slot: u16, cmd: &Command) {
         let consumer = match cmd {
             Command::Consume { consumer, .. } | Command::Subscribe { consumer, .. } => *consumer,
@@ -306,6 +329,20 @@ impl Replication {
             if entry.0 == 0 {
                 polls.remove(&consumer);
             }
+        }
+    }
+}
+
+/// How often the exchange slot's owner looks for a table its replica got other than by
+/// applying entries (a snapshot from the leader).
+pub const EXCHANGE_WATCH_MS: u64 = 1_000;
+
+async fn exchange_watch(replication: Weak<Replication>, plane: Weak<Plane>) {
+    loop {
+        boltq_shards::sleep(Duration::from_millis(EXCHANGE_WATCH_MS)).await;
+        match (replication.upgrade(), plane.upgrade()) {
+            (Some(r), Some(p)) => r.refresh_exchanges(&p),
+            _ => return,
         }
     }
 }

@@ -94,6 +94,11 @@ pub enum Command {
     DeadLetterPurge {
         queue: String,
     },
+    /// Changes the exchange table this broker holds (with `cluster.enabled`, the exchange
+    /// slot's: the replicated table; single-node servers keep theirs on the metadata shard).
+    Exchange {
+        op: super::exchange::ExchangeOp,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -133,6 +138,10 @@ pub enum Outcome {
         changed: bool,
     },
     Disconnected,
+    /// A `Command::Exchange` applied: the table's change count after it.
+    Exchanged {
+        version: u64,
+    },
     /// Exact client-facing text, e.g. `message <id> not found in pending`.
     Error(String),
     /// Never from the broker: with `cluster.enabled`, no leader of the command's slot was

@@ -102,6 +102,42 @@ impl Exchange {
     }
 }
 
+/// A change to the exchange table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ExchangeOp {
+    Declare {
+        name: String,
+        kind: String,
+        durable: bool,
+    },
+    Delete {
+        name: String,
+    },
+    Bind(crate::queue::protocol::request::Binding),
+    Unbind(crate::queue::protocol::request::Binding),
+}
+
+impl ExchangeOp {
+    pub fn apply(&self, table: &mut Exchanges) -> Result<(), String> {
+        match self {
+            ExchangeOp::Declare {
+                name,
+                kind,
+                durable,
+            } => table.declare(name, kind, *durable),
+            ExchangeOp::Delete { name } => table.delete(name),
+            ExchangeOp::Bind(b) => table.bind(
+                &b.exchange,
+                &b.queue,
+                &b.binding_key,
+                &b.headers,
+                b.match_all,
+            ),
+            ExchangeOp::Unbind(b) => table.unbind(&b.exchange, &b.queue, &b.binding_key),
+        }
+    }
+}
+
 /// The exchange table. Serialises (via `ExchangesSnapshot`) for WAL compaction and Raft.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Exchanges {

@@ -208,6 +208,10 @@ pub struct Broker {
     /// unique within a broker, which ACK/NACK by id rely on.
     ids: HashSet<MessageId>,
     counters: BrokerCounters,
+    /// The exchange table `Command::Exchange` changes, and how many changes it has seen
+    /// (0: never changed, the default table). With `cluster.enabled` the exchange slot's
+    /// broker holds the replicated table; elsewhere it stays the default.
+    exchanges: (u64, std::sync::Arc<exchange::Exchanges>),
     /// Commands are being replayed from the log: they were accepted when first applied,
     /// so admission limits that may have been lowered since (`queues_max`, a publish's
     /// `capacity_per_queue`) are not applied again. Only limits whose refusal keeps the
@@ -255,7 +259,25 @@ impl Broker {
             timers: Timers::default(),
             ids: HashSet::new(),
             counters: BrokerCounters::default(),
+            exchanges: (0, std::sync::Arc::new(exchange::Exchanges::new())),
             replaying: false,
+        }
+    }
+
+    /// The exchange table this broker holds and its change count (`Command::Exchange`).
+    pub fn exchanges(&self) -> &(u64, std::sync::Arc<exchange::Exchanges>) {
+        &self.exchanges
+    }
+
+    fn change_exchanges(&mut self, op: &exchange::ExchangeOp) -> Outcome {
+        let mut table = (*self.exchanges.1).clone();
+        match op.apply(&mut table) {
+            Ok(()) => {
+                let version = self.exchanges.0 + 1;
+                self.exchanges = (version, std::sync::Arc::new(table));
+                Outcome::Exchanged { version }
+            }
+            Err(e) => Outcome::Error(e),
         }
     }
 
@@ -311,6 +333,7 @@ impl Broker {
             Command::DeadLetterPurge { queue } => self.dead_letter_purge(queue),
             Command::Purge { queue } => self.purge(queue),
             Command::DeclareQueue { queue } => self.declare_queue(queue),
+            Command::Exchange { op } => self.change_exchanges(op),
         };
         (outcome, effects)
     }

@@ -226,7 +226,7 @@ pub struct ExchangeDeclare {
     pub durable: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Binding {
     pub exchange: String,
     pub queue: String,

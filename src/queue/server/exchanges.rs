@@ -12,7 +12,6 @@ use super::mesh::{QueueMsg, QueueReply, RemoteReply};
 use super::plane::{Plane, REMOTE_TIMEOUT_MS};
 use crate::queue::broker::exchange::{Exchanges, ExchangesSnapshot};
 use crate::queue::broker::{Command, Outcome};
-use crate::queue::protocol::request::Binding;
 use boltq_io::{LogRef, Record, Store};
 use boltq_shards::MeshError;
 use bytes::Bytes;
@@ -23,41 +22,21 @@ use std::rc::Rc;
 pub const META_SHARD: usize = 0;
 pub const META_LOG: &str = "queue/meta/wal";
 
-/// A change to the exchange table.
-#[derive(Debug, Clone)]
-pub enum ExchangeOp {
-    Declare {
-        name: String,
-        kind: String,
-        durable: bool,
-    },
-    Delete {
-        name: String,
-    },
-    Bind(Binding),
-    Unbind(Binding),
+/// With `cluster.enabled` the exchange table is replicated as `Command::Exchange`s in the
+/// raft group of this name's slot (its broker holds the table), and every node's owner of
+/// that slot passes each new table to its node's other shards.
+pub const EXCHANGE_SLOT_NAME: &str = "__boltq.exchanges";
+
+/// The slot whose group carries the exchange table (`EXCHANGE_SLOT_NAME`).
+pub fn exchange_slot() -> u16 {
+    super::dispatch::slot_of_name(EXCHANGE_SLOT_NAME)
 }
 
-impl ExchangeOp {
-    pub fn apply(&self, table: &mut Exchanges) -> Result<(), String> {
-        match self {
-            ExchangeOp::Declare {
-                name,
-                kind,
-                durable,
-            } => table.declare(name, kind, *durable),
-            ExchangeOp::Delete { name } => table.delete(name),
-            ExchangeOp::Bind(b) => table.bind(
-                &b.exchange,
-                &b.queue,
-                &b.binding_key,
-                &b.headers,
-                b.match_all,
-            ),
-            ExchangeOp::Unbind(b) => table.unbind(&b.exchange, &b.queue, &b.binding_key),
-        }
-    }
-}
+/// How long a replicated exchange change waits for the asking shard's table to have it
+/// before answering (one mesh hop from the slot's owner shard, after its replica applied).
+pub const EXCHANGE_VISIBLE_WAIT_MS: u64 = 2_000;
+
+pub use crate::queue::broker::exchange::ExchangeOp;
 
 /// Appends the durable part of `table` as one record; returns the journal position.
 pub fn persist(store: &Store, log: &LogRef, table: &Exchanges) -> Result<u64, String> {
@@ -107,6 +86,8 @@ pub struct ExchangeSubmitted {
 enum ChangeSubmitted {
     Local(Result<(), String>, Option<u64>),
     Remote(RemoteReply),
+    /// With `cluster.enabled`: a `Command::Exchange` through the exchange slot's group.
+    Replicated(super::apply::Submitted),
 }
 
 impl ExchangeSubmitted {
@@ -119,6 +100,18 @@ impl ExchangeSubmitted {
                     Err("internal error: unexpected reply between shards".into())
                 }
                 Err(e) => Err(format!("metadata shard did not answer: {e}")),
+            },
+            ChangeSubmitted::Replicated(submitted) => match submitted.outcome(plane).await {
+                Outcome::Exchanged { version } => {
+                    plane.until_exchanges_at(version).await;
+                    Ok(())
+                }
+                Outcome::Error(e) => Err(e),
+                Outcome::NotLeader { .. } => Err(
+                    "not leader: no leader of the exchange table's slot is known (an election is under way); retry"
+                        .into(),
+                ),
+                other => Err(format!("internal error: unexpected outcome {other:?}")),
             },
         };
         changed?;
@@ -163,10 +156,10 @@ impl Plane {
             _ => None,
         };
         if self.replication.get().is_some() {
-            let refused = "exchanges are not replicated yet: with cluster.enabled only the default exchange routes (see docs/clustering.md)";
+            let submitted = self.submit(exchange_slot(), Command::Exchange { op });
             return ExchangeSubmitted {
-                change: ChangeSubmitted::Local(Err(refused.into()), None),
-                declare_after: None,
+                change: ChangeSubmitted::Replicated(submitted),
+                declare_after,
             };
         }
         let change = if self.shard.id() == META_SHARD {
@@ -213,6 +206,39 @@ impl Plane {
                 .map_err(|e| format!("storage write: {e}"))?;
         }
         Ok(())
+    }
+
+    /// With `cluster.enabled`: takes the replicated table at change count `version` if it
+    /// is newer than this shard's, and passes it to the other shards (the owner of the
+    /// exchange slot calls this whenever its replica may have changed it).
+    pub fn install_replicated_exchanges(&self, version: u64, table: &Exchanges) {
+        if version <= self.exchanges_version.get() {
+            return;
+        }
+        *self.exchanges.borrow_mut() = Rc::new(table.clone());
+        self.exchanges_version.set(version);
+        let snapshot = table.snapshot();
+        for dest in 0..self.shard.count() {
+            if dest != self.shard.id() {
+                let table = snapshot.clone();
+                self.send_without_loss(dest, QueueMsg::Exchanges { version, table });
+            }
+        }
+    }
+
+    /// The change count of this shard's exchange table.
+    pub fn exchanges_version(&self) -> u64 {
+        self.exchanges_version.get()
+    }
+
+    /// Waits (up to `EXCHANGE_VISIBLE_WAIT_MS`) until this shard's table has change
+    /// `version`, so that the client who made it routes with it next.
+    async fn until_exchanges_at(&self, version: u64) {
+        let deadline =
+            std::time::Instant::now() + std::time::Duration::from_millis(EXCHANGE_VISIBLE_WAIT_MS);
+        while self.exchanges_version.get() < version && std::time::Instant::now() < deadline {
+            boltq_shards::sleep(std::time::Duration::from_millis(5)).await;
+        }
     }
 
     /// Sends the table to every other shard; never dropped at an outbox cap (routing would

@@ -119,7 +119,9 @@ impl Plane {
         } = settings;
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
-        let (exchanges, meta_log) = match (&store, shard.id() == META_SHARD) {
+        // Clustered, the table is the exchange slot's replica's (`exchanges::exchange_slot`).
+        let meta_shard = shard.id() == META_SHARD && !replicated;
+        let (exchanges, meta_log) = match (&store, meta_shard) {
             (Some(store), true) => {
                 let log = store
                     .open_log(exchanges::META_LOG)
@@ -154,7 +156,7 @@ impl Plane {
             push_head: RefCell::new(None),
             replication: std::cell::OnceCell::new(),
         });
-        if shard.id() == META_SHARD {
+        if meta_shard {
             plane.broadcast_exchanges();
         }
         if !replicated {

@@ -7,8 +7,8 @@
 //! and the effects of applied commands, which every node carries out for its own
 //! connections only.
 //!
-//! Not replicated yet: the exchange table (declare, delete, bind and unbind are refused;
-//! the default exchange works) and the KV cache (each node has its own).
+//! The exchange table is replicated as `Command::Exchange`s in one slot's group
+//! (`exchanges::exchange_slot`); the KV cache is not (each node has its own).
 
 use super::plane::Plane;
 use super::waiters::Answer;

@@ -297,3 +297,57 @@ fn routing_key_length_is_bounded() {
         .unwrap_err()
         .contains("routing key too long"));
 }
+
+/// With `cluster.enabled` the table is a broker's state (`Command::Exchange` in the
+/// exchange slot's log): its changes are logged, counted, survive a snapshot and travel as
+/// command log records.
+#[test]
+fn a_brokers_exchange_table_is_logged_counted_and_survives_snapshots() {
+    use crate::queue::broker::{Broker, BrokerConfig, Command, Outcome};
+    use crate::queue::protocol::request::Binding;
+    use crate::queue::server::wal::record;
+    let mut b = Broker::new(BrokerConfig::default());
+    assert_eq!(b.exchanges().0, 0);
+    let declare = Command::Exchange {
+        op: ExchangeOp::Declare {
+            name: "orders".into(),
+            kind: "direct".into(),
+            durable: true,
+        },
+    };
+    let bind = Command::Exchange {
+        op: ExchangeOp::Bind(Binding {
+            exchange: "orders".into(),
+            queue: "paid".into(),
+            binding_key: "paid".into(),
+            headers: none(),
+            match_all: false,
+        }),
+    };
+    for (cmd, version) in [(&declare, 1), (&bind, 2)] {
+        let applied = b.apply_logged(cmd);
+        assert_eq!(applied.outcome, Outcome::Exchanged { version });
+        assert!(applied.logged);
+        let mut bytes = Vec::new();
+        record::encode(cmd, &mut bytes);
+        assert_eq!(&record::decode(&bytes).unwrap(), cmd);
+    }
+    let refused = b.apply_logged(&Command::Exchange {
+        op: ExchangeOp::Delete {
+            name: "nope".into(),
+        },
+    });
+    assert!(matches!(refused.outcome, Outcome::Error(_)) && !refused.logged);
+    let routed = b.exchanges().1.route("orders", "paid", &none()).unwrap();
+    assert_eq!(routed, vec!["paid".to_string()]);
+    let restored = Broker::restore(b.snapshot(), BrokerConfig::default());
+    assert_eq!(restored.exchanges().0, 2);
+    assert_eq!(restored.exchanges().1, b.exchanges().1);
+    assert!(
+        Broker::new(BrokerConfig::default())
+            .snapshot()
+            .exchanges
+            .is_none(),
+        "a broker that never changed its table snapshots none"
+    );
+}
