@@ -34,6 +34,7 @@ pub async fn status(ctx: &AdminCtx) -> Response {
                 "slots_led": s.slots_led,
                 "slots_without_leader": s.slots_without_leader,
                 "members": members(&view, &report.raft),
+                "groups": groups(&view, &report.raft),
             },
             "enabled": true,
         }),
@@ -96,6 +97,29 @@ fn members(
             let voting = raft.iter().filter(|s| s.voters.contains(id)).count();
             let learning = raft.iter().filter(|s| s.learners.contains(id)).count();
             json!({"node_id": name, "raft_addr": addr, "slots_voting": voting, "slots_learning": learning})
+        })
+        .collect()
+}
+
+/// Every slot group this node hosts, by slot: its leader (by name), term, commit and
+/// applied index here, and the leader's furthest follower lag when this node leads it.
+fn groups(
+    view: &crate::queue::server::replicated::ClusterView,
+    raft: &[crate::queue::server::replicated::SlotStatus],
+) -> Vec<Value> {
+    let mut sorted: Vec<_> = raft.iter().collect();
+    sorted.sort_by_key(|s| s.slot);
+    sorted
+        .into_iter()
+        .map(|s| {
+            let leader = s.leader.map(|id| {
+                view.members
+                    .iter()
+                    .find(|m| m.0 == id)
+                    .map_or_else(|| format!("raft-{id}"), |m| m.1.clone())
+            });
+            json!({"slot": s.slot, "leader": leader.unwrap_or_default(), "term": s.term,
+                "commit": s.commit, "applied": s.applied, "lag": s.lag})
         })
         .collect()
 }

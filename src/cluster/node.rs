@@ -294,6 +294,7 @@ impl Node {
                 term: replica.group().term(),
                 commit: replica.group().commit_index(),
                 applied: replica.applied(),
+                lag: replica.group().follower_lag_max(),
             })
             .collect()
     }

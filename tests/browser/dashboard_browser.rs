@@ -276,3 +276,56 @@ const PAGE_STATE: &str = r#"(() => {
     live: document.getElementById('live').dataset.state || '',
   };
 })()"#;
+
+/// The Cluster panel of a clustered node (here a cluster of one, founded with
+/// `cluster.bootstrap`) lists its members with the slot groups they lead and vote in, and
+/// every slot group with its leader, term, commit and applied index.
+#[test]
+fn dashboard_shows_cluster_members_and_every_slot_group() {
+    let Some(chromium) = chromium_or_fail() else {
+        return;
+    };
+    let dir = TempDir::new("dashboard-cluster");
+    let cfg = dir.path().join("boltq.toml");
+    let raft = crate::support::free_port_below_ephemeral();
+    std::fs::write(
+        &cfg,
+        format!("[server]\nshards = 1\n[cluster]\nenabled = true\nnode_id = \"solo\"\nraft_addr = \"127.0.0.1:{raft}\"\nbootstrap = true\n"),
+    )
+    .unwrap();
+    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let mut b = Browser::launch(&chromium, "cdp_driver.py");
+    let url = format!("http://127.0.0.1:{}/#cluster", s.http_port);
+    b.call(
+        json!({"op": "open", "url": url, "width": 1280, "height": 1000}),
+        20_000,
+    );
+    let shown = b.call(
+        json!({"op": "wait", "expr": r#"(() => {
+            const cells = (sel) => [...document.querySelectorAll(sel + ' tbody tr')]
+                .map((r) => [...r.cells].map((c) => c.textContent));
+            const groups = cells('#cl-groups');
+            return groups.length === 256 ? { members: cells('#cl-members'), groups } : null;
+        })()"#}),
+        15_000,
+    );
+    b.quit();
+    let addr = format!("127.0.0.1:{raft}");
+    assert_eq!(
+        shown["members"],
+        json!([["solo", addr, "256", "256", "0"]]),
+        "{shown}"
+    );
+    let groups = shown["groups"].as_array().unwrap();
+    assert_eq!(groups[0][0], "0");
+    assert_eq!(groups[255][0], "255");
+    for g in groups {
+        assert_eq!(g[1], "solo", "every group led by the only member: {g}");
+        let (commit, applied) = (g[3].as_str().unwrap(), g[4].as_str().unwrap());
+        assert!(
+            commit.parse::<u64>().unwrap() >= 6,
+            "past the founding index: {g}"
+        );
+        assert_eq!(commit, applied, "{g}");
+    }
+}

@@ -770,7 +770,8 @@
     if (!on) return;
     const c = (r.cluster && typeof r.cluster === 'object') ? r.cluster : {};
     const first = ['node_id', 'state', 'leader_id', 'leader', 'term', 'last_index', 'raft_addr'];
-    const keys = first.filter((k) => k in c).concat(Object.keys(c).filter((k) => !first.includes(k) && k !== 'peers').sort());
+    const tables = ['peers', 'members', 'groups', 'slots_led'];
+    const keys = first.filter((k) => k in c).concat(Object.keys(c).filter((k) => !first.includes(k) && !tables.includes(k)).sort());
     const meta = keys.map((k) => [humanize(k), typeof c[k] === 'object' && c[k] !== null ? oneLine(toJson(c[k]), 300) : String(c[k])]);
     renderIfChanged($('cl-meta'), meta, () => {
       $('cl-meta').replaceChildren(...meta.map(([a, b]) => h('div', null, h('dt', null, a),
@@ -785,6 +786,21 @@
           id === c.leader_id ? h('span', { class: 'badge' }, 'leader') : null, id === c.node_id ? h('span', { class: 'badge' }, 'this node') : null);
       }));
       if (!peers.length) $('cl-peers').replaceChildren(h('li', { class: 'muted' }, 'No peers reported.'));
+    });
+    const led = (c.slots_led && typeof c.slots_led === 'object') ? c.slots_led : {};
+    const members = Array.isArray(c.members) ? c.members : [];
+    renderIfChanged($('cl-members'), [members, led], () => {
+      $('cl-members').tBodies[0].replaceChildren(...members.map((m) => h('tr', null,
+        h('th', { scope: 'row', class: 'name' }, String(m.node_id)), h('td', { class: 'mono' }, String(m.raft_addr)),
+        h('td', { class: 'num' }, fmtInt(led[m.node_id] || 0)), h('td', { class: 'num' }, fmtInt(m.slots_voting)),
+        h('td', { class: 'num' }, fmtInt(m.slots_learning)))));
+    });
+    const groups = Array.isArray(c.groups) ? c.groups : [];
+    renderIfChanged($('cl-groups'), groups, () => {
+      $('cl-groups').tBodies[0].replaceChildren(...groups.map((g) => h('tr', { class: g.leader ? null : 'warn' },
+        h('td', { class: 'num' }, String(g.slot)), h('td', { class: 'mono' }, g.leader || 'no leader'),
+        h('td', { class: 'num' }, fmtInt(g.term)), h('td', { class: 'num' }, fmtInt(g.commit)),
+        h('td', { class: 'num' }, fmtInt(g.applied)), h('td', { class: 'num' }, fmtInt(g.lag)))));
     });
   });
 

@@ -108,6 +108,8 @@ pub struct SlotStatus {
     pub term: u64,
     pub commit: u64,
     pub applied: u64,
+    /// As the group's leader: entries its furthest-behind follower lacks (0 otherwise).
+    pub lag: u64,
 }
 
 /// Who this node and its peers are, for `/cluster/status`, CLUSTER_STATUS and `/readyz`.
@@ -275,6 +277,7 @@ mod tests {
             term,
             commit,
             applied: commit,
+            lag: 0,
         }
     }
 
