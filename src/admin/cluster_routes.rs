@@ -71,6 +71,8 @@ pub async fn join_or_leave(req: &Request, ctx: &AdminCtx, join: bool) -> Respons
                 .unwrap_or(false),
             shards: body.get("shards").and_then(Value::as_u64),
             fresh: body.get("fresh").and_then(Value::as_bool).unwrap_or(false),
+            tcp_addr: text("tcp_addr").unwrap_or_default(),
+            http_addr: text("http_addr").unwrap_or_default(),
         },
         (true, _, _) => return Response::error(400, "node_id and addr are required"),
         (false, Some(name), _) => MembersChange::Leave { name },
@@ -96,7 +98,9 @@ fn members(
         .map(|(id, name, addr)| {
             let voting = raft.iter().filter(|s| s.voters.contains(id)).count();
             let learning = raft.iter().filter(|s| s.learners.contains(id)).count();
-            json!({"node_id": name, "raft_addr": addr, "slots_voting": voting, "slots_learning": learning})
+            let (tcp, http) = view.clients.get(id).cloned().unwrap_or_default();
+            json!({"node_id": name, "raft_addr": addr, "tcp_addr": tcp, "http_addr": http,
+                "slots_voting": voting, "slots_learning": learning})
         })
         .collect()
 }

@@ -44,10 +44,20 @@ fn bad_request(e: &RequestError) -> Response {
 fn refused(outcome: Outcome) -> Response {
     match outcome {
         Outcome::Error(e) => Response::error(500, &e),
-        Outcome::NotLeader { leader, leader_id } => Response::json(
-            307,
-            &serde_json::json!({"error": "not leader", "leader": leader, "leader_id": leader_id}),
-        ),
+        Outcome::NotLeader {
+            leader,
+            leader_id,
+            leader_tcp,
+            leader_http,
+        } => {
+            let mut body = serde_json::json!({"error": "not leader", "leader": leader, "leader_id": leader_id});
+            for (key, value) in [("leader_tcp", leader_tcp), ("leader_http", leader_http)] {
+                if !value.is_empty() {
+                    body[key] = serde_json::json!(value);
+                }
+            }
+            Response::json(307, &body)
+        }
         other => Response::error(
             500,
             &format!("internal error: unexpected outcome {other:?}"),

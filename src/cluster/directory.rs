@@ -15,7 +15,8 @@
 //!
 //! ```text
 //! directory = version:u8 (1) | count:u16 | member*count
-//! member    = name_len:u8 | name | addr_len:u8 | addr | role:u8 | version:u64
+//! member    = name_len:u8 | name | addr_len:u8 | addr | tcp_len:u8 | tcp_addr
+//!             | http_len:u8 | http_addr | role:u8 | version:u64
 //! role      = 0 voter | 1 non-voter (raft learner) | 2 gone
 //! ```
 
@@ -47,6 +48,11 @@ pub struct Member {
     /// Its advertised raft address (shard 0's; shard k listens on the port + k).
     pub addr: String,
     pub role: Role,
+    /// Where clients reach it (TCP and admin HTTP `host:port`), for NOT_LEADER's
+    /// `leader_tcp`/`leader_http`; empty when not known (a founder named in another
+    /// node's `cluster.peers` is known by its raft address only).
+    pub tcp_addr: String,
+    pub http_addr: String,
     /// 0 for the founding members; otherwise the accepting node's clock (ns).
     pub version: u64,
 }
@@ -148,6 +154,8 @@ impl Directory {
         for m in self.members.values() {
             put_text(&m.name, &mut out);
             put_text(&m.addr, &mut out);
+            put_text(&m.tcp_addr, &mut out);
+            put_text(&m.http_addr, &mut out);
             out.push(match m.role {
                 Role::Voter => 0,
                 Role::NonVoter => 1,
@@ -174,6 +182,8 @@ impl Directory {
         for _ in 0..count {
             let name = text(&mut r, "member name")?;
             let addr = text(&mut r, "member address")?;
+            let tcp_addr = text(&mut r, "member TCP address")?;
+            let http_addr = text(&mut r, "member HTTP address")?;
             let role = match r.u8("member role").map_err(|e| e.to_string())? {
                 0 => Role::Voter,
                 1 => Role::NonVoter,
@@ -190,6 +200,8 @@ impl Directory {
                 addr,
                 role,
                 version,
+                tcp_addr,
+                http_addr,
             };
             let m_name = name.clone();
             if members.insert(name, member).is_some() {
@@ -245,6 +257,8 @@ impl Directory {
                 non_voter,
                 shards: theirs,
                 fresh,
+                tcp_addr,
+                http_addr,
             } => {
                 check_name(name)?;
                 if *fresh && self.get(name).is_some_and(|m| m.role != Role::Gone) {
@@ -282,11 +296,26 @@ impl Directory {
                 } else {
                     Role::Voter
                 };
+                // Client addresses not given (v1's TCP join has none) keep those held.
+                let held = self.get(name);
+                let keep = |given: &str, held: Option<&str>| match given {
+                    "" => held.unwrap_or_default().to_string(),
+                    _ => given.to_string(),
+                };
+                for (what, a) in [("TCP", tcp_addr), ("HTTP", http_addr)] {
+                    if a.len() > ADDR_BYTES_MAX {
+                        return Err(format!(
+                            "{what} address of {name}: at most {ADDR_BYTES_MAX} bytes"
+                        ));
+                    }
+                }
                 Member {
                     name: name.clone(),
                     addr: addr.clone(),
                     role,
                     version,
+                    tcp_addr: keep(tcp_addr, held.map(|m| m.tcp_addr.as_str())),
+                    http_addr: keep(http_addr, held.map(|m| m.http_addr.as_str())),
                 }
             }
             MembersChange::Leave { name } => {
@@ -309,9 +338,10 @@ impl Directory {
                 }
             }
         };
-        let same = self
-            .get(&entry.name)
-            .is_some_and(|held| held.addr == entry.addr && held.role == entry.role);
+        let same = self.get(&entry.name).is_some_and(|held| {
+            (&held.addr, held.role, &held.tcp_addr, &held.http_addr)
+                == (&entry.addr, entry.role, &entry.tcp_addr, &entry.http_addr)
+        });
         Ok((!same).then_some(entry))
     }
 }
@@ -380,6 +410,8 @@ mod tests {
             addr: format!("{name}.host:9100"),
             role,
             version,
+            tcp_addr: format!("{name}.host:9091"),
+            http_addr: String::new(),
         }
     }
 
@@ -433,7 +465,7 @@ mod tests {
         let e = Directory::decode(Bytes::from(many)).unwrap_err();
         assert!(e.contains("at most"), "{e}");
         let mut bad_role = bytes;
-        let role_at = 3 + 1 + 1 + 1 + "a.host:9100".len();
+        let role_at = 3 + 1 + 1 + 1 + "a.host:9100".len() + 1 + "a.host:9091".len() + 1;
         bad_role[role_at] = 7;
         assert!(Directory::decode(Bytes::from(bad_role))
             .unwrap_err()
@@ -456,6 +488,8 @@ mod tests {
             non_voter: false,
             shards: Some(2),
             fresh: false,
+            tcp_addr: String::new(),
+            http_addr: String::new(),
         }
     }
 
@@ -487,6 +521,16 @@ mod tests {
             let e = d2.accept(&bad, 70, 2).unwrap_err();
             assert!(e.contains(why), "{bad:?}: {e}");
         }
+        // Client addresses: given ones are taken; a join that gives none (v1's TCP join)
+        // keeps those held rather than erasing them.
+        let mut with_clients = join("b", "10.0.0.2:9100");
+        if let MembersChange::Join { tcp_addr, .. } = &mut with_clients {
+            *tcp_addr = "10.0.0.2:9091".into();
+        }
+        let b2 = d2.accept(&with_clients, 61, 2).unwrap().unwrap();
+        assert_eq!(b2.tcp_addr, "10.0.0.2:9091");
+        let d2b = Directory::new(d2.members().cloned().chain([b2]));
+        assert_eq!(d2b.accept(&join("b", "10.0.0.2:9100"), 62, 2), Ok(None));
         let mut again_fresh = join("b", "10.0.0.2:9100");
         if let MembersChange::Join { fresh, .. } = &mut again_fresh {
             *fresh = true;

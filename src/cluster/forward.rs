@@ -173,10 +173,17 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.push(13);
             put_text(text, out);
         }
-        Outcome::NotLeader { leader, leader_id } => {
+        Outcome::NotLeader {
+            leader,
+            leader_id,
+            leader_tcp,
+            leader_http,
+        } => {
             out.push(14);
             put_text(leader, out);
             put_text(leader_id, out);
+            put_text(leader_tcp, out);
+            put_text(leader_http, out);
         }
         Outcome::Exchanged { version } => {
             out.push(15);
@@ -256,6 +263,8 @@ fn outcome(r: &mut Reader) -> Result<Outcome, ForwardError> {
         14 => Outcome::NotLeader {
             leader: text(r, "leader")?,
             leader_id: text(r, "leader_id")?,
+            leader_tcp: text(r, "leader_tcp")?,
+            leader_http: text(r, "leader_http")?,
         },
         15 => Outcome::Exchanged {
             version: r.u64("exchange version")?,
@@ -307,6 +316,8 @@ mod tests {
             Outcome::NotLeader {
                 leader: "10.0.0.1:9100".into(),
                 leader_id: "n1".into(),
+                leader_tcp: "10.0.0.1:9091".into(),
+                leader_http: String::new(),
             },
             Outcome::Exchanged { version: 17 },
         ];

@@ -248,6 +248,10 @@ impl Replicated for Replication {
                 .filter(|m| m.role != Role::Gone)
                 .map(|m| (m.id(), m.name.clone(), m.addr.clone()))
                 .collect();
+            view.clients = directory
+                .members()
+                .map(|m| (m.id(), (m.tcp_addr.clone(), m.http_addr.clone())))
+                .collect();
         }
         view
     }
@@ -363,15 +367,23 @@ async fn run(node: &Node, view: &ClusterView, slot: u16, cmd: &Command) -> Outco
         Ok(outcome) => outcome,
         Err(ProposeError::NotLeader { leader }) => {
             let known = leader.and_then(|id| match node.directory() {
-                Some(d) => d.by_id(id).map(|m| (m.name.clone(), m.addr.clone())),
+                Some(d) => d.by_id(id).map(|m| {
+                    let client = (m.tcp_addr.clone(), m.http_addr.clone());
+                    (m.name.clone(), m.addr.clone(), client)
+                }),
                 None => view
                     .members
                     .iter()
                     .find(|m| m.0 == id)
-                    .map(|m| (m.1.clone(), m.2.clone())),
+                    .map(|m| (m.1.clone(), m.2.clone(), Default::default())),
             });
-            let (leader_id, leader) = known.unwrap_or_default();
-            Outcome::NotLeader { leader, leader_id }
+            let (leader_id, leader, (leader_tcp, leader_http)) = known.unwrap_or_default();
+            Outcome::NotLeader {
+                leader,
+                leader_id,
+                leader_tcp,
+                leader_http,
+            }
         }
         Err(e) => Outcome::Error(refusal_text(slot, &e)),
     }

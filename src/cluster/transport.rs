@@ -546,6 +546,8 @@ mod tests {
                 addr: "127.0.0.1:9".into(),
                 role: Role::Voter,
                 version: 4,
+                tcp_addr: "127.0.0.1:8".into(),
+                http_addr: String::new(),
             }]);
             out.set_greeting(&directory);
             out.add_peer(1, peers[&1]);

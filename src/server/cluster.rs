@@ -198,6 +198,7 @@ impl ClusterPlan {
             name: self.name.clone(),
             raft_addr: self.raft_addr.clone(),
             members: vec![(self.node_id, self.name.clone(), self.raft_addr.clone())],
+            clients: BTreeMap::new(),
         }
     }
 
@@ -231,6 +232,34 @@ fn node_name(config: &Config) -> String {
     config.node_id(hostname.trim(), std::process::id())
 }
 
+/// Where this node's clients connect, as the other members tell them in NOT_LEADER:
+/// `server.host`, or the raft address's host when that is unspecified (0.0.0.0), with the
+/// TCP and HTTP ports.
+pub fn client_addrs(config: &Config) -> (String, String) {
+    let bind = config
+        .server
+        .host
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let unspecified = bind.is_empty()
+        || bind
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+    let host = if unspecified {
+        split_host_port(&config.cluster.raft_addr)
+            .map(|(h, _)| h.to_string())
+            .unwrap_or_default()
+    } else if bind.contains(':') {
+        format!("[{bind}]")
+    } else {
+        bind.to_string()
+    };
+    (
+        format!("{host}:{}", config.server.tcp_port),
+        format!("{host}:{}", config.http_port()),
+    )
+}
+
 fn shard_directory_path(dir: &Path, shard: usize) -> PathBuf {
     dir.join(format!("directory.{shard}"))
 }
@@ -262,11 +291,14 @@ fn initial_directory(
         return Ok(saved);
     }
     let cl = &config.cluster;
+    let (tcp_addr, http_addr) = client_addrs(config);
     let me = Member {
         name: name.to_string(),
         addr: cl.raft_addr.clone(),
         role: Role::Voter,
         version: 0,
+        tcp_addr,
+        http_addr,
     };
     if !cl.peers.is_empty() {
         let peers = cl.peers.iter().map(|p| {
@@ -276,6 +308,8 @@ fn initial_directory(
                 addr: addr.to_string(),
                 role: Role::Voter,
                 version: 0,
+                tcp_addr: String::new(),
+                http_addr: String::new(),
             }
         });
         let founders = Directory::new(peers.chain([me]));

@@ -37,6 +37,7 @@ pub fn uses_seeds(config: &Config, name: &str) -> bool {
 /// Asks the seeds to add this node until one does, or gives up with a warning.
 pub async fn join(config: &Config, name: &str, shards: usize, admitted: Arc<AtomicBool>) {
     let fresh = !admitted.load(Ordering::Acquire);
+    let (tcp_addr, http_addr) = super::cluster::client_addrs(config);
     boltq_shards::sleep(Duration::from_millis(JOIN_DELAY_MS)).await;
     let body = json!({
         "node_id": name,
@@ -44,6 +45,8 @@ pub async fn join(config: &Config, name: &str, shards: usize, admitted: Arc<Atom
         "non_voter": config.cluster.non_voter,
         "shards": shards,
         "fresh": fresh,
+        "tcp_addr": tcp_addr,
+        "http_addr": http_addr,
     });
     let mut backoff_ms = JOIN_BACKOFF_MS_MIN;
     for round in 1..=JOIN_ROUNDS_MAX {

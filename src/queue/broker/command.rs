@@ -150,6 +150,10 @@ pub enum Outcome {
     NotLeader {
         leader: String,
         leader_id: String,
+        /// The leader's client-facing TCP and HTTP addresses (v1 clients dialled `leader`,
+        /// a raft address, by mistake); empty when not known.
+        leader_tcp: String,
+        leader_http: String,
     },
 }
 

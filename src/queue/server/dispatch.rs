@@ -297,8 +297,15 @@ impl Pending {
 fn error_reply(outcome: Outcome, out: &mut Vec<u8>) {
     match outcome {
         Outcome::Error(e) => reply::error(&e, out),
-        Outcome::NotLeader { leader, leader_id } => {
-            reply::not_leader(&leader, &leader_id, None, None, out)
+        Outcome::NotLeader {
+            leader,
+            leader_id,
+            leader_tcp,
+            leader_http,
+        } => {
+            let known = |a: &str| Some(a.to_string()).filter(|a| !a.is_empty());
+            let (tcp, http) = (known(&leader_tcp), known(&leader_http));
+            reply::not_leader(&leader, &leader_id, tcp.as_deref(), http.as_deref(), out)
         }
         other => reply::error(
             &format!("internal error: unexpected outcome {other:?}"),
@@ -418,6 +425,8 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
                 non_voter: false,
                 shards: None,
                 fresh: false,
+                tcp_addr: String::new(),
+                http_addr: String::new(),
             })
         }
         Request::ClusterLeave { node_id } => {

@@ -79,6 +79,9 @@ pub enum MembersChange {
         non_voter: bool,
         shards: Option<u64>,
         fresh: bool,
+        /// Where its clients connect (TCP, admin HTTP); empty: not said.
+        tcp_addr: String,
+        http_addr: String,
     },
     Leave {
         name: String,
@@ -121,6 +124,8 @@ pub struct ClusterView {
     pub raft_addr: String,
     /// Every member (this node too): raft id, name, raft address.
     pub members: Vec<(u64, String, String)>,
+    /// Members' client-facing TCP and HTTP addresses, where known, by raft id.
+    pub clients: BTreeMap<u64, (String, String)>,
 }
 
 /// What the slots' groups look like from this node (every shard's part merged).
@@ -265,6 +270,7 @@ mod tests {
             name: "b".into(),
             raft_addr: "h2:9100".into(),
             members,
+            clients: BTreeMap::new(),
         }
     }
 
