@@ -35,8 +35,14 @@ struct Member {
 
 impl Member {
     fn start(&mut self) {
+        self.start_until(support::ReadyBy::PlainReadyz);
+    }
+
+    fn start_until(&mut self, ready_by: support::ReadyBy) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.server = Some(Server::start_raw(&args, self.tcp, self.http, &self.data));
+        self.server = Some(Server::start_raw_until(
+            &args, self.tcp, self.http, &self.data, ready_by,
+        ));
     }
 
     fn client(&self) -> Client {
@@ -72,31 +78,18 @@ fn start_cluster(dir: &TempDir) -> Vec<Member> {
         .iter()
         .enumerate()
         .map(|(i, name)| {
-            let ports = free_ports_below_ephemeral(2);
             let peers: Vec<String> = names
                 .iter()
                 .enumerate()
                 .filter(|&(j, _)| j != i)
                 .map(|(j, peer)| format!("\"{peer}@127.0.0.1:{}\"", raft[j]))
                 .collect();
-            let toml = format!(
-                "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"{name}\"\nraft_addr = \"127.0.0.1:{}\"\npeers = [{}]\n",
+            member_with(
+                dir,
+                name,
                 raft[i],
-                peers.join(", ")
-            );
-            let cfg = dir.path().join(format!("{name}.toml"));
-            std::fs::write(&cfg, toml).unwrap();
-            let data = dir.path().join(name);
-            let (http, tcp) = (ports[0], ports[1]);
-            let args = support::config_args(&cfg, &data, tcp, http);
-            Member {
-                name: name.to_string(),
-                tcp,
-                http,
-                data,
-                args,
-                server: None,
-            }
+                &format!("peers = [{}]\n", peers.join(", ")),
+            )
         })
         .collect();
     std::thread::scope(|s| {
@@ -628,14 +621,7 @@ fn a_cluster_grows_by_joins_through_seeds_and_shrinks_by_graceful_leaves() {
     let mut n3 = member_with(&dir, "n3", raft[2 * SHARDS as usize], &seeds);
     for m in [&mut n2, &mut n3] {
         // Ready (a leader known for every slot) only once joined: waited for below.
-        let args: Vec<&str> = m.args.iter().map(String::as_str).collect();
-        m.server = Some(Server::start_raw_until(
-            &args,
-            m.tcp,
-            m.http,
-            &m.data,
-            support::ReadyBy::LogLine,
-        ));
+        m.start_until(support::ReadyBy::LogLine);
     }
     let all = BTreeMap::from([
         ("n1".to_string(), 256),
@@ -723,6 +709,27 @@ fn a_cluster_grows_by_joins_through_seeds_and_shrinks_by_graceful_leaves() {
         .unwrap()
         .expect("the message");
     assert_eq!(got.id, id);
+    // n3 comes back with its data and joins again through its seed: removed, added back.
+    n3.start_until(support::ReadyBy::LogLine);
+    let three = all.clone();
+    eventually_within("n3 votes in every slot again", JOIN_PATIENCE, || {
+        voting(&n1) == three
+    });
+    // A non-voter joins: it learns every slot's log and votes in none.
+    let raft4 = free_ports_below_ephemeral(SHARDS)[0];
+    let mut n4 = member_with(&dir, "n4", raft4, &format!("{seeds}non_voter = true\n"));
+    n4.start_until(support::ReadyBy::LogLine);
+    eventually_within("n4 learns in every slot", JOIN_PATIENCE, || {
+        let status = n1.get_json("/cluster/status");
+        status["cluster"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["node_id"] == "n4" && m["slots_learning"] == 256 && m["slots_voting"] == 0)
+    });
+    let mut four = three.clone();
+    four.insert("n4".to_string(), 0);
+    assert_eq!(voting(&n1), four, "the voters are unchanged");
     // n2 loses its data directory: it may not join again under its name while it is a
     // member (it would vote again in terms it voted in), and says what to do instead.
     n2.server.take().unwrap().stop(libc::SIGKILL);
