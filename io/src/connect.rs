@@ -10,8 +10,37 @@
 
 use crate::listener::Conn;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
 use std::time::Duration;
+
+/// Up to `max` addresses for `host`: literal IPs and `localhost` directly, other names
+/// through the system resolver on the blocking-thread pool (a slow resolver costs a
+/// blocking thread, never the shard). Errors name the host.
+pub async fn resolve(host: &str, port: u16, max: usize) -> io::Result<Vec<SocketAddr>> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    if bare == "localhost" {
+        return Ok(vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)]);
+    }
+    let name = bare.to_string();
+    let found = glommio::executor()
+        .spawn_blocking(move || {
+            (name.as_str(), port)
+                .to_socket_addrs()
+                .map(|addrs| addrs.take(max).collect::<Vec<_>>())
+        })
+        .await
+        .map_err(|e| io::Error::new(e.kind(), format!("resolve {host}: {e}")))?;
+    if found.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("resolve {host}: no addresses"),
+        ));
+    }
+    Ok(found)
+}
 
 /// Connects to `addr`, giving up after `timeout`, with `TCP_NODELAY` set: requests are
 /// written whole by their sender, so Nagle's delay would only add latency.

@@ -48,7 +48,7 @@ pub async fn status(ctx: &AdminCtx) -> Response {
 /// a joining voter added and caught up, a leaving node removed — or 500 after
 /// `MEMBERS_SETTLE_MS` (the change stands and continues; asking again waits again).
 pub async fn join_or_leave(req: &Request, ctx: &AdminCtx, join: bool) -> Response {
-    if ctx.plane.cluster_view().is_none() {
+    if !ctx.plane.clustered() {
         return Response::error(400, "clustering is not enabled");
     }
     let body: Value = match serde_json::from_slice(&req.body) {

@@ -117,7 +117,7 @@ pub async fn overview(ctx: &AdminCtx) -> Response {
                 "connections": r.connections,
             },
             "uptime_ms": ctx.started.elapsed().as_millis() as u64,
-            "cluster": {"enabled": ctx.plane.cluster_view().is_some()},
+            "cluster": {"enabled": ctx.plane.clustered()},
             "cache": cache,
             "warnings": ctx.warnings,
         }),

@@ -217,7 +217,11 @@ impl Directory {
     /// Writes the directory to `path` through a temporary file, synced, then renamed, the
     /// directory synced: a crash leaves the old file or the new one.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
+        // `<name>.tmp`, not `with_extension`: `directory.0` and `directory.1` (two shards,
+        // saving at once) must not share a temporary file.
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".tmp");
+        let tmp = path.with_file_name(tmp_name);
         let mut f = std::fs::File::create(&tmp)?;
         std::io::Write::write_all(&mut f, &self.encode())?;
         f.sync_all()?;
@@ -579,7 +583,19 @@ mod tests {
         assert_eq!(Directory::load(&path).unwrap(), None);
         let d = Directory::new([member("a", Role::Voter, 0)]);
         d.save(&path).unwrap();
-        assert_eq!(Directory::load(&path).unwrap(), Some(d));
+        assert_eq!(Directory::load(&path).unwrap(), Some(d.clone()));
+        // Two shards' copies saved at once (each shard saves one at a time) use their own
+        // temporary files.
+        let other = dir.path().join("directory.1");
+        let d1 = Directory::new([member("b", Role::Voter, 1)]);
+        for _ in 0..50 {
+            std::thread::scope(|s| {
+                s.spawn(|| d.save(&path).unwrap());
+                s.spawn(|| d1.save(&other).unwrap());
+            });
+        }
+        assert_eq!(Directory::load(&path).unwrap(), Some(d.clone()));
+        assert_eq!(Directory::load(&other).unwrap(), Some(d1));
         std::fs::write(&path, b"\x09").unwrap();
         assert!(Directory::load(&path).unwrap_err().contains("version 9"));
     }

@@ -32,7 +32,7 @@ use boltq_io::Store;
 use raft::prelude::ConfState;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -142,6 +142,8 @@ pub struct Node {
     /// Notified whenever the directory changed or entries were applied: what waits for a
     /// membership change to settle watches it.
     members_moved: Event,
+    /// Notified when the directory changed: the task that keeps it saved watches it.
+    directory_changed: Event,
 }
 
 #[derive(Default)]
@@ -222,6 +224,7 @@ impl Node {
             misrouted: std::cell::Cell::new((0, None)),
             directory: RefCell::new(None),
             members_moved: Event::default(),
+            directory_changed: Event::default(),
         });
         if let Some(directory) = directory {
             node.learn(directory);
@@ -242,10 +245,16 @@ impl Node {
             Incoming::Reply(reply) => inbound.take_reply(reply),
             Incoming::Directory(directory) => inbound.learn(directory),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             transport::serve(listener, node_id, deliver),
             boltq_shards::spawn(Rc::clone(&node).run(logs)),
         ];
+        if let Some(m) = &node.cfg.membership {
+            let path = m.path.clone();
+            tasks.push(boltq_shards::spawn(
+                Rc::clone(&node).keep_directory_saved(path),
+            ));
+        }
         Ok(Running {
             node,
             _tasks: tasks,
@@ -670,71 +679,101 @@ impl Node {
     }
 
     /// Takes what `incoming` knows that this node did not (`Directory::merge`): links to
-    /// the members it names, their wants for the groups, and its own copy saved and sent to
-    /// every peer when anything changed. Without `NodeConfig::membership`, ignored.
-    pub fn learn(&self, incoming: Directory) {
+    /// the members it names, their wants for the groups, and its own copy saved (by
+    /// `keep_directory_saved`) and sent to every peer when anything changed. Without
+    /// `NodeConfig::membership`, ignored.
+    pub fn learn(self: &Rc<Self>, incoming: Directory) {
         let Some(cfg) = &self.cfg.membership else {
             return;
         };
-        let (changed, merged) = {
-            let mut held = self.directory.borrow_mut();
-            let held = held.get_or_insert_with(Directory::default);
-            let changed = held.merge(incoming.members().cloned());
-            (changed, held.clone())
-        };
+        let changed = self
+            .directory
+            .borrow_mut()
+            .get_or_insert_with(Directory::default)
+            .merge(incoming.members().cloned());
         if changed.is_empty() {
             return;
         }
+        let merged = self.directory().expect("set above");
         for member in changed.iter().filter(|m| m.id() != self.cfg.node_id) {
             self.link_to(member, cfg.port_offset);
         }
         self.host.borrow_mut().set_wants(merged.wants());
         self.outbound.borrow().set_greeting(&merged);
-        if let Err(e) = merged.save(&cfg.path) {
-            // The peers still hold it and gossip it back after a restart.
-            log::error!("save the member directory {}: {e}", cfg.path.display());
-        }
         for m in &changed {
             log::info!("member {} ({}) at {}: {:?}", m.name, m.id(), m.addr, m.role);
         }
         self.gossip();
+        self.directory_changed.notify();
         self.members_moved.notify();
     }
 
-    /// Starts (or moves) the link to `member`'s shard of this one. An address that does
-    /// not resolve is logged and left: the next change of the entry tries again.
-    fn link_to(&self, member: &Member, port_offset: u16) {
+    /// Saves the directory at `path` whenever it changed, one save at a time on the
+    /// blocking pool (the file is synced: never on the shard), the newest state each time.
+    /// A change not yet saved when the process stops is gossiped back by the peers.
+    async fn keep_directory_saved(self: Rc<Self>, path: PathBuf) {
+        let mut saved: Option<Directory> = None;
+        loop {
+            let ticket = self.directory_changed.ticket();
+            let now = self.directory();
+            if now.is_none() || now == saved {
+                self.directory_changed.wait(ticket).await;
+                continue;
+            }
+            let (directory, at) = (now.clone().expect("checked"), path.clone());
+            if let Err(e) = boltq_shards::spawn_blocking(move || directory.save(&at)).await {
+                log::error!("save the member directory {}: {e}", path.display());
+            }
+            saved = now;
+        }
+    }
+
+    /// Starts (or moves) the link to `member`'s shard of this one, once its address is
+    /// resolved (names on the blocking pool). An address that does not resolve is logged
+    /// and left: the next change of the entry tries again.
+    fn link_to(self: &Rc<Self>, member: &Member, port_offset: u16) {
         if member.role == Role::Gone {
             return;
         }
-        let resolved = member
-            .addr
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .and_then(|mut a| {
-                a.set_port(a.port().checked_add(port_offset)?);
-                Some(a)
-            });
-        match resolved {
-            Some(addr) => self.outbound.borrow_mut().add_peer(member.id(), addr),
-            None => log::warn!(
-                "member {}: its raft address {:?} does not resolve (plus shard offset {port_offset})",
+        let Some((host, port)) = crate::config::split_host_port(&member.addr) else {
+            log::warn!(
+                "member {}: raft address {:?} is not host:port",
                 member.name,
                 member.addr
-            ),
-        }
+            );
+            return;
+        };
+        let Some(port) = port.checked_add(port_offset) else {
+            log::warn!(
+                "member {}: raft port {port} + shard {port_offset} is past 65535",
+                member.name
+            );
+            return;
+        };
+        let (node, id, name, host) = (
+            Rc::clone(self),
+            member.id(),
+            member.name.clone(),
+            host.to_string(),
+        );
+        boltq_shards::spawn(async move {
+            match boltq_io::connect::resolve(&host, port, 1).await {
+                Ok(addrs) => node.outbound.borrow_mut().add_peer(id, addrs[0]),
+                Err(e) => log::warn!("member {name}: {e}"),
+            }
+        })
+        .detach();
     }
 
     /// Sends the directory to every peer (links that are down drop it; the next round
     /// sends it again).
     fn gossip(&self) {
-        let Some(directory) = self.directory.borrow().clone() else {
+        let Some(encoded) = self.directory.borrow().as_ref().map(Directory::encode) else {
             return;
         };
         let outbound = self.outbound.borrow();
         for to in outbound.peers() {
-            outbound.send_directory(to, &directory);
+            outbound.send_directory(to, &encoded);
         }
     }
 

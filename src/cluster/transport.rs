@@ -174,10 +174,11 @@ impl Outbound {
         self.send_other(to, bytes)
     }
 
-    /// Sends this node's member directory to node `to`. False: dropped.
-    pub fn send_directory(&self, to: u64, directory: &Directory) -> bool {
+    /// Sends this node's member directory (`Directory::encode`d) to node `to`. False:
+    /// dropped.
+    pub fn send_directory(&self, to: u64, encoded: &[u8]) -> bool {
         let mut bytes = vec![KIND_DIRECTORY];
-        bytes.extend_from_slice(&directory.encode());
+        bytes.extend_from_slice(encoded);
         self.send_other(to, bytes)
     }
 
@@ -553,7 +554,7 @@ mod tests {
             out.add_peer(1, peers[&1]);
             until("the greeting", || got.borrow().len() == 1).await;
             assert_eq!(got.borrow()[0], (2, Incoming::Directory(directory.clone())));
-            assert!(out.send_directory(1, &directory));
+            assert!(out.send_directory(1, &directory.encode()));
             until("the directory sent", || got.borrow().len() == 2).await;
             assert_eq!(got.borrow()[1], (2, Incoming::Directory(directory)));
         });

@@ -156,7 +156,7 @@ impl ClusterPlan {
         check_advertised(&cl.raft_addr)
             .map_err(|e| ServerError(format!("cluster.raft_addr: {e}")))?;
         let dir = data_dir.join("cluster");
-        let directory = initial_directory(config, &name, &dir, shard_count)?;
+        let directory = initial_directory(config, &name, &dir)?;
         let node_id = raft_id(&name);
         let joining = !directory.founders().contains(&node_id);
         let fresh = joining && directory.members().next().is_none();
@@ -267,24 +267,29 @@ fn shard_directory_path(dir: &Path, shard: usize) -> PathBuf {
 /// What the shards saved (merged: each shard keeps its own copy, and any may be the newest),
 /// else the founding members: this node and `cluster.peers`, or this node alone when it
 /// bootstraps. Empty for a node that is to join through seeds.
-fn initial_directory(
-    config: &Config,
-    name: &str,
-    dir: &Path,
-    shard_count: usize,
-) -> Result<Directory, ServerError> {
+fn initial_directory(config: &Config, name: &str, dir: &Path) -> Result<Directory, ServerError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| ServerError(format!("create {}: {e}", dir.display())))?;
+    // Every shard's copy, whatever shard count wrote them: any may be the newest.
     let mut saved = Directory::default();
     let mut any = false;
-    // More files than shards: the node ran with more shards once; they count too.
-    for shard in 0..shard_count.max(256) {
-        let path = shard_directory_path(dir, shard);
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| ServerError(format!("read {}: {e}", dir.display())))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|e| ServerError(format!("read {}: {e}", dir.display())))?
+            .path();
+        let shard_copy = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("directory."))
+            .is_some_and(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()));
+        if !shard_copy {
+            continue;
+        }
         if let Some(d) = Directory::load(&path).map_err(ServerError)? {
             saved.merge(d.members().cloned());
             any = true;
-        } else if shard >= shard_count {
-            break;
         }
     }
     if any {

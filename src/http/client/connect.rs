@@ -8,7 +8,7 @@ use super::tls::TlsClient;
 use super::url::ParsedUrl;
 use boltq_io::connect::connect_tcp;
 use boltq_io::listener::Conn;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 /// Longest response head (status line and headers), in bytes.
@@ -60,26 +60,9 @@ async fn connect_any(url: &ParsedUrl, timeout: Duration) -> Result<Conn, HttpErr
     Err(HttpError::Connect(format!("{}: {last}", url.authority())))
 }
 
-/// Addresses for `host`: literal IPs and `localhost` directly, other names through the
-/// system resolver on the blocking-thread pool (a slow resolver costs a blocking thread,
-/// never the shard).
+/// Addresses for `host` (`boltq_io::connect::resolve`), at most `RESOLVED_ADDRS_MAX`.
 async fn resolve(host: &str, port: u16) -> Result<Vec<SocketAddr>, HttpError> {
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
-    if host == "localhost" {
-        return Ok(vec![SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)]);
-    }
-    let name = host.to_string();
-    let found = boltq_shards::spawn_blocking(move || {
-        (name.as_str(), port)
-            .to_socket_addrs()
-            .map(|addrs| addrs.take(RESOLVED_ADDRS_MAX).collect::<Vec<_>>())
-    })
-    .await
-    .map_err(|e| HttpError::Connect(format!("resolve {host}: {e}")))?;
-    if found.is_empty() {
-        return Err(HttpError::Connect(format!("resolve {host}: no addresses")));
-    }
-    Ok(found)
+    boltq_io::connect::resolve(host, port, RESOLVED_ADDRS_MAX)
+        .await
+        .map_err(|e| HttpError::Connect(e.to_string()))
 }

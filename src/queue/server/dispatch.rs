@@ -412,9 +412,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             reply::ok(&mut out);
             Pending::Ready(out)
         }
-        Request::ClusterJoin { .. } | Request::ClusterLeave { .. }
-            if plane.cluster_view().is_none() =>
-        {
+        Request::ClusterJoin { .. } | Request::ClusterLeave { .. } if !plane.clustered() => {
             reply::error("clustering is not enabled", &mut out);
             Pending::Ready(out)
         }
@@ -432,9 +430,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
         Request::ClusterLeave { node_id } => {
             Pending::Members(super::replicated::MembersChange::Leave { name: node_id })
         }
-        Request::ClusterStatus if plane.cluster_view().is_some() => {
-            Pending::ClusterStatus(plane.gather_stats())
-        }
+        Request::ClusterStatus if plane.clustered() => Pending::ClusterStatus(plane.gather_stats()),
         Request::ClusterStatus => {
             reply::cluster_disabled(&mut out);
             Pending::Ready(out)

@@ -196,6 +196,11 @@ impl Plane {
             .collect()
     }
 
+    /// Whether `cluster.enabled` (cheaper than `cluster_view`, which copies the members).
+    pub fn clustered(&self) -> bool {
+        self.replication.get().is_some()
+    }
+
     /// With `cluster.enabled`: who this node and its peers are.
     pub fn cluster_view(&self) -> Option<ClusterView> {
         self.replication.get().map(|r| r.view())
