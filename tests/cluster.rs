@@ -1,6 +1,8 @@
 //! Three real `boltq` processes clustered on loopback (`cluster.enabled`, issue 14): what a
 //! client connected to any of them sees when one is killed with SIGKILL or cut off from the
-//! others (SIGSTOP: a paused process answers nobody, as an isolated host would).
+//! others (SIGSTOP: a paused process answers nobody, as an isolated host would), and, on
+//! hosts of their own (network namespaces, `support::netns`), when the network between
+//! them is cut while every node stays up and reachable by its clients.
 //!
 //! A binary of its own: it runs three servers and kills them, which would starve the timing
 //! assertions of the `e2e` binary on a 2-core machine.
@@ -15,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::{free_ports_below_ephemeral, http_get, Server};
+use support::{free_ports_below_ephemeral, http_get, http_get_at, Place, Server};
 
 const SHARDS: u16 = 2;
 /// Queues spread over both shards and many slots.
@@ -26,6 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 
 struct Member {
     name: String,
+    place: Place,
     tcp: u16,
     http: u16,
     data: PathBuf,
@@ -40,8 +43,13 @@ impl Member {
 
     fn start_until(&mut self, ready_by: support::ReadyBy) {
         let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
-        self.server = Some(Server::start_raw_until(
-            &args, self.tcp, self.http, &self.data, ready_by,
+        self.server = Some(Server::start_at(
+            &self.place,
+            &args,
+            self.tcp,
+            self.http,
+            &self.data,
+            ready_by,
         ));
     }
 
@@ -50,11 +58,11 @@ impl Member {
             timeout_ms: 15_000,
             ..ClientOptions::default()
         };
-        Client::connect(&format!("127.0.0.1:{}", self.tcp), opts).unwrap()
+        Client::connect(&format!("{}:{}", self.place.host, self.tcp), opts).unwrap()
     }
 
     fn get_json(&self, path: &str) -> Value {
-        let (code, body) = http_get(self.http, path).unwrap();
+        let (code, body) = http_get_at(&self.place.host, self.http, path).unwrap();
         assert_eq!(code, 200, "{path} on {}: {body}", self.name);
         serde_json::from_str(&body).unwrap()
     }
@@ -69,6 +77,11 @@ impl Member {
 /// Three members that list each other, started together (none is ready alone: readiness
 /// waits for a leader of every slot, which needs a quorum).
 fn start_cluster(dir: &TempDir) -> Vec<Member> {
+    start_cluster_at(dir, std::array::from_fn(|_| Place::default()))
+}
+
+/// [`start_cluster`] with member i at `places[i]`.
+fn start_cluster_at(dir: &TempDir, places: [Place; 3]) -> Vec<Member> {
     let names = ["n1", "n2", "n3"];
     let raft: Vec<u16> = names
         .iter()
@@ -82,11 +95,12 @@ fn start_cluster(dir: &TempDir) -> Vec<Member> {
                 .iter()
                 .enumerate()
                 .filter(|&(j, _)| j != i)
-                .map(|(j, peer)| format!("\"{peer}@127.0.0.1:{}\"", raft[j]))
+                .map(|(j, peer)| format!("\"{peer}@{}:{}\"", places[j].host, raft[j]))
                 .collect();
-            member_with(
+            member_at(
                 dir,
                 name,
+                places[i].clone(),
                 raft[i],
                 &format!("peers = [{}]\n", peers.join(", ")),
             )
@@ -104,21 +118,35 @@ fn queue(i: usize) -> String {
     format!("jobs-{i}")
 }
 
-/// Acknowledged publishes: (queue, id, when).
-type Acked = Arc<Mutex<Vec<(String, String, Instant)>>>;
+/// An acknowledged publish: its queue, its id, when, and through which member (index).
+#[derive(Debug, Clone)]
+struct Ack {
+    queue: String,
+    id: String,
+    at: Instant,
+    via: usize,
+}
 
-/// Publishes round-robin over the queues through `member` until `stop`; records every
-/// acknowledged id and when it was acknowledged. Returns when told to stop or when its
-/// server is gone.
-fn publisher(member: &Member, acked: Acked, stop: Arc<AtomicBool>) {
-    let mut client = member.client();
+type Acked = Arc<Mutex<Vec<Ack>>>;
+
+/// Publishes round-robin over the queues through `members[via]` until `stop`; records
+/// every acknowledged id and when it was acknowledged. Returns when told to stop or when
+/// its server is gone.
+fn publisher(members: &[Member], via: usize, acked: Acked, stop: Arc<AtomicBool>) {
+    let mut client = members[via].client();
     let mut i = 0;
     while !stop.load(Ordering::Relaxed) {
         let q = queue(i % QUEUES);
         i += 1;
         match client.publish(&q, "\"job\"", None, PublishOptions::default()) {
             Ok(reply) => {
-                acked.lock().unwrap().push((q, reply.id, Instant::now()));
+                let (id, at) = (reply.id, Instant::now());
+                acked.lock().unwrap().push(Ack {
+                    queue: q,
+                    id,
+                    at,
+                    via,
+                });
             }
             // Refused, not acknowledged (no leader yet, or the outcome is unknown).
             Err(ClientError::Server(_) | ClientError::NotLeader { .. }) => {
@@ -151,13 +179,123 @@ fn queue_depths(m: &Member) -> (Value, Value) {
 
 /// The value of an unlabelled series of `/metrics`.
 fn metric(m: &Member, name: &str) -> u64 {
-    let (code, text) = http_get(m.http, "/metrics").unwrap();
+    let (code, text) = http_get_at(&m.place.host, m.http, "/metrics").unwrap();
     assert_eq!(code, 200);
     let line = text
         .lines()
         .find(|l| l.starts_with(&format!("{name} ")))
         .unwrap_or_else(|| panic!("{name} missing on {}:\n{text}", m.name));
     line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The member leading the most slots: the one whose loss hurts most.
+fn leading_most(members: &[Member]) -> usize {
+    let status = members[0].get_json("/cluster/status");
+    assert_eq!(status["enabled"], true, "{status}");
+    assert_eq!(status["cluster"]["slots_without_leader"], 0, "{status}");
+    let led = status["cluster"]["slots_led"].as_object().unwrap().clone();
+    members
+        .iter()
+        .position(|m| {
+            let n = led[&m.name].as_u64().unwrap();
+            led.values().all(|other| other.as_u64().unwrap() <= n)
+        })
+        .unwrap()
+}
+
+/// Queues with an acknowledgement after `since` among those publishers `by` (member
+/// indexes) recorded.
+fn queues_acked_since(acked: &Acked, by: &[usize], since: Instant) -> BTreeSet<String> {
+    acked
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|a| a.at > since && by.contains(&a.via))
+        .map(|a| a.queue.clone())
+        .collect()
+}
+
+/// Publishers started by [`start_publishers`]; dropping them (also when an assertion
+/// fails in their scope, which would otherwise wait for them forever) stops them.
+struct Publishers<'s> {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::ScopedJoinHandle<'s, ()>>,
+}
+
+impl Publishers<'_> {
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for p in self.threads.drain(..) {
+            p.join().unwrap();
+        }
+    }
+}
+
+impl Drop for Publishers<'_> {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One publisher per member, on threads of `scope`.
+fn start_publishers<'s>(
+    scope: &'s std::thread::Scope<'s, '_>,
+    members: &'s [Member],
+    acked: &Acked,
+) -> Publishers<'s> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads = (0..members.len())
+        .map(|via| {
+            let (acked, stop) = (Arc::clone(acked), Arc::clone(&stop));
+            scope.spawn(move || publisher(members, via, acked, stop))
+        })
+        .collect();
+    Publishers { stop, threads }
+}
+
+/// Waits until every queue has acknowledged publishes, and `3 × QUEUES` in all.
+fn until_every_queue_acked(acked: &Acked) {
+    eventually("publishes acknowledged on every queue", || {
+        let acked = acked.lock().unwrap();
+        let queues: BTreeSet<&String> = acked.iter().map(|a| &a.queue).collect();
+        queues.len() == QUEUES && acked.len() >= 3 * QUEUES
+    });
+}
+
+/// The time from `since` until every queue had an acknowledgement through one of `by`.
+fn time_to_every_queue(acked: &Acked, by: &[usize], since: Instant) -> Duration {
+    let mut first_after: BTreeMap<String, Instant> = BTreeMap::new();
+    for a in acked.lock().unwrap().iter() {
+        if a.at > since && by.contains(&a.via) {
+            first_after.entry(a.queue.clone()).or_insert(a.at);
+        }
+    }
+    assert_eq!(first_after.len(), QUEUES);
+    first_after.values().max().unwrap().duration_since(since)
+}
+
+/// Consumes everything through `members[from]`, acknowledging through `members[ack_via]`,
+/// and asserts that every acknowledged publish came out exactly once.
+fn assert_every_ack_delivered_once(members: &[Member], from: usize, ack_via: usize, acked: &Acked) {
+    let consumed = drain(&members[from], &members[ack_via]);
+    let acked = acked.lock().unwrap().clone();
+    let mut all_consumed: BTreeSet<&String> = BTreeSet::new();
+    for ids in consumed.values() {
+        for id in ids {
+            assert!(all_consumed.insert(id), "{id} delivered twice");
+        }
+    }
+    let lost: Vec<&Ack> = acked
+        .iter()
+        .filter(|a| !all_consumed.contains(&a.id))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} acknowledged publishes lost, e.g. {:?}",
+        lost.len(),
+        acked.len(),
+        lost.first()
+    );
 }
 
 /// Waits until `done` holds, up to `PATIENCE`.
@@ -181,37 +319,14 @@ fn eventually_within(what: &str, patience: Duration, mut done: impl FnMut() -> b
 fn a_killed_node_loses_no_acknowledged_publish_and_the_others_keep_serving() {
     let dir = TempDir::new("cluster-kill");
     let mut members = start_cluster(&dir);
-    // The member leading the most slots is the one whose loss hurts most.
-    let status = members[0].get_json("/cluster/status");
-    assert_eq!(status["enabled"], true, "{status}");
-    assert_eq!(status["cluster"]["slots_without_leader"], 0, "{status}");
-    let led = status["cluster"]["slots_led"].as_object().unwrap().clone();
-    let victim = members
-        .iter()
-        .position(|m| {
-            let n = led[&m.name].as_u64().unwrap();
-            led.values().all(|other| other.as_u64().unwrap() <= n)
-        })
-        .unwrap();
+    let victim = leading_most(&members);
     let acked: Acked = Arc::default();
-    let stop = Arc::new(AtomicBool::new(false));
+    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
+    let (a, b) = (survivors[0], survivors[1]);
     std::thread::scope(|s| {
-        let publishers: Vec<_> = members
-            .iter()
-            .map(|m| {
-                let (acked, stop) = (Arc::clone(&acked), Arc::clone(&stop));
-                s.spawn(move || publisher(m, acked, stop))
-            })
-            .collect();
+        let publishers = start_publishers(s, &members, &acked);
         // Killed once every queue has acknowledged publishes.
-        eventually(
-            "publishes acknowledged on every queue before the kill",
-            || {
-                let acked = acked.lock().unwrap();
-                let queues: BTreeSet<&String> = acked.iter().map(|(q, _, _)| q).collect();
-                queues.len() == QUEUES && acked.len() >= 3 * QUEUES
-            },
-        );
+        until_every_queue_acked(&acked);
         members[victim].signal(libc::SIGKILL);
         let killed_at = Instant::now();
         // Every surviving client gets acknowledgements again (on every slot: the queues
@@ -219,64 +334,24 @@ fn a_killed_node_loses_no_acknowledged_publish_and_the_others_keep_serving() {
         eventually(
             "publishes acknowledged by both survivors after the kill",
             || {
-                let after: BTreeSet<String> = acked
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .filter(|(_, _, at)| *at > killed_at)
-                    .map(|(q, _, _)| q.clone())
-                    .collect();
-                after.len() == QUEUES && Instant::now() > killed_at + Duration::from_secs(3)
+                queues_acked_since(&acked, &survivors, killed_at).len() == QUEUES
+                    && Instant::now() > killed_at + Duration::from_secs(3)
             },
         );
-        stop.store(true, Ordering::Relaxed);
-        for p in publishers {
-            p.join().unwrap();
-        }
-        // Failover time: the slowest queue's first acknowledgement after the kill.
-        let mut first_after: BTreeMap<String, Instant> = BTreeMap::new();
-        for (q, _, at) in acked
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, _, at)| *at > killed_at)
-        {
-            first_after.entry(q.clone()).or_insert(*at);
-        }
-        let slowest = first_after.values().max().unwrap();
+        publishers.stop();
         eprintln!(
             "failover: every queue acknowledged a publish again {} ms after the kill of {}",
-            slowest.duration_since(killed_at).as_millis(),
+            time_to_every_queue(&acked, &survivors, killed_at).as_millis(),
             members[victim].name
         );
     });
-    let survivors: Vec<usize> = (0..3).filter(|&i| i != victim).collect();
-    let (a, b) = (survivors[0], survivors[1]);
     // The replicas of the survivors agree.
     eventually("survivors agree on the queues", || {
         queue_depths(&members[a]) == queue_depths(&members[b])
     });
     // Consumed through one survivor, acknowledged through the other: every acknowledged
     // publish is there, once.
-    let consumed = drain(&members[a], &members[b]);
-    let acked = acked.lock().unwrap().clone();
-    let mut all_consumed: BTreeSet<&String> = BTreeSet::new();
-    for ids in consumed.values() {
-        for id in ids {
-            assert!(all_consumed.insert(id), "{id} delivered twice");
-        }
-    }
-    let lost: Vec<&(String, String, Instant)> = acked
-        .iter()
-        .filter(|(_, id, _)| !all_consumed.contains(id))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "{} of {} acknowledged publishes lost, e.g. {:?}",
-        lost.len(),
-        acked.len(),
-        lost.first()
-    );
+    assert_every_ack_delivered_once(&members, a, b, &acked);
     // The survivors counted the leader changes (v1's `boltq_leader_changes`).
     assert!(metric(&members[a], "boltq_leader_changes") > 0);
     // The killed node comes back, catches up, and serves.
@@ -396,6 +471,99 @@ fn a_cut_off_node_acknowledges_nothing_and_the_cluster_heals_without_divergence(
         seen.push(m.id);
     }
     assert!(seen.contains(&id), "{id} not in {seen:?}");
+}
+
+/// How long after a cut the cut-off node may still acknowledge: a publish committed just
+/// before the cut may be answered just after it. Nothing it proposes after the cut can
+/// commit, so anything acknowledged later than this would be a minority's write.
+const CUT_GRACE: Duration = Duration::from_secs(2);
+
+#[test]
+fn a_partitioned_leader_acknowledges_nothing_while_the_majority_serves_and_all_heal_without_loss() {
+    // The network namespaces belong to this thread and the ones it starts.
+    let scenario = std::thread::spawn(partitioned_leader_scenario);
+    if let Err(panic) = scenario.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// Three members on hosts of their own (network namespaces), publishers on each. The
+/// member leading most slots is cut off from both others while its clients still reach
+/// it: it must acknowledge nothing while the other two elect leaders for its slots and
+/// serve every queue. After healing, a partial partition (the same member cut from one
+/// peer only) must leave every queue served by the member that still hears both. After the
+/// last heal every replica agrees and every acknowledged publish is delivered once.
+fn partitioned_leader_scenario() {
+    let lan = support::netns::Lan::build(3);
+    let dir = TempDir::new("cluster-partition");
+    let members = start_cluster_at(&dir, std::array::from_fn(|i| lan.host(i).place()));
+    let cut = leading_most(&members);
+    let others: Vec<usize> = (0..3).filter(|&i| i != cut).collect();
+    let acked: Acked = Arc::default();
+    std::thread::scope(|s| {
+        let publishers = start_publishers(s, &members, &acked);
+        until_every_queue_acked(&acked);
+
+        let connects = metric(&members[cut], "boltq_raft_link_connects_total");
+        // A minority of one: cut from both peers.
+        lan.cut(cut, others[0]);
+        lan.cut(cut, others[1]);
+        let cut_at = Instant::now();
+        eventually("the majority serves every queue after the cut", || {
+            queues_acked_since(&acked, &others, cut_at).len() == QUEUES
+        });
+        eprintln!(
+            "partition: the majority acknowledged on every queue {} ms after the cut of {}",
+            time_to_every_queue(&acked, &others, cut_at).as_millis(),
+            members[cut].name
+        );
+        // Kept cut a while longer, with its clients still asking it.
+        std::thread::sleep(CUT_GRACE + Duration::from_secs(2));
+        let minority_acks = queues_acked_since(&acked, &[cut], cut_at + CUT_GRACE);
+        assert!(
+            minority_acks.is_empty(),
+            "the cut-off member acknowledged publishes on {minority_acks:?}"
+        );
+
+        lan.heal(cut, others[0]);
+        lan.heal(cut, others[1]);
+        let healed_at = Instant::now();
+        eventually("the healed member serves every queue again", || {
+            queues_acked_since(&acked, &[cut], healed_at).len() == QUEUES
+        });
+        eprintln!(
+            "partition: the healed member acknowledged on every queue {} ms after the heal",
+            time_to_every_queue(&acked, &[cut], healed_at).as_millis()
+        );
+        // Its links, stuck across the cut for longer than a peer may stay silent, were
+        // closed and dialled again (left open, they would carry nothing until TCP's next
+        // retransmission, which backs off towards minutes).
+        let reconnects = metric(&members[cut], "boltq_raft_link_connects_total") - connects;
+        assert!(
+            reconnects >= 2 * u64::from(SHARDS),
+            "{reconnects} links of the cut member reconnected"
+        );
+
+        // Cut from one peer only: the peer that hears both serves every queue (pre-vote
+        // and check-quorum keep the two that cannot talk from deposing each other).
+        lan.cut(cut, others[0]);
+        let half_cut_at = Instant::now();
+        eventually("the member hearing both serves every queue", || {
+            queues_acked_since(&acked, &others[1..], half_cut_at + CUT_GRACE).len() == QUEUES
+        });
+        lan.heal(cut, others[0]);
+        let healed_at = Instant::now();
+        eventually(
+            "every member serves every queue after the last heal",
+            || (0..3).all(|i| queues_acked_since(&acked, &[i], healed_at).len() == QUEUES),
+        );
+        publishers.stop();
+    });
+    eventually("all three agree on the queues", || {
+        let d0 = queue_depths(&members[0]);
+        d0 == queue_depths(&members[1]) && d0 == queue_depths(&members[2])
+    });
+    assert_every_ack_delivered_once(&members, cut, others[0], &acked);
 }
 
 #[test]
@@ -562,9 +730,15 @@ fn a_node_whose_members_were_reconfigured_refuses_to_start() {
 
 /// A member started from `toml` (the `[cluster]` lines after enabled/node_id/raft_addr).
 fn member_with(dir: &TempDir, name: &str, raft: u16, cluster_lines: &str) -> Member {
+    member_at(dir, name, Place::default(), raft, cluster_lines)
+}
+
+/// [`member_with`] at `place`.
+fn member_at(dir: &TempDir, name: &str, place: Place, raft: u16, cluster_lines: &str) -> Member {
     let ports = free_ports_below_ephemeral(2);
+    let host = &place.host;
     let toml = format!(
-        "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"{name}\"\nraft_addr = \"127.0.0.1:{raft}\"\n{cluster_lines}"
+        "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"{name}\"\nraft_addr = \"{host}:{raft}\"\n{cluster_lines}"
     );
     let cfg = dir.path().join(format!("{name}.toml"));
     std::fs::write(&cfg, toml).unwrap();
@@ -573,6 +747,7 @@ fn member_with(dir: &TempDir, name: &str, raft: u16, cluster_lines: &str) -> Mem
     let args = support::config_args(&cfg, &data, tcp, http);
     Member {
         name: name.to_string(),
+        place,
         tcp,
         http,
         data,

@@ -110,6 +110,33 @@ mod tests {
     }
 
     #[test]
+    fn an_unresponsive_peer_ends_the_connection_after_the_bound() {
+        use crate::listener::get_option;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let options = on_executor(
+            async move {
+                let conn = connect_tcp(addr, Duration::from_secs(2)).await.unwrap();
+                conn.close_when_unresponsive(Duration::from_millis(4_500))
+                    .unwrap();
+                let fd = conn.raw_fd().unwrap();
+                [
+                    get_option(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+                    get_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+                    get_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+                    get_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT),
+                    get_option(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+                ]
+            },
+            "connect-liveness",
+        );
+        // Probes every 1.5 s rounded down to whole seconds, three of them, and the bound
+        // on unacknowledged data in milliseconds.
+        assert_eq!(options, [1, 1, 1, 3, 4_500]);
+        drop(listener);
+    }
+
+    #[test]
     fn a_refused_connection_keeps_its_kind_and_names_the_address() {
         let addr = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

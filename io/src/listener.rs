@@ -14,6 +14,7 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::os::unix::io::{AsRawFd, FromRawFd, RawFd};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 /// A bound listening socket, shareable across shard threads by descriptor.
 /// Pending connections a listener queues before the kernel drops new ones.
@@ -156,7 +157,29 @@ impl Conn {
         }
     }
 
-    fn raw_fd(&self) -> Option<RawFd> {
+    /// Makes the kernel end this connection once the peer has not answered for
+    /// `unresponsive_max`: data written but unacknowledged that long (TCP_USER_TIMEOUT), or,
+    /// while idle, keepalive probes unanswered (one every third of it). Without this a
+    /// connection across a network that stops delivering stays open for many minutes
+    /// (retransmissions back off towards two minutes apart), writes pile up behind it, and
+    /// a peer reachable again is not heard until the next retransmission.
+    pub fn close_when_unresponsive(&self, unresponsive_max: Duration) -> io::Result<()> {
+        let Some(fd) = self.raw_fd() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "no established socket to set liveness options on",
+            ));
+        };
+        let max_ms = unresponsive_max.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        let probe_every_s = (max_ms / 3 / 1_000).max(1);
+        set_option(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+        set_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, probe_every_s)?;
+        set_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, probe_every_s)?;
+        set_option(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3)?;
+        set_option(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, max_ms)
+    }
+
+    pub(crate) fn raw_fd(&self) -> Option<RawFd> {
         match &self.0 {
             Stream::Plain(s) => Some(s.as_raw_fd()),
             Stream::Tls(s) => s.raw_fd(),
@@ -167,6 +190,55 @@ impl Conn {
     pub fn is_tls(&self) -> bool {
         matches!(self.0, Stream::Tls(_))
     }
+}
+
+/// Sets an integer socket option.
+fn set_option(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from `value`, a live local, and
+    // keeps no pointer; `fd` is the connection's socket, open while `self` is borrowed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        let e = io::Error::last_os_error();
+        Err(io::Error::new(
+            e.kind(),
+            format!("setsockopt({level}, {name}): {e}"),
+        ))
+    }
+}
+
+/// Reads an integer socket option (for tests of the options set).
+#[cfg(test)]
+pub(crate) fn get_option(fd: RawFd, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`, a live local, and updates
+    // `len`, another; `fd` is an open socket for the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "getsockopt: {}", io::Error::last_os_error());
+    value
 }
 
 impl futures_lite::AsyncRead for Conn {

@@ -2,10 +2,11 @@
 //! `/metrics` with the rest of the registry; the names live with the plane's side of the
 //! seam, `queue::server::replicated`, where the admin layer can read them).
 
+use super::transport::LinkCounters;
 use crate::queue::server::replicated::{
-    APPLIED_METRIC, FOLLOWER_LAG_METRIC, LEADER_CHANGES_METRIC, SLOTS_LED_METRIC,
-    SLOTS_WITHOUT_LEADER_METRIC, SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC,
-    TRANSFERS_METRIC,
+    APPLIED_METRIC, FOLLOWER_LAG_METRIC, LEADER_CHANGES_METRIC, LINK_BATCHES_DROPPED_METRIC,
+    LINK_CONNECTS_METRIC, SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC,
+    SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC, TRANSFERS_METRIC,
 };
 use boltq_shards::metrics::{Counter, Gauge, Registry};
 
@@ -20,6 +21,7 @@ pub struct NodeMetrics {
     pub slots_led: Gauge,
     pub slots_without_leader: Gauge,
     pub follower_lag: Gauge,
+    pub links: LinkCounters,
 }
 
 impl NodeMetrics {
@@ -33,6 +35,10 @@ impl NodeMetrics {
             slots_led: registry.gauge(SLOTS_LED_METRIC, &[]),
             slots_without_leader: registry.gauge(SLOTS_WITHOUT_LEADER_METRIC, &[]),
             follower_lag: registry.gauge(FOLLOWER_LAG_METRIC, &[]),
+            links: LinkCounters {
+                connects: registry.counter(LINK_CONNECTS_METRIC, &[]),
+                batches_dropped: registry.counter(LINK_BATCHES_DROPPED_METRIC, &[]),
+            },
         }
     }
 }

@@ -282,7 +282,9 @@ impl Node {
 
     /// Counts into `registry` from now on (`metrics.rs`).
     pub fn set_metrics(&self, registry: &boltq_shards::metrics::Registry) {
-        *self.metrics.borrow_mut() = NodeMetrics::register(registry);
+        let metrics = NodeMetrics::register(registry);
+        self.outbound.borrow().count_into(metrics.links.clone());
+        *self.metrics.borrow_mut() = metrics;
     }
 
     /// Sets what is told of the effects of applied commands (replacing any earlier one).

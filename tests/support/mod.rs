@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod browser;
 pub mod gateway;
+pub mod netns;
 pub mod pki;
 pub mod stub;
 
@@ -74,9 +75,29 @@ fn pin_ports(args: &[String], tcp_port: u16, http_port: u16) -> Vec<String> {
     pinned
 }
 
+/// Where a server runs: the host its listeners bind (`BOLTQ_HOST`), and the network
+/// namespace it is started in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    pub host: String,
+    /// A process whose network namespace the server joins (`nsenter -t <pid> -n`); `None`:
+    /// the test's own.
+    pub netns_pid: Option<u32>,
+}
+
+impl Default for Place {
+    fn default() -> Place {
+        Place {
+            host: "127.0.0.1".to_string(),
+            netns_pid: None,
+        }
+    }
+}
+
 pub struct Server {
     child: Option<Child>,
     args: Vec<String>,
+    place: Place,
     pub tcp_port: u16,
     pub http_port: u16,
     data_dir: PathBuf,
@@ -127,12 +148,41 @@ impl Server {
         data_dir: &Path,
         ready_by: ReadyBy,
     ) -> Server {
+        Server::start_at(
+            &Place::default(),
+            args,
+            tcp_port,
+            http_port,
+            data_dir,
+            ready_by,
+        )
+    }
+
+    /// [`Server::start_raw_until`] at `place`.
+    pub fn start_at(
+        place: &Place,
+        args: &[&str],
+        tcp_port: u16,
+        http_port: u16,
+        data_dir: &Path,
+        ready_by: ReadyBy,
+    ) -> Server {
         let log_path = data_dir.with_extension("log");
         std::fs::create_dir_all(log_path.parent().unwrap()).unwrap();
         let log = std::fs::File::create(&log_path).unwrap();
-        let child = Command::new(BIN)
+        // nsenter joins the namespace and execs the server (no fork for a network
+        // namespace), so the child's pid is the server's.
+        let mut command = match place.netns_pid {
+            None => Command::new(BIN),
+            Some(pid) => {
+                let mut c = Command::new("nsenter");
+                c.args(["-t", &pid.to_string(), "-n", "--", BIN]);
+                c
+            }
+        };
+        let child = command
             .args(args)
-            .env("BOLTQ_HOST", "127.0.0.1")
+            .env("BOLTQ_HOST", &place.host)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -141,6 +191,7 @@ impl Server {
         let mut server = Server {
             child: Some(child),
             args: args.iter().map(|a| a.to_string()).collect(),
+            place: place.clone(),
             tcp_port,
             http_port,
             data_dir: data_dir.to_path_buf(),
@@ -177,7 +228,10 @@ impl Server {
             *asked = bound;
         }
         while ready_by == ReadyBy::PlainReadyz
-            && !matches!(http_get(self.http_port, "/readyz"), Ok((200, _)))
+            && !matches!(
+                http_get_at(&self.place.host, self.http_port, "/readyz"),
+                Ok((200, _))
+            )
         {
             if Instant::now() > deadline {
                 self.not_ready();
@@ -213,7 +267,7 @@ impl Server {
         let args = pin_ports(&self.args, tcp, http);
         let (code, _) = self.stop_inner(signal);
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut next = Server::start_raw_until(&refs, tcp, http, &data, self.ready_by);
+        let mut next = Server::start_at(&self.place, &refs, tcp, http, &data, self.ready_by);
         next._tmp = tmp;
         (next, code)
     }
@@ -284,7 +338,12 @@ pub fn run_to_exit_env(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Str
 
 /// A minimal HTTP/1.1 GET; returns status and body.
 pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// [`http_get`] to `host`.
+pub fn http_get_at(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect((host, port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         s,

@@ -33,6 +33,10 @@ pub const TRANSFERS_METRIC: &str = "boltq_raft_leader_transfers_total";
 /// Groups this node leads, and groups with no leader it knows of, now.
 pub const SLOTS_LED_METRIC: &str = "boltq_raft_slots_led";
 pub const SLOTS_WITHOUT_LEADER_METRIC: &str = "boltq_raft_slots_without_leader";
+/// Connections this node's links to its peers made (each close is followed by another),
+/// and batches they dropped for a peer down or behind.
+pub const LINK_CONNECTS_METRIC: &str = "boltq_raft_link_connects_total";
+pub const LINK_BATCHES_DROPPED_METRIC: &str = "boltq_raft_link_batches_dropped_total";
 /// Microseconds from a command's submission to its outcome, on the node that took it from
 /// the client (forwarding included).
 pub const COMMIT_LATENCY_METRIC: &str = "boltq_raft_commit_latency_us";
