@@ -63,6 +63,7 @@ async fn start(
         joining: false,
         balance_every_ticks: 0,
         membership: None,
+        link_tls: None,
     };
     let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
     (running, store, shared)

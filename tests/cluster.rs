@@ -29,6 +29,7 @@ const PATIENCE: Duration = Duration::from_secs(30);
 struct Member {
     name: String,
     place: Place,
+    raft: u16,
     tcp: u16,
     http: u16,
     data: PathBuf,
@@ -82,6 +83,17 @@ fn start_cluster(dir: &TempDir) -> Vec<Member> {
 
 /// [`start_cluster`] with member i at `places[i]`.
 fn start_cluster_at(dir: &TempDir, places: [Place; 3]) -> Vec<Member> {
+    start_cluster_with(dir, places, "", support::ReadyBy::PlainReadyz)
+}
+
+/// [`start_cluster_at`] with `more_toml` at the end of each member's configuration, ready
+/// as `ready_by` says.
+fn start_cluster_with(
+    dir: &TempDir,
+    places: [Place; 3],
+    more_toml: &str,
+    ready_by: support::ReadyBy,
+) -> Vec<Member> {
     let names = ["n1", "n2", "n3"];
     let raft: Vec<u16> = names
         .iter()
@@ -102,13 +114,13 @@ fn start_cluster_at(dir: &TempDir, places: [Place; 3]) -> Vec<Member> {
                 name,
                 places[i].clone(),
                 raft[i],
-                &format!("peers = [{}]\n", peers.join(", ")),
+                &format!("peers = [{}]\n{more_toml}", peers.join(", ")),
             )
         })
         .collect();
     std::thread::scope(|s| {
         for m in members.iter_mut() {
-            s.spawn(|| m.start());
+            s.spawn(|| m.start_until(ready_by));
         }
     });
     members
@@ -567,6 +579,90 @@ fn partitioned_leader_scenario() {
 }
 
 #[test]
+fn links_speak_mutual_tls_with_the_servers_certificate_and_refuse_plain_text() {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    let pki = support::pki::Pki::new("cluster-tls-pki");
+    // One certificate for all three (they share 127.0.0.1), good for serving and for
+    // authenticating to a peer.
+    let (cert, key) = pki.leaf_for("node", &["127.0.0.1"], &[ServerAuth, ClientAuth]);
+    let tls = format!(
+        "[server.tls]\nenabled = true\ncert_file = {:?}\nkey_file = {:?}\nca_file = {:?}\n",
+        cert,
+        key,
+        pki.ca_file()
+    );
+    let dir = TempDir::new("cluster-tls");
+    let members = start_cluster_with(
+        &dir,
+        std::array::from_fn(|_| Place::default()),
+        &tls,
+        support::ReadyBy::LogLine,
+    );
+    let client = |m: &Member| {
+        let opts = ClientOptions {
+            timeout_ms: 15_000,
+            tls: Some(boltq::client::ClientTls {
+                ca_file: Some(pki.ca_file()),
+                insecure: false,
+                server_name: None,
+                client_certificate: Some(boltq::client::ClientCertificate {
+                    cert_file: cert.clone(),
+                    key_file: key.clone(),
+                }),
+            }),
+            ..ClientOptions::default()
+        };
+        Client::connect(&format!("127.0.0.1:{}", m.tcp), opts).unwrap()
+    };
+    // A publish through one member is consumed through another: the links carry the
+    // groups' traffic, and the listeners take nothing but TLS from a peer with a
+    // certificate of the CA.
+    let mut publisher = client(&members[0]);
+    let deadline = Instant::now() + PATIENCE;
+    let id = loop {
+        match publisher.publish("tls-jobs", "\"over tls\"", None, PublishOptions::default()) {
+            Ok(reply) => break reply.id,
+            Err(ClientError::Server(_) | ClientError::NotLeader { .. })
+                if Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => panic!("no publish acknowledged within {PATIENCE:?}: {e:?}"),
+        }
+    };
+    let mut consumer = client(&members[1]);
+    let got = loop {
+        if let Some(m) = consumer.consume("tls-jobs").unwrap() {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "nothing to consume on n2");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(got.id, id);
+    // A peer speaking plain text is closed without being heard.
+    let mut stranger = std::net::TcpStream::connect(("127.0.0.1", members[0].raft)).unwrap();
+    stranger
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    let mut hello = b"BQRAFT2\n".to_vec();
+    hello.extend_from_slice(&2u64.to_le_bytes());
+    hello.extend_from_slice(&1u64.to_le_bytes());
+    std::io::Write::write_all(&mut stranger, &hello).unwrap();
+    // Ended: end of stream or a reset (a TLS alert may come first); not a read timeout.
+    let ended = |r: std::io::Result<usize>| match r {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    let mut buf = [0u8; 64];
+    let first = std::io::Read::read(&mut stranger, &mut buf);
+    let closed = match first {
+        Ok(n) if n > 0 => ended(std::io::Read::read(&mut stranger, &mut buf)),
+        other => ended(other),
+    };
+    assert!(closed, "a plain-text hello was not closed");
+}
+
+#[test]
 fn any_node_answers_v1_cluster_status_and_counts_replication() {
     let dir = TempDir::new("cluster-status");
     let members = start_cluster(&dir);
@@ -748,6 +844,7 @@ fn member_at(dir: &TempDir, name: &str, place: Place, raft: u16, cluster_lines: 
     Member {
         name: name.to_string(),
         place,
+        raft,
         tcp,
         http,
         data,

@@ -35,6 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a node waits before asking again when it knows no leader for a slot, or the
@@ -63,6 +64,9 @@ pub struct NodeConfig {
     /// With a member directory (`directory.rs`), the groups' memberships follow it and it
     /// is kept and gossiped; without, the members are `peers` and this node for good.
     pub membership: Option<MembershipConfig>,
+    /// TLS on the links this node dials (`server.tls`); `None`: plain TCP. Its listener
+    /// speaks TLS when it is built with the server's certificate.
+    pub link_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What a node needs to follow the member directory.
@@ -200,7 +204,7 @@ impl Node {
             cfg.snapshot_every_entries,
             || election,
         )?;
-        let outbound = Outbound::start(cfg.node_id, &cfg.peers);
+        let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone());
         let node_id = cfg.node_id;
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
         let admitted = cfg

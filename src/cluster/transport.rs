@@ -28,10 +28,15 @@
 //! `INBOUND_CONNECTIONS_MAX`. Closed, the link reconnects within `BACKOFF_MS_MAX` of the
 //! heal.
 //!
+//! With `server.tls` the links speak TLS: the dialling node checks that the peer's
+//! certificate chains to the configured CA and names the peer's raft IP address, and
+//! presents its own (the listener asks for it when it has a CA file: mTLS). The hello and
+//! every frame travel inside the session.
+//!
 //! Inbound: a connection must say hello within `HELLO_TIMEOUT_MS` and name this node as
 //! `to`; every message of a batch must come from the node the hello named (a peer speaks
 //! for itself only). Anything else closes the connection with a log line. Not built:
-//! TLS/mTLS on the links, heartbeat coalescing per node pair.
+//! heartbeat coalescing per node pair.
 
 use super::directory::Directory;
 use super::forward;
@@ -47,6 +52,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT2\n";
@@ -92,6 +98,9 @@ pub struct LinkCounters {
     pub batches_dropped: Counter,
 }
 
+/// What a link writes to: the connection, or a TLS session over it.
+type LinkStream = Box<dyn futures_lite::AsyncWrite + Unpin>;
+
 /// A frame waiting to be written, with the slots of the snapshots it carries.
 struct Frame {
     bytes: Vec<u8>,
@@ -108,6 +117,7 @@ struct Link {
     wake: Event,
     stats: Cell<LinkStats>,
     counters: Rc<RefCell<LinkCounters>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
     /// (slot, to, delivered) of snapshots written or lost, for the host.
     reports: Rc<RefCell<Vec<(u16, u64, bool)>>>,
     /// A frame written first on every connection (the member directory), so a peer that
@@ -123,12 +133,17 @@ pub struct Outbound {
     tasks: BTreeMap<u64, boltq_shards::Task<()>>,
     greeting: Rc<RefCell<Option<Vec<u8>>>>,
     counters: Rc<RefCell<LinkCounters>>,
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Outbound {
-    /// Starts a link from `node_id` to each of `peers` (id → address). Dropping the
-    /// `Outbound` stops them.
-    pub fn start(node_id: u64, peers: &BTreeMap<u64, SocketAddr>) -> Outbound {
+    /// Starts a link from `node_id` to each of `peers` (id → address), over TLS with `tls`.
+    /// Dropping the `Outbound` stops them.
+    pub fn start(
+        node_id: u64,
+        peers: &BTreeMap<u64, SocketAddr>,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Outbound {
         let mut out = Outbound {
             node_id,
             links: BTreeMap::new(),
@@ -136,6 +151,7 @@ impl Outbound {
             tasks: BTreeMap::new(),
             greeting: Rc::default(),
             counters: Rc::default(),
+            tls,
         };
         for (&to, &addr) in peers {
             out.add_peer(to, addr);
@@ -160,6 +176,7 @@ impl Outbound {
             wake: Event::default(),
             stats: Cell::new(LinkStats::default()),
             counters: Rc::clone(&self.counters),
+            tls: self.tls.clone(),
             reports: Rc::clone(&self.reports),
             greeting: Rc::clone(&self.greeting),
         });
@@ -323,9 +340,13 @@ impl Link {
         }
     }
 
-    async fn connect(&self) -> std::io::Result<Conn> {
-        let mut conn = connect_tcp(self.addr, Duration::from_millis(CONNECT_TIMEOUT_MS)).await?;
+    async fn connect(&self) -> std::io::Result<LinkStream> {
+        let conn = connect_tcp(self.addr, Duration::from_millis(CONNECT_TIMEOUT_MS)).await?;
         conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))?;
+        let mut conn: LinkStream = match &self.tls {
+            None => Box::new(conn),
+            Some(config) => Box::new(self.handshake(config, conn).await?),
+        };
         let mut hello = Vec::with_capacity(HELLO_BYTES);
         hello.extend_from_slice(HELLO_MAGIC);
         hello.extend_from_slice(&self.from.to_le_bytes());
@@ -339,7 +360,32 @@ impl Link {
         Ok(conn)
     }
 
-    async fn write_frames(&self, mut conn: Conn) -> std::io::Error {
+    /// The client side of TLS over `conn`, the peer's certificate checked against the
+    /// trusted CAs and the peer's IP address, within `HELLO_TIMEOUT_MS`.
+    async fn handshake(
+        &self,
+        config: &Arc<rustls::ClientConfig>,
+        conn: Conn,
+    ) -> std::io::Result<futures_rustls::client::TlsStream<Conn>> {
+        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
+        let connect = futures_rustls::TlsConnector::from(Arc::clone(config)).connect(name, conn);
+        match boltq_shards::timeout(Duration::from_millis(HELLO_TIMEOUT_MS), connect).await {
+            Some(Ok(stream)) => Ok(stream),
+            Some(Err(e)) => Err(std::io::Error::new(
+                e.kind(),
+                format!("TLS handshake with {}: {e}", self.addr),
+            )),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "TLS handshake with {} not done within {HELLO_TIMEOUT_MS} ms",
+                    self.addr
+                ),
+            )),
+        }
+    }
+
+    async fn write_frames(&self, mut conn: LinkStream) -> std::io::Error {
         let mut out = Vec::new();
         loop {
             let ticket = self.wake.ticket();
@@ -422,10 +468,6 @@ async fn read_peer(mut conn: Conn, node_id: u64, deliver: Deliver) {
     let peer = conn
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
-    if let Err(e) = conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX)) {
-        log::info!("raft connection from {peer} to node {node_id} closed: {e}");
-        return;
-    }
     if let Err(e) = read_frames(&mut conn, node_id, &deliver).await {
         log::info!("raft connection from {peer} to node {node_id} closed: {e}");
     }
@@ -441,6 +483,9 @@ async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result
     .ok_or("no hello in time")?
     .map_err(|e| format!("reading the hello: {e}"))?;
     let from = check_hello(&hello, node_id)?;
+    // After the hello: a TLS connection has its socket at hand once the handshake is done.
+    conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))
+        .map_err(|e| format!("node {from}: {e}"))?;
     loop {
         let mut len = [0u8; 4];
         conn.read_exact(&mut len)
@@ -583,7 +628,7 @@ mod tests {
         run(|| async {
             let (shared, _serving, got) = listen();
             let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-            let mut out = Outbound::start(2, &BTreeMap::new());
+            let mut out = Outbound::start(2, &BTreeMap::new(), None);
             let directory = Directory::new([Member {
                 name: "n2".into(),
                 addr: "127.0.0.1:9".into(),
@@ -607,7 +652,7 @@ mod tests {
         run(|| async {
             let (shared, _serving, got) = listen();
             let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-            let out = Outbound::start(2, &peers);
+            let out = Outbound::start(2, &peers, None);
             until("the link to connect", || {
                 out.stats(1).unwrap().connects == 1
             })
@@ -648,7 +693,7 @@ mod tests {
                 let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 probe.local_addr().unwrap()
             };
-            let out = Outbound::start(2, &BTreeMap::from([(1, addr)]));
+            let out = Outbound::start(2, &BTreeMap::from([(1, addr)]), None);
             let mut snapshot = heartbeat(2, 1);
             snapshot.msg.set_msg_type(MessageType::MsgSnapshot);
             assert!(!out.send(1, &[snapshot]));

@@ -52,6 +52,9 @@ pub struct ClusterPlan {
     pub earlier_boots: Vec<u64>,
     /// `<data_dir>/cluster`: where each shard keeps its copy of the directory.
     pub dir: PathBuf,
+    /// The client side of TLS on the links (`server.tls.enabled`); the listeners then
+    /// speak TLS with the server's certificate.
+    pub link_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 /// Records the member set (this node's name and its peers') in
@@ -165,6 +168,13 @@ impl ClusterPlan {
                 "cluster.enabled: this node has no members to found a cluster with and none to join: list them in cluster.peers, set cluster.bootstrap on one node, or give the others cluster.seeds".into(),
             ));
         }
+        let link_tls = match config.server.tls.enabled {
+            false => None,
+            true => Some(
+                link_client_config(&config.server.tls)
+                    .map_err(|e| ServerError(format!("server.tls (raft links): {e}")))?,
+            ),
+        };
         let base = resolve(&cl.raft_addr, "cluster.raft_addr")?;
         let mut listeners = Vec::with_capacity(shard_count);
         for shard in 0..shard_count {
@@ -188,6 +198,7 @@ impl ClusterPlan {
             election: ELECTION_TICKS,
             earlier_boots,
             dir,
+            link_tls,
         })
     }
 
@@ -222,8 +233,44 @@ impl ClusterPlan {
                 port_offset: u16::try_from(shard).expect("validated: raft port + shard ≤ 65535"),
                 admitted: std::sync::Arc::clone(&self.admitted),
             }),
+            link_tls: self.link_tls.clone(),
         }
     }
+}
+
+/// The client side of the raft links under `server.tls`: a peer's certificate must chain to
+/// `server.tls.ca_file` (the system's CAs when it is unset) and name the IP address of the
+/// peer's raft listener; this node presents its own certificate, which peers ask for when
+/// they have a `ca_file` (mTLS), so it must then allow client authentication too.
+fn link_client_config(
+    tls: &crate::config::TlsConfig,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    if tls.ca_file.as_os_str().is_empty() {
+        roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    } else {
+        for cert in boltq_io::tls::read_certificates(&tls.ca_file, "CA")? {
+            roots.add(cert).map_err(|e| {
+                format!(
+                    "CA file {}: unusable certificate: {e}",
+                    tls.ca_file.display()
+                )
+            })?;
+        }
+    }
+    if roots.is_empty() {
+        return Err("no CA to check peers' certificates with: the system store is empty and server.tls.ca_file is unset".into());
+    }
+    let chain = boltq_io::tls::read_certificates(&tls.cert_file, "certificate")?;
+    let key = boltq_io::tls::read_private_key(&tls.key_file)?;
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS setup: {e}"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("certificate {}: {e}", tls.cert_file.display()))?;
+    Ok(std::sync::Arc::new(config))
 }
 
 /// `cluster.node_id`, or the hostname (v1), or `node-<pid>`.

@@ -476,7 +476,7 @@ fn cluster_node(
     let Some(cluster) = &plan.cluster else {
         return Ok(None);
     };
-    let listener = Listener::for_shard(&cluster.listeners[shard.id()], None)
+    let listener = Listener::for_shard(&cluster.listeners[shard.id()], plan.tls.as_ref())
         .map_err(|e| format!("raft listener: {e}"))?;
     Ok(Some(crate::cluster::serve::ClusterStart {
         node: cluster.node_config(shard.id(), plane.owned_slots(), plan.broker.clone()),

@@ -40,10 +40,21 @@ impl Pki {
         names: &[&str],
         usage: ExtendedKeyUsagePurpose,
     ) -> (PathBuf, PathBuf) {
+        self.leaf_for(stem, names, &[usage])
+    }
+
+    /// [`Pki::leaf`] allowed for several uses (a cluster node's certificate serves its
+    /// listeners and authenticates it to its peers).
+    pub fn leaf_for(
+        &self,
+        stem: &str,
+        names: &[&str],
+        usages: &[ExtendedKeyUsagePurpose],
+    ) -> (PathBuf, PathBuf) {
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, stem);
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();
         let (cert_file, key_file) = self.paths(stem);

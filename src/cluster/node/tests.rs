@@ -54,6 +54,7 @@ impl Member {
             joining: self.joining,
             balance_every_ticks: 0,
             membership: None,
+            link_tls: None,
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));
