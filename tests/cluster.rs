@@ -824,6 +824,80 @@ fn a_node_whose_members_were_reconfigured_refuses_to_start() {
     assert!(log.contains("founded with the members"), "{log}");
 }
 
+#[test]
+fn a_data_dir_is_refused_by_the_mode_that_would_hide_its_queues() {
+    let dir = TempDir::new("cluster-mode-switch");
+    let raft = free_ports_below_ephemeral(SHARDS)[0];
+    let single = dir.path().join("single.toml");
+    std::fs::write(&single, format!("[server]\nshards = {SHARDS}\n")).unwrap();
+    let clustered = dir.path().join("clustered.toml");
+    std::fs::write(
+        &clustered,
+        format!(
+            "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"solo\"\n\
+             raft_addr = \"127.0.0.1:{raft}\"\nbootstrap = true\n"
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let ports = free_ports_below_ephemeral(2);
+    let args = |cfg: &std::path::Path| support::config_args(cfg, &data, ports[1], ports[0]);
+    let start = |cfg: &std::path::Path| {
+        let a = args(cfg);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        Server::start_raw(&refs, ports[1], ports[0], &data)
+    };
+    let refused = |cfg: &std::path::Path| {
+        let a = args(cfg);
+        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
+        let (code, log) = support::run_to_exit(&refs);
+        assert_ne!(code, Some(0), "{log}");
+        log
+    };
+    let client =
+        || Client::connect(&format!("127.0.0.1:{}", ports[1]), ClientOptions::default()).unwrap();
+    // A single node holding two messages and a durable subscription.
+    let server = start(&single);
+    let mut c = client();
+    for n in 0..2 {
+        c.publish("kept", &n.to_string(), None, PublishOptions::default())
+            .unwrap();
+    }
+    drop(c);
+    server.stop(libc::SIGTERM);
+    support::wait_until_bindable(&[ports[0], ports[1]]);
+    // Clustered, it would serve its raft groups only: refused, naming what it would hide.
+    let log = refused(&clustered);
+    assert!(log.contains("holds 2 message(s)"), "{log}");
+    // No shard wrote raft logs meanwhile (not even to its journal): the data dir is still
+    // a single node's, which the start below needs.
+    // Drained as a single node, it may join the cluster world.
+    let server = start(&single);
+    let mut c = client();
+    while let Some(m) = c.consume("kept").unwrap() {
+        c.ack(&m.id).unwrap();
+    }
+    drop(c);
+    server.stop(libc::SIGTERM);
+    support::wait_until_bindable(&[ports[0], ports[1]]);
+    let server = start(&clustered);
+    let mut c = client();
+    let deadline = Instant::now() + PATIENCE;
+    while let Err(e) = c.publish("replicated", "1", None, PublishOptions::default()) {
+        assert!(Instant::now() < deadline, "no publish acknowledged: {e:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(c);
+    server.stop(libc::SIGTERM);
+    support::wait_until_bindable(&[ports[0], ports[1]]);
+    // Back as a single node it would not serve the replicated queue: refused.
+    let log = refused(&single);
+    assert!(
+        log.contains("holds a cluster member's replicated queues"),
+        "{log}"
+    );
+}
+
 /// A member started from `toml` (the `[cluster]` lines after enabled/node_id/raft_addr).
 fn member_with(dir: &TempDir, name: &str, raft: u16, cluster_lines: &str) -> Member {
     member_at(dir, name, Place::default(), raft, cluster_lines)

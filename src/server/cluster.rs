@@ -107,6 +107,21 @@ fn write_durably(dir: &Path, path: &Path, text: &str) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// Without `cluster.enabled` a node serves its single-node slot logs only, so the raft
+/// groups' logs of a data dir that was a cluster member's (`logs/cluster/`) would be
+/// hidden — and the member's place in its cluster left without notice. Refused instead.
+pub fn refuse_cluster_data(data_dir: &Path) -> Result<(), ServerError> {
+    let groups = boltq_io::store::logs_root(data_dir).join("cluster");
+    let held = std::fs::read_dir(&groups).is_ok_and(|mut entries| entries.next().is_some());
+    if held {
+        return Err(ServerError(format!(
+            "cluster.enabled is false, but this data dir holds a cluster member's replicated queues ({}), which a single node would not serve: start with cluster.enabled and this member's cluster settings, or, to run it alone, have it leave its cluster and start on another data dir",
+            groups.display()
+        )));
+    }
+    Ok(())
+}
+
 /// Earlier processes' boot ids this node remembers: enough for every restart a sweep may
 /// not have finished after (a sweep takes seconds once a leader is known).
 pub const BOOTS_KEPT_MAX: usize = 64;

@@ -59,6 +59,10 @@ pub struct Plan {
     /// Set once a node that joined through seeds has left through them at shutdown
     /// (`shard_main::leave_before_closing`): the other shards close their storage then.
     pub members_left: std::sync::atomic::AtomicBool,
+    /// Shards whose queue plane started; clustered, no shard starts its raft node (which
+    /// writes the groups' logs) before every shard's plane did, so a start refused for
+    /// single-node data leaves the data dir as it was (`shard_main::all_planes_started`).
+    pub planes_started: std::sync::atomic::AtomicUsize,
 }
 
 /// Checks the settings a plane validates itself because config, the lowest layer, cannot
@@ -162,6 +166,10 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     };
     if let Some(s) = &store {
         recover(s)?;
+        // After recovery: logs written only to the journal exist as directories now.
+        if !config.cluster.enabled {
+            cluster::refuse_cluster_data(&s.data_dir)?;
+        }
     }
     let broker = broker_config(&config);
     broker
@@ -201,6 +209,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         state: Arc::new(ServerState::new(shard_count)),
         warnings,
         members_left: std::sync::atomic::AtomicBool::new(false),
+        planes_started: std::sync::atomic::AtomicUsize::new(0),
     });
     let shutdown = boltq_shards::ShutdownHandle::new();
     let _signals = shutdown

@@ -17,7 +17,20 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Runs the shard until shutdown. A shard that fails stops the whole process: the others
+/// would otherwise serve on without its slots (and a failed start would leave a process
+/// up that never becomes ready, its error told only at exit).
 pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
+    let shutdown = shard.shutdown_handle().clone();
+    let result = serve(shard, plan).await;
+    if let Err(e) = &result {
+        log::error!("{e}; stopping the server");
+        shutdown.trigger();
+    }
+    result
+}
+
+async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
     let store = match &plan.store {
         Some(cfg) => {
             boltq_io::probe::warm_iopoll(&cfg.data_dir)
@@ -45,6 +58,10 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
     )
     .await?;
     if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane)?, &store) {
+        if !all_planes_started(&shard, &plan).await {
+            // Another shard failed and stopped the server; it reports why.
+            return Ok(());
+        }
         let replication = crate::cluster::serve::Replication::start(
             start,
             Rc::clone(store),
@@ -464,6 +481,23 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
             Rc::clone(&gw),
         ))
     })
+}
+
+/// Waits until every shard's queue plane started; false when the server stopped first. A
+/// plane refuses
+/// to start clustered on single-node queue data; if one shard refused, no other may have
+/// written its raft groups' logs, or the data dir would also be refused as a single node's
+/// (`cluster::refuse_cluster_data`) and could be neither drained nor clustered.
+async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
+    use std::sync::atomic::Ordering;
+    plan.planes_started.fetch_add(1, Ordering::AcqRel);
+    while plan.planes_started.load(Ordering::Acquire) < shard.count() {
+        if shard.is_shutdown_requested() {
+            return false;
+        }
+        boltq_shards::sleep(Duration::from_millis(5)).await;
+    }
+    true
 }
 
 /// With `cluster.enabled`: this shard's raft node settings (the slots it owns) and

@@ -235,6 +235,19 @@ pub struct Applied {
 /// always fits.
 pub const CONSUME_BATCH_BYTES_MAX: u64 = 4 * 1024 * 1024 - 64 * 1024;
 
+/// See [`Broker::held_data`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeldData {
+    pub messages: u64,
+    pub durable_subscriptions: u64,
+}
+
+impl HeldData {
+    pub fn is_empty(&self) -> bool {
+        *self == HeldData::default()
+    }
+}
+
 pub fn queue_full_error(queue: &str, capacity: usize) -> String {
     format!("queue \"{queue}\" is full (capacity {capacity})")
 }
@@ -765,6 +778,15 @@ impl Broker {
     /// dead-lettered): what replication tests check acknowledged publishes against.
     pub fn holds(&self, id: &MessageId) -> bool {
         self.ids.contains(id)
+    }
+
+    /// What this state holds that a client would miss if it were not served: work-queue
+    /// messages in any state, and durable subscriptions (with their backlogs).
+    pub fn held_data(&self) -> HeldData {
+        HeldData {
+            messages: self.ids.len() as u64,
+            durable_subscriptions: self.pubsub.durable().count() as u64,
+        }
     }
 
     pub fn counters(&self) -> BrokerCounters {

@@ -159,7 +159,9 @@ impl Plane {
         if meta_shard {
             plane.broadcast_exchanges();
         }
-        if !replicated {
+        if replicated {
+            plane.refuse_single_node_data().await?;
+        } else {
             for slot in plane.owned_slots() {
                 plane.open_slot(slot).await?;
             }

@@ -41,6 +41,10 @@ fn slot_log_name(slot: u16) -> String {
     format!("queue/slot-{slot:03}/wal")
 }
 
+fn slot_snapshot_log_name(slot: u16) -> String {
+    format!("queue/slot-{slot:03}/snap")
+}
+
 impl Plane {
     pub(super) async fn open_slot(&self, slot: u16) -> Result<(), String> {
         let (broker, logs) = match &self.store {
@@ -59,6 +63,44 @@ impl Plane {
         Ok(())
     }
 
+    /// Clustered, a shard serves its slots from their raft groups only, so what this data
+    /// dir holds from running as a single node would be hidden (still on disk, and served
+    /// again without `cluster.enabled`): refused instead, naming what is held. Carrying a
+    /// single node's data into a cluster is not built.
+    pub(super) async fn refuse_single_node_data(&self) -> Result<(), String> {
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
+        let root = boltq_io::store::logs_root(&store.config().data_dir);
+        let open = store.open_log_names();
+        for slot in self.owned_slots() {
+            let wal = slot_log_name(slot);
+            let written = open.contains(&wal)
+                || root.join(&wal).exists()
+                || root.join(slot_snapshot_log_name(slot)).exists();
+            if !written {
+                continue;
+            }
+            let (broker, _) = self
+                .recover_slot(&store, slot)
+                .await
+                .map_err(|e| format!("recover queue slot {slot}: {e}"))?;
+            let held = broker.held_data();
+            if !held.is_empty() {
+                return Err(format!(
+                    "cluster.enabled: queue slot {slot} holds {} message(s) and {} durable \
+                     subscription(s) from running as a single node, which a cluster member \
+                     would not serve (it serves what its raft groups hold): start without \
+                     cluster.enabled and drain them first (consume or purge the queues, \
+                     unsubscribe the durable subscribers), or start clustered on another \
+                     data dir; carrying a single node's data into a cluster is not built",
+                    held.messages, held.durable_subscriptions
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Newest complete snapshot + every command after it.
     pub(super) async fn recover_slot(
         &self,
@@ -72,7 +114,7 @@ impl Plane {
                 .map_err(|e| format!("open {name}: {e}"))
         };
         let wal = open(slot_log_name(slot)).await?;
-        let snap = open(format!("queue/slot-{slot:03}/snap")).await?;
+        let snap = open(slot_snapshot_log_name(slot)).await?;
         // Numbering continues after the highest snapshot number seen in any chunk, not the
         // newest complete one (issue 13 item 3: numbers stay unique across crashes).
         let loaded = snapshot::load_newest(store, &snap, &self.cfg).await?;
