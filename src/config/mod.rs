@@ -374,6 +374,12 @@ pub struct QueueConfig {
     /// error naming this key; a CONSUME of an unknown name then answers EMPTY. Default
     /// 1024 (262,144 per node), 1..=65536.
     pub queues_per_slot_max: u64,
+    /// Payload bytes of the work-queue messages one slot holds in any state (ready,
+    /// delayed, retry-waiting, pending, dead-lettered); a publish that would pass it is
+    /// refused with an error naming this key. It bounds one slot's memory and each of its
+    /// snapshots (durable backlogs are bounded by `durable_backlog_bytes_max` each).
+    /// Default 1073741824 (1 GiB), 1 MiB..=1 TiB.
+    pub slot_bytes_max: u64,
 }
 
 impl Default for QueueConfig {
@@ -389,6 +395,7 @@ impl Default for QueueConfig {
             report_unroutable: false,
             subscriptions_per_connection_max: 1024,
             queues_per_slot_max: 1024,
+            slot_bytes_max: 1 << 30,
         }
     }
 }

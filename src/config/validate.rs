@@ -176,6 +176,7 @@ fn queue(c: &Config) -> Check {
         1 << 20,
         1 << 40,
     )?;
+    range("queue.slot_bytes_max", q.slot_bytes_max, 1 << 20, 1 << 40)?;
     range(
         "queue.retry_backoff_max_ms",
         q.retry_backoff_max_ms,

@@ -259,6 +259,7 @@ fn broker_config(config: &Config) -> crate::queue::broker::BrokerConfig {
         dead_letter_capacity: capacity,
         durable_kept_bytes_max: q.durable_backlog_bytes_max,
         queues_max: q.queues_per_slot_max as usize,
+        slot_bytes_max: q.slot_bytes_max,
     }
 }
 

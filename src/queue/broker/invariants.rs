@@ -12,6 +12,7 @@ impl Broker {
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
         let mut ids = HashSet::new();
         let mut timers = 0;
+        let mut bytes = 0u64;
         for (name, queue) in &self.queues {
             for (key, ready) in queue.iter_ready() {
                 assert_eq!(&ready.msg.topic, name);
@@ -28,6 +29,7 @@ impl Broker {
                 }
                 *held.entry(name).or_default() += 1;
                 assert!(ids.insert(ready.msg.id), "duplicate id {}", ready.msg.id);
+                bytes += ready.msg.payload.len() as u64;
             }
         }
         for (t, msg) in self.waiting.iter() {
@@ -35,6 +37,7 @@ impl Broker {
             timers += 1;
             *held.entry(&msg.topic).or_default() += 1;
             assert!(ids.insert(msg.id), "duplicate id {}", msg.id);
+            bytes += msg.payload.len() as u64;
         }
         for entry in self.pending.iter() {
             let id = entry.msg.id;
@@ -45,6 +48,7 @@ impl Broker {
             timers += 1;
             *held.entry(&entry.msg.topic).or_default() += 1;
             assert!(ids.insert(id), "duplicate id {id}");
+            bytes += entry.msg.payload.len() as u64;
         }
         for (queue, dlq) in self.dead_letters.iter() {
             // Empty ones stay listed (at 0, as v1), but only for queues that exist.
@@ -52,6 +56,7 @@ impl Broker {
             for msg in dlq {
                 assert_eq!(&msg.topic, queue);
                 assert!(ids.insert(msg.id), "duplicate id {}", msg.id);
+                bytes += msg.payload.len() as u64;
             }
         }
         assert_eq!(
@@ -60,6 +65,7 @@ impl Broker {
             "timer index holds entries nothing points at"
         );
         assert_eq!(ids, self.ids, "id set out of step");
+        assert_eq!(bytes, self.held_bytes, "held payload bytes out of step");
         for (name, queue) in &self.queues {
             assert_eq!(
                 queue.held(),

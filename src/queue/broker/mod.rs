@@ -111,7 +111,21 @@ pub struct BrokerConfig {
     /// (CONSUME answers empty). Replay and restore are exempt: what was accepted once is
     /// never dropped because the limit was lowered since. 1..=`QUEUES_MAX_CEILING`.
     pub queues_max: usize,
+    /// Payload bytes of the work-queue messages this slot holds in any state (ready,
+    /// delayed, retry-waiting, pending, dead-lettered): a publish that would pass it is
+    /// refused, as one past `capacity_per_queue` (replay exempt, likewise). It bounds what
+    /// one slot keeps in memory and writes in each of its snapshots. Durable backlogs have
+    /// their own cap, `durable_kept_bytes_max` per registration. ≥ 1.
+    #[serde(default = "slot_bytes_max_default")]
+    pub slot_bytes_max: u64,
 }
+
+fn slot_bytes_max_default() -> u64 {
+    SLOT_BYTES_MAX_DEFAULT
+}
+
+/// Default of [`BrokerConfig::slot_bytes_max`] (`queue.slot_bytes_max`): 1 GiB per slot.
+pub const SLOT_BYTES_MAX_DEFAULT: u64 = 1 << 30;
 
 impl Default for BrokerConfig {
     /// v1's defaults (5 retries, 30 s, 2^20 messages) with the config file's default backoff.
@@ -125,6 +139,7 @@ impl Default for BrokerConfig {
             dead_letter_capacity: 1 << 20,
             durable_kept_bytes_max: DURABLE_KEPT_BYTES_MAX_DEFAULT,
             queues_max: QUEUES_MAX_DEFAULT,
+            slot_bytes_max: SLOT_BYTES_MAX_DEFAULT,
         }
     }
 }
@@ -144,8 +159,8 @@ impl BrokerConfig {
         if self.capacity_per_queue == 0 || self.dead_letter_capacity == 0 {
             return Err("capacity_per_queue and dead_letter_capacity must be ≥ 1".into());
         }
-        if self.durable_kept_bytes_max == 0 {
-            return Err("durable_kept_bytes_max must be ≥ 1".into());
+        if self.durable_kept_bytes_max == 0 || self.slot_bytes_max == 0 {
+            return Err("durable_kept_bytes_max and slot_bytes_max must be ≥ 1".into());
         }
         if !(1..=QUEUES_MAX_CEILING).contains(&self.queues_max) {
             return Err(format!(
@@ -207,6 +222,8 @@ pub struct Broker {
     /// Ids of every work-queue message held (any state, dead letters included): ids are
     /// unique within a broker, which ACK/NACK by id rely on.
     ids: HashSet<MessageId>,
+    /// Payload bytes of the messages in `ids`, against `BrokerConfig::slot_bytes_max`.
+    held_bytes: u64,
     counters: BrokerCounters,
     /// The exchange table `Command::Exchange` changes, and how many changes it has seen
     /// (0: never changed, the default table). With `cluster.enabled` the exchange slot's
@@ -252,6 +269,13 @@ pub fn queue_full_error(queue: &str, capacity: usize) -> String {
     format!("queue \"{queue}\" is full (capacity {capacity})")
 }
 
+/// A publish refused because its slot holds `slot_bytes_max` payload bytes already.
+pub fn slot_full_error(queue: &str, held_bytes: u64, bytes_max: u64) -> String {
+    format!(
+        "queue \"{queue}\" is full: its slot holds {held_bytes} payload bytes and may hold {bytes_max} (queue.slot_bytes_max)"
+    )
+}
+
 /// `message <id> not found in pending` (v1 text).
 pub fn not_pending_error(id: &MessageId) -> String {
     format!("message {id} not found in pending")
@@ -271,6 +295,7 @@ impl Broker {
             pubsub: PubSub::default(),
             timers: Timers::default(),
             ids: HashSet::new(),
+            held_bytes: 0,
             counters: BrokerCounters::default(),
             exchanges: (0, std::sync::Arc::new(exchange::Exchanges::new())),
             replaying: false,
@@ -406,8 +431,13 @@ impl Broker {
             self.counters.rejected_full += 1;
             return Outcome::Error(queue_full_error(&msg.topic, capacity));
         }
-        queue.hold();
-        self.ids.insert(msg.id);
+        let bytes_max = self.cfg.slot_bytes_max;
+        if self.held_bytes + msg.payload.len() as u64 > bytes_max && !replaying {
+            self.counters.rejected_full += 1;
+            return Outcome::Error(slot_full_error(&msg.topic, self.held_bytes, bytes_max));
+        }
+        self.queue_mut(&msg.topic).hold();
+        self.hold_id(msg);
         self.counters.published += 1;
         let publish_ns = msg.timestamp_ns;
         if msg.deliver_at_ns > publish_ns && !msg.is_expired(publish_ns) {
@@ -637,8 +667,26 @@ impl Broker {
     /// The message leaves the broker: its queue's place and its id are freed.
     fn forget(&mut self, msg: &Message) {
         self.queue_mut(&msg.topic).release();
-        let known = self.ids.remove(&msg.id);
+        let known = self.release_id(msg);
         assert!(known, "message {} was not held", msg.id);
+    }
+
+    /// Counts `msg` as held (its id and payload bytes); false if its id already was.
+    fn hold_id(&mut self, msg: &Message) -> bool {
+        let new = self.ids.insert(msg.id);
+        if new {
+            self.held_bytes += msg.payload.len() as u64;
+        }
+        new
+    }
+
+    /// Undoes [`Broker::hold_id`]; false if `msg` was not held.
+    fn release_id(&mut self, msg: &Message) -> bool {
+        let known = self.ids.remove(&msg.id);
+        if known {
+            self.held_bytes -= msg.payload.len() as u64;
+        }
+        known
     }
 
     /// The queue `name`, created if absent unless the slot holds `queues_max` already.
@@ -732,7 +780,7 @@ impl Broker {
     fn dead_letter_purge(&mut self, queue: &str) -> Outcome {
         let purged = self.dead_letters.take_front(queue, usize::MAX);
         for msg in &purged {
-            let known = self.ids.remove(&msg.id);
+            let known = self.release_id(msg);
             assert!(known, "dead letter {} was not held", msg.id);
         }
         self.counters.dead_letters_purged += purged.len() as u64;

@@ -252,7 +252,7 @@ impl Broker {
                     r.key, q.name
                 ));
             }
-            if !self.ids.insert(r.msg.id) {
+            if !self.hold_id(&r.msg) {
                 return Err(format!("message {} appears twice", r.msg.id));
             }
             if let Some(expiry) = r.expiry {
@@ -280,7 +280,7 @@ impl Broker {
         if msg.topic.is_empty() {
             return Err(format!("message {} has no queue", msg.id));
         }
-        if !self.ids.insert(msg.id) {
+        if !self.hold_id(msg) {
             return Err(format!("message {} appears twice", msg.id));
         }
         queue_or_create_restored(&mut self.queues, &msg.topic)?.hold();
@@ -325,7 +325,7 @@ impl Broker {
                     msg.id, d.queue, msg.topic
                 ));
             }
-            if !self.ids.insert(msg.id) {
+            if !self.hold_id(&msg) {
                 return Err(format!("message {} appears twice", msg.id));
             }
             self.dead_letters.push_restored(msg);

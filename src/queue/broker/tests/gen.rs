@@ -68,8 +68,8 @@ pub(crate) struct Gen {
 }
 
 /// A random small config, so every limit is reached: capacity, dead-letter capacity, the
-/// bytes a durable registration keeps (payloads here are 7–9 bytes), backoff on or off,
-/// short ack timeout.
+/// bytes a durable registration keeps and a slot holds (payloads here are 7–9 bytes),
+/// backoff on or off, short ack timeout.
 pub(crate) fn random_config(rng: &mut Rng) -> BrokerConfig {
     let base = if rng.chance(50) { 0 } else { rng.range(10, 80) };
     BrokerConfig {
@@ -90,6 +90,12 @@ pub(crate) fn random_config(rng: &mut Rng) -> BrokerConfig {
         },
         // Below the 3 queue names sometimes, so creations are refused.
         queues_max: rng.range(1, 5) as usize,
+        // A few messages' worth sometimes, so a slot fills up before its queues do.
+        slot_bytes_max: if rng.chance(50) {
+            rng.range(20, 60) as u64
+        } else {
+            1 << 20
+        },
     }
 }
 

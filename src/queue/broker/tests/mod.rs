@@ -31,6 +31,7 @@ pub(super) fn cfg() -> BrokerConfig {
         dead_letter_capacity: 100,
         durable_kept_bytes_max: 1 << 20,
         queues_max: 16,
+        slot_bytes_max: 1 << 30,
     }
 }
 

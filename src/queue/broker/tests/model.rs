@@ -386,6 +386,19 @@ impl Model {
                 msg.topic, self.cfg.capacity_per_queue
             ));
         }
+        // Every entry still listed is held (ready, waiting, pending or dead).
+        let held_bytes: u64 = self
+            .entries
+            .iter()
+            .map(|e| e.msg.payload.len() as u64)
+            .sum();
+        if held_bytes + msg.payload.len() as u64 > self.cfg.slot_bytes_max {
+            self.counters.rejected_full += 1;
+            return Outcome::Error(format!(
+                "queue \"{}\" is full: its slot holds {held_bytes} payload bytes and may hold {} (queue.slot_bytes_max)",
+                msg.topic, self.cfg.slot_bytes_max
+            ));
+        }
         self.counters.published += 1;
         let entry = Entry {
             msg: msg.clone(),

@@ -840,3 +840,73 @@ fn a_slot_holds_at_most_queues_max_queues_and_a_replay_keeps_what_was_accepted()
         .0;
     assert!(matches!(refused, Outcome::Error(e) if e.contains("limit 1")));
 }
+
+#[test]
+fn a_slot_holds_at_most_slot_bytes_max_payload_bytes_and_a_replay_keeps_what_was_accepted() {
+    // Every test payload is 34 bytes: two fit in 100, a third does not.
+    let limited = BrokerConfig {
+        slot_bytes_max: 100,
+        ..cfg()
+    };
+    let mut b = Broker::new(limited.clone());
+    let mut f = Factory::new();
+    f.max_retry = 0;
+    let (first, second) = (f.msg("a", 0, 0), f.msg("b", 0, 0));
+    let mut accepted = vec![Command::Publish { msg: first.clone() }];
+    accepted.push(Command::Publish {
+        msg: second.clone(),
+    });
+    for cmd in &accepted {
+        assert_eq!(run(&mut b, cmd.clone()).0, Outcome::Published);
+    }
+    let refused = publish(&mut b, &f.msg("c", 0, 0));
+    assert_eq!(
+        refused,
+        Outcome::Error(
+            "queue \"c\" is full: its slot holds 68 payload bytes and may hold 100 (queue.slot_bytes_max)"
+                .into()
+        )
+    );
+    assert_eq!(b.counters().rejected_full, 1);
+    // Pending and dead-lettered messages still count; only their removal frees room.
+    consume(&mut b, "a", 1, 0);
+    assert!(matches!(
+        publish(&mut b, &f.msg("c", 0, 0)),
+        Outcome::Error(_)
+    ));
+    nack(&mut b, first.id, 0);
+    assert_eq!(b.dead_letters("a", 0, 10).len(), 1);
+    assert!(matches!(
+        publish(&mut b, &f.msg("c", 0, 0)),
+        Outcome::Error(_)
+    ));
+    // A snapshot restores the count.
+    let restored = Broker::restore(b.snapshot(), limited.clone());
+    let mut r = restored;
+    assert!(matches!(
+        publish(&mut r, &f.msg("c", 0, 0)),
+        Outcome::Error(_)
+    ));
+    run(&mut b, Command::DeadLetterPurge { queue: "a".into() });
+    let third = f.msg("c", 0, 0);
+    assert_eq!(publish(&mut b, &third), Outcome::Published);
+    accepted.push(Command::Publish { msg: third });
+
+    // Replayed into a slot whose limit is now one message's worth, all three come back.
+    let mut replayed = Broker::new(BrokerConfig {
+        slot_bytes_max: 34,
+        ..cfg()
+    });
+    replayed.set_replaying(true);
+    for cmd in &accepted {
+        assert_eq!(replayed.apply(cmd).0, Outcome::Published);
+    }
+    replayed.set_replaying(false);
+    replayed.check_invariants();
+    assert!(matches!(
+        replayed.apply(&Command::Publish {
+            msg: f.msg("d", 0, 0)
+        }).0,
+        Outcome::Error(e) if e.contains("queue.slot_bytes_max")
+    ));
+}
