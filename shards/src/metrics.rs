@@ -165,7 +165,9 @@ impl Registry {
 
     /// The counter named `name` with `labels`, created at zero if new.
     pub fn counter(&self, name: &str, labels: &[(&str, &str)]) -> Counter {
-        match self.series(name, labels, || Series::Counter(Counter::default())) {
+        match self.series(name, labels, "counter", || {
+            Series::Counter(Counter::default())
+        }) {
             Some(Series::Counter(counter)) => counter,
             Some(_) => unreachable!("kind checked in series()"),
             None => Counter::default(),
@@ -174,7 +176,7 @@ impl Registry {
 
     /// The gauge named `name` with `labels`, created at zero if new.
     pub fn gauge(&self, name: &str, labels: &[(&str, &str)]) -> Gauge {
-        match self.series(name, labels, || Series::Gauge(Gauge::default())) {
+        match self.series(name, labels, "gauge", || Series::Gauge(Gauge::default())) {
             Some(Series::Gauge(gauge)) => gauge,
             Some(_) => unreachable!("kind checked in series()"),
             None => Gauge::default(),
@@ -183,29 +185,33 @@ impl Registry {
 
     /// The histogram named `name` with `labels`, created empty if new.
     pub fn histogram(&self, name: &str, labels: &[(&str, &str)]) -> Histogram {
-        match self.series(name, labels, || Series::Histogram(Histogram::new())) {
+        match self.series(name, labels, "histogram", || {
+            Series::Histogram(Histogram::new())
+        }) {
             Some(Series::Histogram(histogram)) => histogram,
             Some(_) => unreachable!("kind checked in series()"),
             None => Histogram::new(),
         }
     }
 
-    /// Finds or creates a series. Past `series_max` it returns `None` and the
-    /// caller hands out a detached handle: updates still work but are not
-    /// reported, and [`SERIES_DROPPED_METRIC`] counts the refusals.
+    /// Finds or creates a series of `kind`. Past `series_max` it returns `None`
+    /// and the caller hands out a detached handle: updates still work but are not
+    /// reported, and [`SERIES_DROPPED_METRIC`] counts the refusals. `make` runs
+    /// only for a new series: an empty histogram is a few KiB to allocate and
+    /// zero, so a lookup must not build one to throw away.
     fn series(
         &self,
         name: &str,
         labels: &[(&str, &str)],
+        kind: &'static str,
         make: impl FnOnce() -> Series,
     ) -> Option<Series> {
         let key = MetricKey::new(name, labels);
         let mut series = self.series.borrow_mut();
-        let wanted = make();
         if let Some(existing) = series.get(&key) {
             assert_eq!(
                 existing.kind(),
-                wanted.kind(),
+                kind,
                 "metric {key:?} registered as two kinds"
             );
             return Some(existing.clone());
@@ -214,6 +220,8 @@ impl Registry {
             self.series_dropped.inc();
             return None;
         }
+        let wanted = make();
+        debug_assert_eq!(wanted.kind(), kind);
         series.insert(key, wanted.clone());
         Some(wanted)
     }

@@ -180,11 +180,7 @@ impl Pending {
             } => match submitted.outcome(plane).await {
                 Outcome::Published | Outcome::PublishedLive => {
                     let micros = started.elapsed().as_micros() as u64;
-                    plane
-                        .shard
-                        .metrics()
-                        .histogram(PUBLISH_LATENCY_METRIC, &[])
-                        .record(micros);
+                    plane.publish_latency.record(micros);
                     reply::publish_ok(&id, &topic, confirm_seq, out)
                 }
                 other => error_reply(other, out),
@@ -205,11 +201,7 @@ impl Pending {
             } => {
                 let outcome = submitted.outcome(plane).await;
                 let micros = started.elapsed().as_micros() as u64;
-                plane
-                    .shard
-                    .metrics()
-                    .histogram(CONSUME_WAIT_METRIC, &[])
-                    .record(micros);
+                plane.consume_wait.record(micros);
                 st.consumes_in_flight -= 1;
                 consume_reply(outcome, batch, st, out);
             }

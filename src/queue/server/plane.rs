@@ -72,6 +72,10 @@ pub struct Plane {
     pub(super) unsynced: RefCell<Unsynced>,
     /// The last message pushed, encoded (see `reply::PushHead`).
     pub(super) push_head: RefCell<Option<reply::PushHead>>,
+    /// Handles on the latency series every reply records into, looked up once: a lookup
+    /// builds the series' key (allocating its name) and searches the registry.
+    pub(super) publish_latency: boltq_shards::metrics::Histogram,
+    pub(super) consume_wait: boltq_shards::metrics::Histogram,
     /// `cluster.enabled`: this shard's raft node, through which its slots' commands go
     /// (`replicated.rs`); then `slots` stays empty.
     pub(super) replication: std::cell::OnceCell<Rc<dyn Replicated>>,
@@ -154,6 +158,12 @@ impl Plane {
             serving_waiters: Cell::new(false),
             unsynced: RefCell::new(Unsynced::default()),
             push_head: RefCell::new(None),
+            publish_latency: shard
+                .metrics()
+                .histogram(super::dispatch::PUBLISH_LATENCY_METRIC, &[]),
+            consume_wait: shard
+                .metrics()
+                .histogram(super::dispatch::CONSUME_WAIT_METRIC, &[]),
             replication: std::cell::OnceCell::new(),
         });
         if meta_shard {
