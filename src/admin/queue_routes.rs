@@ -8,7 +8,9 @@ use crate::queue::broker::{Command, ConsumerRef, Outcome};
 use crate::queue::message::Message;
 use crate::queue::protocol::frame::{op, Frame};
 use crate::queue::protocol::request::{self, ext_op, Request as Cmd, RequestError};
-use crate::queue::server::delivery::{encode_catch_up, Confirmations, CONFIRM_POLL_MS};
+use crate::queue::server::delivery::{
+    CatchUp, Confirmations, CATCH_UP_CHUNK_BYTES, CONFIRM_POLL_MS,
+};
 use crate::queue::server::dispatch::{self, slot_of_name};
 use crate::queue::server::exchanges::ExchangeOp;
 use crate::queue::server::outbound::Outbound;
@@ -472,16 +474,23 @@ pub async fn serve_events(
     };
     let mut frames = Vec::new();
     let mut tracked = Vec::new();
-    encode_catch_up(
-        &topic,
-        &sub_id,
-        catch_up,
-        *first_delivery,
-        &mut frames,
-        &mut tracked,
-    );
-    sse_events(&frames, &mut out);
     let mut confirms = Confirmations::default();
+    // The catch-up a chunk at a time, after the response head already in `out`.
+    let mut catch_up = CatchUp::new(&topic, &sub_id, catch_up.clone(), *first_delivery);
+    while !catch_up.is_done() {
+        frames.clear();
+        catch_up.encode_chunk(CATCH_UP_CHUNK_BYTES, &mut frames, &mut tracked);
+        sse_events(&frames, &mut out);
+        if conn.write_all(&out).await.is_err() {
+            confirms.confirm(&conn, &ctx.plane, me);
+            ctx.plane.unregister_conn(me);
+            return;
+        }
+        out.clear();
+        confirms
+            .written(&mut conn, std::mem::take(&mut tracked))
+            .await;
+    }
     let mut probe = [0u8; 64];
     loop {
         if conn.write_all(&out).await.is_err() {

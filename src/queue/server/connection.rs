@@ -12,7 +12,7 @@
 //! `server.auth_timeout`; a connection past either is closed (issue 17: a client that
 //! declared a 4 MiB frame and sent 10 bytes held its buffer forever).
 
-use super::delivery::{Confirmations, Tracked, CONFIRM_POLL_MS};
+use super::delivery::{Confirmations, Tracked, CATCH_UP_CHUNK_BYTES, CONFIRM_POLL_MS};
 use super::dispatch::{self, ConnState, Pending};
 use super::extra::ExtraCommands;
 use super::outbound::{Outbound, PUSH_BYTES_MAX};
@@ -251,19 +251,25 @@ pub async fn serve(
         if !outbuf.is_empty() && conn.write_all(&outbuf).await.is_err() {
             break 'serve;
         }
-        if !state.catch_up.is_empty() || !state.catch_up_tracked.is_empty() {
-            if !state.catch_up.is_empty() {
-                // Written a moment after the replies, not with them: v1's Node SDK attaches
-                // a subscription's handler only once it has read the `subscribed` reply,
-                // and pushes it reads together with that reply reach no handler.
-                boltq_shards::sleep(Duration::from_millis(CATCH_UP_AFTER_REPLY_MS)).await;
+        if !state.catch_up.is_empty() {
+            // Written a moment after the replies, not with them: v1's Node SDK attaches a
+            // subscription's handler only once it has read the `subscribed` reply, and
+            // pushes it reads together with that reply reach no handler.
+            boltq_shards::sleep(Duration::from_millis(CATCH_UP_AFTER_REPLY_MS)).await;
+            let (mut frames, mut tracked) = (Vec::new(), Vec::new());
+            while let Some(front) = state.catch_up.front_mut() {
+                frames.clear();
+                front.encode_chunk(CATCH_UP_CHUNK_BYTES, &mut frames, &mut tracked);
+                if front.is_done() {
+                    state.catch_up.pop_front();
+                }
+                if conn.write_all(&frames).await.is_err() {
+                    break 'serve;
+                }
+                confirms
+                    .written(&mut conn, std::mem::take(&mut tracked))
+                    .await;
             }
-            let catch_up = std::mem::take(&mut state.catch_up);
-            if conn.write_all(&catch_up).await.is_err() {
-                break 'serve;
-            }
-            let catch_up_tracked = std::mem::take(&mut state.catch_up_tracked);
-            confirms.written(&mut conn, catch_up_tracked).await;
         }
         if close_after {
             break;

@@ -105,28 +105,68 @@ impl Confirmations {
     }
 }
 
-/// Appends a subscribe's catch-up to `frames` as push frames, and its durable copies (when
-/// `first_delivery` says the registration is durable) to `tracked`, in order. A message too
-/// large for a frame is left out of `frames`, loudly, but still tracked: it can never be
-/// pushed, and holding its number back would hold back every later one.
-pub fn encode_catch_up(
-    topic: &str,
-    sub_id: &str,
-    catch_up: &[Message],
-    first_delivery: Option<u64>,
-    frames: &mut Vec<u8>,
-    tracked: &mut Vec<Tracked>,
-) {
-    for (i, m) in catch_up.iter().enumerate() {
-        if reply::push(m, sub_id, frames).is_err() {
-            log::warn!("catch-up message {} too large for a frame", m.id);
+/// Encoded catch-up bytes a connection holds at once: a durable backlog may hold
+/// `queue.durable_backlog_bytes_max` (256 MiB by default), and encoding it whole would
+/// double that in memory for every subscriber catching up at the same time.
+pub const CATCH_UP_CHUNK_BYTES: usize = 1 << 20;
+
+/// A durable subscribe's catch-up waiting to be written, encoded a chunk at a time
+/// ([`CatchUp::encode_chunk`]). The messages share their payloads with the broker's
+/// copies (reference-counted), so holding them costs little; their encoding is the copy.
+pub struct CatchUp {
+    topic: String,
+    sub_id: String,
+    messages: std::collections::VecDeque<Message>,
+    /// The delivery number of the front message when the registration is durable.
+    next_delivery: Option<u64>,
+}
+
+impl CatchUp {
+    pub fn new(
+        topic: &str,
+        sub_id: &str,
+        messages: Vec<Message>,
+        first_delivery: Option<u64>,
+    ) -> CatchUp {
+        CatchUp {
+            topic: topic.to_string(),
+            sub_id: sub_id.to_string(),
+            messages: messages.into(),
+            next_delivery: first_delivery,
         }
-        if let Some(first) = first_delivery {
-            tracked.push(Tracked {
-                topic: topic.to_string(),
-                sub_id: sub_id.to_string(),
-                delivery: first + i as u64,
-            });
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.messages.is_empty()
+    }
+
+    /// Appends push frames of the front messages to `frames` until it holds at least
+    /// `bytes_max` (at least one message per call) or none is left, and their durable
+    /// copies to `tracked`, in order. A message too large for a frame is left out of
+    /// `frames`, loudly, but still tracked: it can never be pushed, and holding its number
+    /// back would hold back every later one.
+    pub fn encode_chunk(
+        &mut self,
+        bytes_max: usize,
+        frames: &mut Vec<u8>,
+        tracked: &mut Vec<Tracked>,
+    ) {
+        let start = frames.len();
+        while let Some(m) = self.messages.pop_front() {
+            if reply::push(&m, &self.sub_id, frames).is_err() {
+                log::warn!("catch-up message {} too large for a frame", m.id);
+            }
+            if let Some(delivery) = self.next_delivery {
+                tracked.push(Tracked {
+                    topic: self.topic.clone(),
+                    sub_id: self.sub_id.clone(),
+                    delivery,
+                });
+                self.next_delivery = Some(delivery + 1);
+            }
+            if frames.len() - start >= bytes_max {
+                break;
+            }
         }
     }
 }
@@ -185,5 +225,58 @@ mod tests {
         assert!(c.take_acknowledged(249).is_empty());
         assert_eq!(c.take_acknowledged(1_000).len(), 1);
         assert!(!c.waiting());
+    }
+
+    /// `n` messages of the topic "news" with payloads of 1 to 2,000 bytes.
+    fn backlog(n: usize) -> Vec<Message> {
+        let mut ids = crate::queue::message::IdGenerator::new([2; 7]);
+        (0..n)
+            .map(|i| Message {
+                id: ids.next(0),
+                payload: bytes::Bytes::from(vec![b'x'; 1 + (i * 37) % 2_000]),
+                ..crate::queue::server::wal::tests::message("news")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_catch_up_in_chunks_writes_what_it_would_whole_in_order_and_bounded() {
+        let messages = backlog(300);
+        let mut whole = CatchUp::new("news", "s", messages.clone(), Some(7));
+        let (mut all_frames, mut all_tracked) = (Vec::new(), Vec::new());
+        whole.encode_chunk(usize::MAX, &mut all_frames, &mut all_tracked);
+        assert!(whole.is_done());
+        assert_eq!(all_tracked.len(), 300);
+        assert_eq!(all_tracked.last().unwrap().delivery, 7 + 299);
+
+        let bytes_max = 16 * 1024;
+        let largest_push = 2_000 + 512;
+        let mut chunked = CatchUp::new("news", "s", messages, Some(7));
+        let (mut frames, mut tracked, mut chunks) = (Vec::new(), Vec::new(), 0);
+        while !chunked.is_done() {
+            let (before_frames, before_tracked) = (frames.len(), tracked.len());
+            chunked.encode_chunk(bytes_max, &mut frames, &mut tracked);
+            chunks += 1;
+            assert!(
+                tracked.len() > before_tracked,
+                "a chunk holds a message at least"
+            );
+            assert!(frames.len() - before_frames < bytes_max + largest_push);
+        }
+        assert!(chunks > 10, "{chunks} chunks");
+        assert_eq!(frames, all_frames, "the same bytes, in the same order");
+        let numbers = |t: &[Tracked]| t.iter().map(|t| t.delivery).collect::<Vec<_>>();
+        assert_eq!(numbers(&tracked), numbers(&all_tracked));
+    }
+
+    #[test]
+    fn a_non_durable_catch_up_tracks_nothing() {
+        let mut c = CatchUp::new("news", "s", backlog(3), None);
+        let (mut frames, mut tracked) = (Vec::new(), Vec::new());
+        c.encode_chunk(1, &mut frames, &mut tracked);
+        c.encode_chunk(1, &mut frames, &mut tracked);
+        assert!(!c.is_done());
+        c.encode_chunk(1, &mut frames, &mut tracked);
+        assert!(c.is_done() && tracked.is_empty() && !frames.is_empty());
     }
 }

@@ -4,7 +4,7 @@
 //! answered at once, slot commands are applied (or sent to their owner) at once. `resolve`
 //! then awaits each reply in request order and encodes it.
 
-use super::delivery::{encode_catch_up, Tracked};
+use super::delivery::CatchUp;
 use super::exchanges::ExchangeOp;
 use super::extra::{ExtraCommands, ExtraReply};
 use super::outbound::Outbound;
@@ -36,13 +36,11 @@ pub struct ConnState {
     /// The handler of command bytes from `EXTRA_CODES_FROM` up, when the server
     /// registered one (see `extra.rs`).
     extra: Option<ExtraCommands>,
-    /// Catch-up pushes of durable subscribes answered in this batch: written after the
-    /// batch's replies, in a write of their own. The v1 Node SDK registers its handler
-    /// only once the `subscribed` reply resolves, so pushes read together with that reply
-    /// are emitted before anyone listens.
-    pub catch_up: Vec<u8>,
-    /// The durable pushes among `catch_up`, in order (see `delivery.rs`).
-    pub catch_up_tracked: Vec<Tracked>,
+    /// Catch-ups of durable subscribes answered in this batch: written after the batch's
+    /// replies, in writes of their own, a chunk at a time. The v1 Node SDK registers its
+    /// handler only once the `subscribed` reply resolves, so pushes read together with
+    /// that reply are emitted before anyone listens.
+    pub catch_up: std::collections::VecDeque<CatchUp>,
     /// (topic, subscriber id) pairs this connection subscribed, counted when the SUBSCRIBE
     /// is dispatched (a refused or taken-over one keeps its place: the count errs high).
     subscriptions: std::collections::BTreeSet<(String, String)>,
@@ -60,8 +58,7 @@ impl ConnState {
             confirm: false,
             seq_no: 0,
             extra: None,
-            catch_up: Vec::new(),
-            catch_up_tracked: Vec::new(),
+            catch_up: std::collections::VecDeque::new(),
             subscriptions: std::collections::BTreeSet::new(),
             subscriptions_max: usize::MAX,
         }
@@ -229,14 +226,14 @@ impl Pending {
                     first_delivery,
                 } => {
                     reply::subscribed(out);
-                    encode_catch_up(
-                        &topic,
-                        &sub_id,
-                        &catch_up,
-                        first_delivery,
-                        &mut st.catch_up,
-                        &mut st.catch_up_tracked,
-                    );
+                    if !catch_up.is_empty() {
+                        st.catch_up.push_back(CatchUp::new(
+                            &topic,
+                            &sub_id,
+                            catch_up,
+                            first_delivery,
+                        ));
+                    }
                 }
                 // v1: ERROR `failed to subscribe` on a node that could not serve it.
                 Outcome::NotLeader { .. } => {
