@@ -329,6 +329,9 @@ impl Broker {
     }
 
     pub fn apply(&mut self, cmd: &Command) -> (Outcome, Vec<Effect>) {
+        // A replayed command was counted by the process that first applied it: counted
+        // again, every restart would add the log's history to the rates a scrape shows.
+        let counted_before = self.replaying.then_some(self.counters);
         let mut effects = Vec::new();
         let outcome = match cmd {
             Command::Publish { msg } => self.publish(msg),
@@ -373,6 +376,9 @@ impl Broker {
             Command::DeclareQueue { queue } => self.declare_queue(queue),
             Command::Exchange { op } => self.change_exchanges(op),
         };
+        if let Some(counters) = counted_before {
+            self.counters = counters;
+        }
         (outcome, effects)
     }
 
