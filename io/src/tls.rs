@@ -100,6 +100,43 @@ impl TlsConfig {
     }
 }
 
+/// The client side of TLS over `conn`: the peer's certificate checked against `config`'s
+/// trusted CAs and `name`, within `timeout`. Errors name `peer` (as the log should show it)
+/// and say whether the handshake failed or ran out of time.
+pub async fn connect_as_client(
+    config: Arc<rustls::ClientConfig>,
+    name: rustls_pki_types::ServerName<'static>,
+    peer: &str,
+    conn: crate::listener::Conn,
+    timeout: Duration,
+) -> io::Result<futures_rustls::client::TlsStream<crate::listener::Conn>> {
+    let handshake = async {
+        Some(
+            futures_rustls::TlsConnector::from(config)
+                .connect(name, conn)
+                .await,
+        )
+    };
+    let expiry = async {
+        Timer::new(timeout).await;
+        None
+    };
+    match futures_lite::future::or(handshake, expiry).await {
+        Some(Ok(stream)) => Ok(stream),
+        Some(Err(e)) => Err(io::Error::new(
+            e.kind(),
+            format!("TLS handshake with {peer} failed: {e}"),
+        )),
+        None => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "TLS handshake with {peer} not done within {} ms",
+                timeout.as_millis()
+            ),
+        )),
+    }
+}
+
 /// Every certificate in the PEM file at `path`, in file order. `what` names the file's role
 /// in errors ("certificate", "CA").
 pub fn read_certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -453,44 +453,34 @@ pub async fn serve_events(
         ctx.cors.event_stream_lines(req.header("origin"))
     );
     out.extend_from_slice(head.as_bytes());
-    let Outcome::Subscribed {
-        catch_up,
-        first_delivery,
-    } = &outcome
-    else {
-        let mut refusal = match outcome {
-            Outcome::Error(e) => Response::error(500, &e),
-            other => Response::error(
-                500,
-                &format!("internal error: unexpected outcome {other:?}"),
-            ),
-        };
-        out.clear();
-        ctx.cors.apply(req.header("origin"), &mut refusal);
-        crate::http::encode_response(&refusal, false, true, &mut out);
-        let _ = conn.write_all(&out).await;
-        ctx.plane.unregister_conn(me);
-        return;
-    };
-    let mut frames = Vec::new();
-    let mut tracked = Vec::new();
-    let mut confirms = Confirmations::default();
-    // The catch-up a chunk at a time, after the response head already in `out`.
-    let mut catch_up = CatchUp::new(&topic, &sub_id, catch_up.clone(), *first_delivery);
-    while !catch_up.is_done() {
-        frames.clear();
-        catch_up.encode_chunk(CATCH_UP_CHUNK_BYTES, &mut frames, &mut tracked);
-        sse_events(&frames, &mut out);
-        if conn.write_all(&out).await.is_err() {
-            confirms.confirm(&conn, &ctx.plane, me);
+    let mut catch_up = match outcome {
+        Outcome::Subscribed {
+            catch_up,
+            first_delivery,
+        } => CatchUp::new(&topic, &sub_id, catch_up, first_delivery),
+        refused => {
+            let mut refusal = match refused {
+                Outcome::Error(e) => Response::error(500, &e),
+                other => Response::error(
+                    500,
+                    &format!("internal error: unexpected outcome {other:?}"),
+                ),
+            };
+            out.clear();
+            ctx.cors.apply(req.header("origin"), &mut refusal);
+            crate::http::encode_response(&refusal, false, true, &mut out);
+            let _ = conn.write_all(&out).await;
             ctx.plane.unregister_conn(me);
             return;
         }
-        out.clear();
-        confirms
-            .written(&mut conn, std::mem::take(&mut tracked))
-            .await;
-    }
+    };
+    let mut frames = Vec::new();
+    let mut tracked = Vec::new();
+    // The catch-up goes out a chunk per round, the first with the response head, and
+    // before any live push.
+    catch_up.encode_chunk(CATCH_UP_CHUNK_BYTES, &mut frames, &mut tracked);
+    sse_events(&frames, &mut out);
+    let mut confirms = Confirmations::default();
     let mut probe = [0u8; 64];
     loop {
         if conn.write_all(&out).await.is_err() {
@@ -504,6 +494,12 @@ pub async fn serve_events(
             break; // a durable subscriber that stopped reading: it gets them again later
         }
         confirms.confirm(&conn, &ctx.plane, me);
+        if !catch_up.is_done() {
+            frames.clear();
+            catch_up.encode_chunk(CATCH_UP_CHUNK_BYTES, &mut frames, &mut tracked);
+            sse_events(&frames, &mut out);
+            continue;
+        }
         let ticket = outbound.push_event.ticket();
         if outbound.has_pushes() {
             frames.clear();

@@ -345,7 +345,16 @@ impl Link {
         conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))?;
         let mut conn: LinkStream = match &self.tls {
             None => Box::new(conn),
-            Some(config) => Box::new(self.handshake(config, conn).await?),
+            Some(config) => Box::new(
+                boltq_io::tls::connect_as_client(
+                    Arc::clone(config),
+                    rustls::pki_types::ServerName::IpAddress(self.addr.ip().into()),
+                    &self.addr.to_string(),
+                    conn,
+                    Duration::from_millis(HELLO_TIMEOUT_MS),
+                )
+                .await?,
+            ),
         };
         let mut hello = Vec::with_capacity(HELLO_BYTES);
         hello.extend_from_slice(HELLO_MAGIC);
@@ -358,31 +367,6 @@ impl Link {
         }
         conn.write_all(&hello).await?;
         Ok(conn)
-    }
-
-    /// The client side of TLS over `conn`, the peer's certificate checked against the
-    /// trusted CAs and the peer's IP address, within `HELLO_TIMEOUT_MS`.
-    async fn handshake(
-        &self,
-        config: &Arc<rustls::ClientConfig>,
-        conn: Conn,
-    ) -> std::io::Result<futures_rustls::client::TlsStream<Conn>> {
-        let name = rustls::pki_types::ServerName::IpAddress(self.addr.ip().into());
-        let connect = futures_rustls::TlsConnector::from(Arc::clone(config)).connect(name, conn);
-        match boltq_shards::timeout(Duration::from_millis(HELLO_TIMEOUT_MS), connect).await {
-            Some(Ok(stream)) => Ok(stream),
-            Some(Err(e)) => Err(std::io::Error::new(
-                e.kind(),
-                format!("TLS handshake with {}: {e}", self.addr),
-            )),
-            None => Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!(
-                    "TLS handshake with {} not done within {HELLO_TIMEOUT_MS} ms",
-                    self.addr
-                ),
-            )),
-        }
     }
 
     async fn write_frames(&self, mut conn: LinkStream) -> std::io::Error {

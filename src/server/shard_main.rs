@@ -484,10 +484,10 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
 }
 
 /// Waits until every shard's queue plane started; false when the server stopped first. A
-/// plane refuses
-/// to start clustered on single-node queue data; if one shard refused, no other may have
-/// written its raft groups' logs, or the data dir would also be refused as a single node's
-/// (`cluster::refuse_cluster_data`) and could be neither drained nor clustered.
+/// plane refuses to start clustered on single-node queue data; if one shard refused, no
+/// other may have written its raft groups' logs, or the data dir would also be refused as
+/// a single node's (`cluster::refuse_cluster_data`) and could be neither drained nor
+/// clustered.
 async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
     use std::sync::atomic::Ordering;
     plan.planes_started.fetch_add(1, Ordering::AcqRel);

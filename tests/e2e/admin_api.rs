@@ -224,21 +224,8 @@ fn exchanges_over_http() {
 #[test]
 fn subscribe_streams_server_sent_events() {
     let s = Server::start(&[]);
-    let mut sse = std::net::TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
-    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        sse,
-        "GET /subscribe?topic=ev&id=s1 HTTP/1.1\r\nHost: x\r\n\r\n"
-    )
-    .unwrap();
-    let mut reader = BufReader::new(sse);
+    let mut reader = open_sse(&s, "topic=ev&id=s1");
     let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-    while line != "\r\n" {
-        line.clear();
-        reader.read_line(&mut line).unwrap();
-    }
     let mut p = Client::connect(
         &format!("127.0.0.1:{}", s.tcp_port),
         ClientOptions::default(),
@@ -422,17 +409,7 @@ fn cache_disabled_answers_503_except_stats() {
 #[test]
 fn an_sse_subscription_ends_when_its_client_leaves() {
     let s = Server::start(&[]);
-    let mut sse = std::net::TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
-    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        sse,
-        "GET /subscribe?topic=gone&id=s1&durable=true HTTP/1.1\r\nHost: x\r\n\r\n"
-    )
-    .unwrap();
-    let mut reader = BufReader::new(sse);
-    let mut line = String::new();
-    reader.read_line(&mut line).unwrap();
-    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let reader = open_sse(&s, "topic=gone&id=s1&durable=true");
     assert_eq!(get(&s, "/stats").json()["Topics"]["gone"], 1);
     drop(reader);
     // No publish needed to notice: the server sees the closed socket.
@@ -451,6 +428,78 @@ fn an_sse_subscription_ends_when_its_client_leaves() {
         assert!(std::time::Instant::now() < deadline, "still live: {stats}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// An SSE subscription (`GET /subscribe?<query>`) read past its response head.
+fn open_sse(s: &Server, query: &str) -> BufReader<std::net::TcpStream> {
+    let mut sse = std::net::TcpStream::connect(("127.0.0.1", s.http_port)).unwrap();
+    sse.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(sse, "GET /subscribe?{query} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut reader = BufReader::new(sse);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    while line != "\r\n" {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+    }
+    reader
+}
+
+/// The payload of the next SSE event.
+fn next_sse_payload(reader: &mut BufReader<std::net::TcpStream>) -> serde_json::Value {
+    let mut line = String::new();
+    while line.trim().is_empty() {
+        line.clear();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended");
+    }
+    let event: serde_json::Value =
+        serde_json::from_str(line.trim_start_matches("data: ").trim()).unwrap();
+    event["payload"].clone()
+}
+
+#[test]
+fn an_sse_durable_subscriber_gets_a_backlog_of_several_chunks_in_order_then_live_pushes() {
+    let s = Server::start(&[]);
+    drop(open_sse(&s, "topic=big&id=s1&durable=true"));
+    let mut p = Client::connect(
+        &format!("127.0.0.1:{}", s.tcp_port),
+        ClientOptions::default(),
+    )
+    .unwrap();
+    // Offline once a publish backlogs instead of being pushed.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        p.publish_topic("big", "\"probe\"", None, 0).unwrap();
+        if get(&s, "/stats").json()["Queues"]["big:s1"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let probes = get(&s, "/stats").json()["Queues"]["big:s1"]
+        .as_u64()
+        .unwrap();
+    // 40 × 64 KiB: a catch-up of several 1 MiB chunks.
+    let pad = "x".repeat(64 * 1024);
+    for i in 0..40 {
+        p.publish_topic("big", &format!("\"{i}-{pad}\""), None, 0)
+            .unwrap();
+    }
+    let mut reader = open_sse(&s, "topic=big&id=s1&durable=true");
+    for _ in 0..probes {
+        assert_eq!(next_sse_payload(&mut reader), json!("probe"));
+    }
+    for i in 0..40 {
+        let payload = next_sse_payload(&mut reader);
+        assert_eq!(payload, json!(format!("{i}-{pad}")), "catch-up message {i}");
+    }
+    p.publish_topic("big", "\"live\"", None, 0).unwrap();
+    assert_eq!(next_sse_payload(&mut reader), json!("live"));
 }
 
 #[test]

@@ -421,6 +421,37 @@ fn durable_subscriber_gets_backlog_of_what_it_missed_only() {
 }
 
 #[test]
+fn a_durable_catch_up_of_several_chunks_arrives_whole_and_in_order_before_live_pushes() {
+    let (s, _cfg) = server("");
+    let mut p = client(&s);
+    let subscribe = r#"{"topic":"bulk","id":"d1","durable":true}"#;
+    let mut sub = raw(&s);
+    send(&mut sub, op::CONSUME, subscribe);
+    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    drop(sub);
+    std::thread::sleep(Duration::from_millis(200));
+    // 40 × 64 KiB: more than two of the 1 MiB chunks a catch-up is written in.
+    let pad = "x".repeat(64 * 1024);
+    for i in 0..40 {
+        p.publish_topic("bulk", &format!(r#""{i}-{pad}""#), None, 0)
+            .unwrap();
+    }
+    let mut sub = raw(&s);
+    send(&mut sub, op::CONSUME, subscribe);
+    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    for i in 0..40 {
+        let push = recv(&mut sub).unwrap().1;
+        assert!(
+            push.contains(&format!(r#""payload":"{i}-x"#)),
+            "catch-up message {i}: {}",
+            &push[..push.len().min(120)]
+        );
+    }
+    p.publish_topic("bulk", "\"live\"", None, 0).unwrap();
+    assert!(recv(&mut sub).unwrap().1.contains(r#""payload":"live""#));
+}
+
+#[test]
 fn bad_input_is_answered_or_closes_only_that_connection() {
     let (s, _cfg) = server("");
     let mut c = raw(&s);

@@ -67,20 +67,9 @@ impl TlsClient {
     ) -> Result<futures_rustls::client::TlsStream<Conn>, HttpError> {
         let config = self.config()?;
         let name = server_name(&url.host)?;
-        let connector = futures_rustls::TlsConnector::from(config);
-        let handshake = connector.connect(name, conn);
-        match boltq_shards::timeout(timeout, handshake).await {
-            Some(Ok(stream)) => Ok(stream),
-            Some(Err(e)) => Err(HttpError::Tls(format!(
-                "TLS handshake with {} failed: {e}",
-                url.authority()
-            ))),
-            None => Err(HttpError::Tls(format!(
-                "TLS handshake with {} not done within {} ms",
-                url.authority(),
-                timeout.as_millis()
-            ))),
-        }
+        boltq_io::tls::connect_as_client(config, name, &url.authority(), conn, timeout)
+            .await
+            .map_err(|e| HttpError::Tls(e.to_string()))
     }
 
     fn config(&self) -> Result<Arc<ClientConfig>, HttpError> {
