@@ -28,7 +28,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("cache", &["config", "http"]),
     ("queue", &["config", "http"]),
     ("messaging", &["config", "http", "queue::protocol"]),
-    ("cluster", &["config", "queue"]),
+    ("cluster", &["config", "queue", "messaging"]),
     ("admin", &["config", "http", "cache", "queue", "messaging"]),
     ("client", &["config", "queue", "messaging"]),
     (

@@ -2,39 +2,54 @@
 //! sends the command to the node that does, over the same links, and relays the outcome.
 //!
 //! ```text
-//! request = id:u64 | slot:u16 | command                  (command: a command log record)
+//! request = id:u64 | slot:u16 | command    (the entry bytes the leader proposes)
 //! reply   = id:u64 | status:u8 | body
 //!   status 0 applied: outcome        1 not leader: leader:u64 (0 = unknown)
 //!          2 superseded   3 unknown (maybe applied)   4 timed out   5 too many
 //!          6 stopped: text            7 unknown slot
+//!          8 applied (messaging): stream outcome
 //! outcome = kind:u8 | fields (see `put_outcome`); messages = count:u32 | (len:u32 | publish record)*
+//! stream outcome = kind:u8 | fields (see `put_stream_outcome`)
 //! text    = len:u32 | UTF-8
 //! ```
 //!
-//! Commands and messages travel as command log records (`queue::server::wal::record`):
-//! one codec, already canonical and bounded. Every count is checked against the bytes
+//! Commands travel as the bytes of the raft entry they become: a queue command log record
+//! (`queue::server::wal::record`) or a messaging command (`messaging::slot::command`),
+//! told apart by the first byte as the replica does; messages as publish records. One
+//! codec each, already canonical and bounded. Every count is checked against the bytes
 //! left before anything is allocated.
 
 use super::replica::NotApplied;
 use super::wire::{Reader, WireError};
+use crate::messaging::cursor::Commit;
+use crate::messaging::dedup::Coordinates;
+use crate::messaging::slot::{command as stream_command, StreamCommand, StreamOutcome};
 use crate::queue::broker::{Command, Outcome};
 use crate::queue::message::Message;
 use crate::queue::server::wal::record;
 use bytes::Bytes;
 use std::fmt;
 
+/// A command of either plane, as a slot's group carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SlotCommand {
+    Queue(Command),
+    Stream(StreamCommand),
+}
+
 /// A command one node asks the slot's leader to run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub id: u64,
     pub slot: u16,
-    pub cmd: Command,
+    pub cmd: SlotCommand,
 }
 
 /// What the leader answered.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Answer {
     Applied(Outcome),
+    StreamApplied(StreamOutcome),
     NotLeader(Option<u64>),
     NotApplied(NotApplied),
     TimedOut,
@@ -64,10 +79,22 @@ impl fmt::Display for ForwardError {
     }
 }
 
-pub fn encode_request(r: &Request, out: &mut Vec<u8>) {
+/// On error (a messaging command past its limits, which the proposer checks first)
+/// nothing is written.
+pub fn encode_request(r: &Request, out: &mut Vec<u8>) -> Result<(), ForwardError> {
+    let start = out.len();
     out.extend_from_slice(&r.id.to_le_bytes());
     out.extend_from_slice(&r.slot.to_le_bytes());
-    record::encode(&r.cmd, out);
+    match &r.cmd {
+        SlotCommand::Queue(cmd) => record::encode(cmd, out),
+        SlotCommand::Stream(cmd) => {
+            if let Err(e) = stream_command::encode(cmd, out) {
+                out.truncate(start);
+                return Err(ForwardError(e));
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn decode_request(bytes: Bytes) -> Result<Request, ForwardError> {
@@ -75,7 +102,13 @@ pub fn decode_request(bytes: Bytes) -> Result<Request, ForwardError> {
     let id = r.u64("request id")?;
     let slot = r.u16("slot")?;
     let cmd = r.take(r.remaining(), "command")?;
-    let cmd = record::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?;
+    let cmd = if stream_command::is_stream_command(&cmd) {
+        SlotCommand::Stream(
+            stream_command::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?,
+        )
+    } else {
+        SlotCommand::Queue(record::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?)
+    };
     Ok(Request { id, slot, cmd })
 }
 
@@ -99,6 +132,10 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
             put_text(why, out);
         }
         Answer::UnknownSlot => out.push(7),
+        Answer::StreamApplied(outcome) => {
+            out.push(8);
+            put_stream_outcome(outcome, out);
+        }
     }
 }
 
@@ -117,6 +154,7 @@ pub fn decode_reply(bytes: Bytes) -> Result<Reply, ForwardError> {
         5 => Answer::TooMany,
         6 => Answer::Stopped(text(&mut r, "reason")?),
         7 => Answer::UnknownSlot,
+        8 => Answer::StreamApplied(stream_outcome(&mut r)?),
         s => return Err(ForwardError(format!("unknown status {s}"))),
     };
     if r.remaining() > 0 {
@@ -190,6 +228,60 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
             out.extend_from_slice(&version.to_le_bytes());
         }
     }
+}
+
+/// kind 0 appended: duplicate u8, message_id, topic (text each), partition u32, seq u64,
+/// timestamp_ns i64; 1 stored: seq u64, clamped u8; 2 unchanged: stored u64; 3 refused: text.
+fn put_stream_outcome(o: &StreamOutcome, out: &mut Vec<u8>) {
+    match o {
+        StreamOutcome::Appended { coords, duplicate } => {
+            out.push(0);
+            out.push(u8::from(*duplicate));
+            put_text(&coords.message_id, out);
+            put_text(&coords.topic, out);
+            out.extend_from_slice(&coords.partition.to_le_bytes());
+            out.extend_from_slice(&coords.seq.to_le_bytes());
+            out.extend_from_slice(&coords.timestamp_ns.to_le_bytes());
+        }
+        StreamOutcome::Committed(Commit::Stored { seq, clamped }) => {
+            out.push(1);
+            out.extend_from_slice(&seq.to_le_bytes());
+            out.push(u8::from(*clamped));
+        }
+        StreamOutcome::Committed(Commit::Unchanged { stored }) => {
+            out.push(2);
+            out.extend_from_slice(&stored.to_le_bytes());
+        }
+        StreamOutcome::Refused(why) => {
+            out.push(3);
+            put_text(why, out);
+        }
+    }
+}
+
+fn stream_outcome(r: &mut Reader) -> Result<StreamOutcome, ForwardError> {
+    Ok(match r.u8("stream outcome")? {
+        0 => {
+            let duplicate = r.bool("duplicate")?;
+            let coords = Coordinates {
+                message_id: text(r, "message_id")?,
+                topic: text(r, "topic")?,
+                partition: r.u32("partition")?,
+                seq: r.u64("seq")?,
+                timestamp_ns: r.i64("timestamp_ns")?,
+            };
+            StreamOutcome::Appended { coords, duplicate }
+        }
+        1 => StreamOutcome::Committed(Commit::Stored {
+            seq: r.u64("cursor")?,
+            clamped: r.bool("clamped")?,
+        }),
+        2 => StreamOutcome::Committed(Commit::Unchanged {
+            stored: r.u64("cursor")?,
+        }),
+        3 => StreamOutcome::Refused(text(r, "refusal")?),
+        k => return Err(ForwardError(format!("unknown stream outcome {k}"))),
+    })
 }
 
 fn put_messages(messages: &[Message], out: &mut Vec<u8>) {
@@ -322,6 +414,27 @@ mod tests {
             Outcome::Exchanged { version: 17 },
         ];
         let mut answers: Vec<Answer> = outcomes.drain(..).map(Answer::Applied).collect();
+        answers.extend(
+            [
+                StreamOutcome::Appended {
+                    coords: Coordinates {
+                        message_id: "m-1".into(),
+                        topic: "chat.dm.a".into(),
+                        partition: 2,
+                        seq: 9,
+                        timestamp_ns: -3,
+                    },
+                    duplicate: true,
+                },
+                StreamOutcome::Committed(Commit::Stored {
+                    seq: 4,
+                    clamped: true,
+                }),
+                StreamOutcome::Committed(Commit::Unchanged { stored: 8 }),
+                StreamOutcome::Refused("no".into()),
+            ]
+            .map(Answer::StreamApplied),
+        );
         answers.extend([
             Answer::NotLeader(Some(3)),
             Answer::NotLeader(None),
@@ -338,16 +451,26 @@ mod tests {
     #[test]
     fn requests_and_replies_round_trip() {
         let mut ids = IdGenerator::new([2; 7]);
+        let append = crate::messaging::slot::Append {
+            topic: "chat.dm.a".into(),
+            partition: 1,
+            now_ns: 7,
+            dedup: None,
+            key: Bytes::from_static(b"k"),
+            headers: vec![],
+            payload: Bytes::from_static(b"hello"),
+        };
         for cmd in [
-            Command::Publish {
+            SlotCommand::Queue(Command::Publish {
                 msg: message(&mut ids),
-            },
-            Command::Consume {
+            }),
+            SlotCommand::Queue(Command::Consume {
                 queue: "jobs".into(),
                 consumer: ConsumerRef { shard: 1, conn: 77 },
                 max: 10,
                 now_ns: 5,
-            },
+            }),
+            SlotCommand::Stream(StreamCommand::Append(append)),
         ] {
             let req = Request {
                 id: 42,
@@ -355,7 +478,7 @@ mod tests {
                 cmd,
             };
             let mut bytes = Vec::new();
-            encode_request(&req, &mut bytes);
+            encode_request(&req, &mut bytes).expect("within limits");
             assert_eq!(decode_request(bytes.into()).unwrap(), req);
         }
         for (id, answer) in every_answer().into_iter().enumerate() {

@@ -9,6 +9,7 @@ use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
+use crate::messaging::slot::{Appended, StreamCommand};
 use crate::queue::broker::{BrokerConfig, Command, Effect};
 use raft::prelude::Message;
 use std::collections::BTreeMap;
@@ -25,6 +26,8 @@ pub struct HostOutput {
     /// The brokers' effects, by slot: every replica has them, and each node carries out
     /// those for its own connections.
     pub effects: Vec<(u16, Effect)>,
+    /// Stream records appended by applied messaging commands, by slot, in order.
+    pub appended: Vec<(u16, Appended)>,
     /// (slot, index, term) of every entry applied.
     pub applied: Vec<(u16, u64, u64)>,
     /// Each group's raft log records to append (groups that changed nothing are left out).
@@ -91,6 +94,18 @@ impl Host {
             .get_mut(&slot)
             .ok_or(HostRefused::UnknownSlot(slot))?;
         replica.propose(cmd).map_err(HostRefused::Proposal)
+    }
+
+    pub fn propose_stream(
+        &mut self,
+        slot: u16,
+        cmd: &StreamCommand,
+    ) -> Result<ProposalId, HostRefused> {
+        let replica = self
+            .replicas
+            .get_mut(&slot)
+            .ok_or(HostRefused::UnknownSlot(slot))?;
+        replica.propose_stream(cmd).map_err(HostRefused::Proposal)
     }
 
     pub fn propose_membership(
@@ -170,6 +185,7 @@ impl Host {
                 messages,
                 answers,
                 effects,
+                appended,
                 applied,
                 written,
             } = replica.collect();
@@ -180,6 +196,7 @@ impl Host {
             add_to_batches(&mut out.batches, slot, messages);
             out.answers.extend(answers.into_iter().map(|a| (slot, a)));
             out.effects.extend(effects.into_iter().map(|e| (slot, e)));
+            out.appended.extend(appended.into_iter().map(|a| (slot, a)));
             out.applied
                 .extend(applied.into_iter().map(|(index, term)| (slot, index, term)));
         }

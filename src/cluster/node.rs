@@ -15,7 +15,7 @@
 //! own connections (`set_observer`).
 
 use super::directory::{Directory, Member, Role};
-use super::forward::{self, Answer};
+use super::forward::{self, Answer, SlotCommand};
 use super::group::ElectionTicks;
 use super::group_log::GroupLog;
 use super::host::{Batches, Host, HostRefused};
@@ -24,6 +24,7 @@ use super::metrics::NodeMetrics;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
+use crate::messaging::slot::{Appended, StreamCommand, StreamOutcome, StreamSlot};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use crate::queue::server::replicated::SlotStatus;
 use boltq_io::event::Event;
@@ -32,8 +33,10 @@ use boltq_io::Store;
 use raft::prelude::ConfState;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,6 +104,8 @@ pub enum ProposeError {
     TooMany,
     /// A membership change is proposed and not yet applied: one at a time.
     MembershipPending,
+    /// The command does not encode within its limits.
+    Malformed,
     /// The group refused the membership change (e.g. it would leave no voter).
     MembershipRefused(String),
     /// The entry was not applied, or may not have been (`NotApplied`).
@@ -115,6 +120,14 @@ pub enum ProposeError {
 /// every replica, not only leaders: each node carries out those for its own connections)
 /// and the slots that applied anything.
 pub type Observer = Box<dyn Fn(Vec<(u16, Effect)>, &[u16])>;
+
+/// Takes the stream records this node's replicas appended (`messaging::slot`), by slot, in
+/// apply order, and writes them into the node's own logs of the partitions. Called in each
+/// round before the raft logs' records of that round are appended to the store, so a raft
+/// snapshot (which holds the partitions' positions, not their records) is never in the
+/// journal ahead of the records it counts: once it is durable, so are they.
+pub type StreamSink =
+    Box<dyn Fn(Vec<(u16, Appended)>) -> Pin<Box<dyn Future<Output = Result<(), String>>>>>;
 
 #[derive(Default)]
 struct Waiter {
@@ -135,6 +148,7 @@ pub struct Node {
     next_request_id: std::cell::Cell<u64>,
     failed: RefCell<Option<String>>,
     observer: RefCell<Option<Observer>>,
+    stream_sink: RefCell<Option<Rc<StreamSink>>>,
     metrics: RefCell<NodeMetrics>,
     /// The leader each hosted group had at the end of the last round.
     leaders: RefCell<BTreeMap<u16, Option<u64>>>,
@@ -223,6 +237,7 @@ impl Node {
             next_request_id: std::cell::Cell::new(1),
             failed: RefCell::new(None),
             observer: RefCell::new(None),
+            stream_sink: RefCell::new(None),
             metrics: RefCell::new(NodeMetrics::default()),
             leaders: RefCell::new(BTreeMap::new()),
             misrouted: std::cell::Cell::new((0, None)),
@@ -296,6 +311,17 @@ impl Node {
         *self.observer.borrow_mut() = Some(observer);
     }
 
+    /// Where the stream records applied from now on go. Without one they are dropped (a
+    /// node with the messaging plane off keeps the partitions' positions only).
+    pub fn set_stream_sink(&self, sink: StreamSink) {
+        *self.stream_sink.borrow_mut() = Some(Rc::new(sink));
+    }
+
+    /// Reads slot `slot`'s messaging state as this node applied it (committed state).
+    pub fn with_streams<R>(&self, slot: u16, f: impl FnOnce(&StreamSlot) -> R) -> Option<R> {
+        Some(f(self.host.borrow().replica(slot)?.streams()))
+    }
+
     /// Every hosted group's leader, term, commit and applied index, by slot.
     pub fn slot_status(&self) -> Vec<SlotStatus> {
         self.host
@@ -335,12 +361,29 @@ impl Node {
         cmd: &Command,
         timeout: Duration,
     ) -> Result<Outcome, ProposeError> {
-        self.check_running()?;
-        let placed = self.host.borrow_mut().propose(slot, cmd);
-        match self.wait_for(slot, placed, timeout).await? {
+        let cmd = SlotCommand::Queue(cmd.clone());
+        match self.propose_any(slot, &cmd, timeout).await? {
             Applied::Command(outcome) => Ok(outcome),
-            Applied::Membership(_) => unreachable!("a command's entry applies as a command"),
+            Applied::Membership(_) | Applied::Stream(_) => {
+                unreachable!("a command's entry applies as a command")
+            }
         }
+    }
+
+    /// Either plane's command, as `propose` (the outcome is `Applied::Command` or
+    /// `Applied::Stream` accordingly).
+    async fn propose_any(
+        &self,
+        slot: u16,
+        cmd: &SlotCommand,
+        timeout: Duration,
+    ) -> Result<Applied, ProposeError> {
+        self.check_running()?;
+        let placed = match cmd {
+            SlotCommand::Queue(cmd) => self.host.borrow_mut().propose(slot, cmd),
+            SlotCommand::Stream(cmd) => self.host.borrow_mut().propose_stream(slot, cmd),
+        };
+        self.wait_for(slot, placed, timeout).await
     }
 
     /// Proposes a membership change of slot `slot`'s group (this node must lead it) and
@@ -355,7 +398,9 @@ impl Node {
         let placed = self.host.borrow_mut().propose_membership(slot, changes);
         match self.wait_for(slot, placed, timeout).await? {
             Applied::Membership(result) => result.map_err(ProposeError::MembershipRefused),
-            Applied::Command(_) => unreachable!("a membership entry applies as one"),
+            Applied::Command(_) | Applied::Stream(_) => {
+                unreachable!("a membership entry applies as one")
+            }
         }
     }
 
@@ -377,10 +422,45 @@ impl Node {
         cmd: &Command,
         timeout: Duration,
     ) -> Result<Outcome, ProposeError> {
+        let cmd = SlotCommand::Queue(cmd.clone());
+        match self.submit_any(slot, &cmd, timeout).await? {
+            Applied::Command(outcome) => Ok(outcome),
+            Applied::Membership(_) | Applied::Stream(_) => {
+                unreachable!("a command's entry applies as a command")
+            }
+        }
+    }
+
+    /// A messaging command (`messaging::slot`), run on the slot's leader as `submit` runs
+    /// a queue command: forwarded when another node leads, the outcome relayed.
+    pub async fn submit_stream(
+        &self,
+        slot: u16,
+        cmd: &StreamCommand,
+        timeout: Duration,
+    ) -> Result<StreamOutcome, ProposeError> {
+        // Checked here once, so that a forwarded one is never refused by the encoder.
+        crate::messaging::slot::command::encode(cmd, &mut Vec::new())
+            .map_err(|_| ProposeError::Malformed)?;
+        let cmd = SlotCommand::Stream(cmd.clone());
+        match self.submit_any(slot, &cmd, timeout).await? {
+            Applied::Stream(outcome) => Ok(outcome),
+            Applied::Membership(_) | Applied::Command(_) => {
+                unreachable!("a messaging command's entry applies as one")
+            }
+        }
+    }
+
+    async fn submit_any(
+        &self,
+        slot: u16,
+        cmd: &SlotCommand,
+        timeout: Duration,
+    ) -> Result<Applied, ProposeError> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let leader = match self.propose(slot, cmd, left).await {
+            let leader = match self.propose_any(slot, cmd, left).await {
                 Err(ProposeError::NotLeader { leader }) => leader,
                 done => return done,
             };
@@ -389,7 +469,8 @@ impl Node {
                 _ => None,
             };
             match answer {
-                Some(Answer::Applied(outcome)) => return Ok(outcome),
+                Some(Answer::Applied(outcome)) => return Ok(Applied::Command(outcome)),
+                Some(Answer::StreamApplied(outcome)) => return Ok(Applied::Stream(outcome)),
                 Some(Answer::NotApplied(why)) => return Err(ProposeError::NotApplied(why)),
                 Some(Answer::TimedOut) => return Err(ProposeError::TimedOut),
                 Some(Answer::TooMany) => return Err(ProposeError::TooMany),
@@ -412,7 +493,7 @@ impl Node {
         &self,
         leader: u64,
         slot: u16,
-        cmd: &Command,
+        cmd: &SlotCommand,
         timeout: Duration,
     ) -> Option<Answer> {
         let id = self.next_request_id.get();
@@ -461,17 +542,21 @@ impl Node {
     /// a node that no longer leads says so, and the sender asks whoever leads now.
     async fn serve_forwarded(self: Rc<Self>, from: u64, request: forward::Request) {
         let timeout = Duration::from_millis(FORWARDED_TIMEOUT_MS);
-        let answer = match self.propose(request.slot, &request.cmd, timeout).await {
-            Ok(outcome) => Answer::Applied(outcome),
+        let answer = match self.propose_any(request.slot, &request.cmd, timeout).await {
+            Ok(Applied::Command(outcome)) => Answer::Applied(outcome),
+            Ok(Applied::Stream(outcome)) => Answer::StreamApplied(outcome),
+            Ok(Applied::Membership(_)) => unreachable!("commands apply as commands"),
             Err(ProposeError::NotLeader { leader }) => Answer::NotLeader(leader),
             Err(ProposeError::NotApplied(why)) => Answer::NotApplied(why),
             Err(ProposeError::TimedOut) => Answer::TimedOut,
             Err(ProposeError::TooMany) => Answer::TooMany,
             Err(ProposeError::Stopped(why)) => Answer::Stopped(why),
             Err(ProposeError::UnknownSlot(_)) => Answer::UnknownSlot,
-            Err(e @ (ProposeError::MembershipPending | ProposeError::MembershipRefused(_))) => {
-                Answer::Stopped(format!("{e:?}"))
-            }
+            Err(
+                e @ (ProposeError::MembershipPending
+                | ProposeError::MembershipRefused(_)
+                | ProposeError::Malformed),
+            ) => Answer::Stopped(format!("{e:?}")),
         };
         let reply = forward::Reply {
             id: request.id,
@@ -502,6 +587,7 @@ impl Node {
             HostRefused::Proposal(ProposalRefused::MembershipPending) => {
                 ProposeError::MembershipPending
             }
+            HostRefused::Proposal(ProposalRefused::Malformed) => ProposeError::Malformed,
         })?;
         let waiter = Rc::new(Waiter::default());
         self.waiting
@@ -575,6 +661,12 @@ impl Node {
             }
             host.collect()
         };
+        if !out.appended.is_empty() {
+            let sink = self.stream_sink.borrow().clone();
+            if let Some(sink) = sink {
+                sink(out.appended).await?;
+            }
+        }
         let mut lsn = None;
         for (slot, written) in out.written {
             let log = logs.get_mut(&slot).expect("a log per slot");

@@ -16,8 +16,10 @@ use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
 use super::image_log::{ImageLog, Recovered, Written};
 use super::membership::{self, MemberChange};
+use super::slot_snapshot;
+use crate::messaging::slot::{self as streams, Appended, StreamCommand, StreamOutcome, StreamSlot};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
-use crate::queue::server::{snapshot as body, wal::record};
+use crate::queue::server::wal::record;
 use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
 use std::collections::BTreeMap;
 
@@ -49,6 +51,8 @@ pub enum NotApplied {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Applied {
     Command(Outcome),
+    /// A messaging command's outcome (`messaging::slot`).
+    Stream(StreamOutcome),
     /// The membership after the change, or why it was refused (identically everywhere).
     Membership(Result<ConfState, String>),
 }
@@ -69,6 +73,9 @@ pub struct Output {
     /// The broker's effects (pushes, prefetch releases) of the commands applied, for the
     /// leader to carry out.
     pub effects: Vec<Effect>,
+    /// Stream records the applied messaging commands appended, in order: every replica
+    /// writes them into its own log of the partition.
+    pub appended: Vec<Appended>,
     /// (index, term) of every entry applied, in order: what observers compare across
     /// replicas.
     pub applied: Vec<(u64, u64)>,
@@ -86,6 +93,8 @@ pub enum ProposalRefused {
     MembershipPending,
     /// `PROPOSALS_MAX` proposals wait already.
     TooMany,
+    /// The command does not encode within its limits (the proposer checks them first).
+    Malformed,
 }
 
 pub struct Replica {
@@ -93,6 +102,9 @@ pub struct Replica {
     log: ImageLog,
     broker: Broker,
     cfg: BrokerConfig,
+    /// The messaging plane's state of the slot's partitions.
+    streams: StreamSlot,
+    streams_cfg: streams::StreamSlotConfig,
     applied: u64,
     /// This replica's proposals not yet applied, by index.
     proposals: BTreeMap<u64, ProposalId>,
@@ -118,13 +130,16 @@ impl Replica {
         let Recovered { storage, log } = recovered;
         let snapshot = storage.newest_snapshot();
         let applied = snapshot.get_metadata().index;
-        let broker = restore(snapshot, &cfg)?;
+        let streams_cfg = streams::StreamSlotConfig::default();
+        let (broker, streams) = slot_snapshot::decode(&snapshot.data, &cfg, &streams_cfg)?;
         let group = Group::new(node_id, storage, applied, election)?;
         Ok(Replica {
             group,
             log,
             broker,
             cfg,
+            streams,
+            streams_cfg,
             applied,
             proposals: BTreeMap::new(),
             tick_in_flight: None,
@@ -140,6 +155,10 @@ impl Replica {
 
     pub fn broker(&self) -> &Broker {
         &self.broker
+    }
+
+    pub fn streams(&self) -> &StreamSlot {
+        &self.streams
     }
 
     pub fn applied(&self) -> u64 {
@@ -158,6 +177,18 @@ impl Replica {
         }
         let mut data = Vec::new();
         record::encode(cmd, &mut data);
+        let placed = self.group.propose(data);
+        self.track(placed)
+    }
+
+    /// Proposes a messaging command (`messaging::slot`); its outcome comes back as
+    /// `Applied::Stream`.
+    pub fn propose_stream(&mut self, cmd: &StreamCommand) -> Result<ProposalId, ProposalRefused> {
+        if self.proposals.len() >= PROPOSALS_MAX {
+            return Err(ProposalRefused::TooMany);
+        }
+        let mut data = Vec::new();
+        streams::command::encode(cmd, &mut data).map_err(|_| ProposalRefused::Malformed)?;
         let placed = self.group.propose(data);
         self.track(placed)
     }
@@ -348,6 +379,19 @@ impl Replica {
                 "membership change of the first raft-rs format".into(),
             ))),
             EntryType::EntryNormal if entry.data.is_empty() => None,
+            EntryType::EntryNormal if streams::command::is_stream_command(&entry.data) => Some(
+                Applied::Stream(match streams::command::decode(&entry.data) {
+                    Ok(cmd) => {
+                        let (outcome, appended) = self.streams.apply(&cmd);
+                        out.appended.extend(appended);
+                        outcome
+                    }
+                    Err(e) => StreamOutcome::Refused(format!(
+                        "undecodable messaging command at index {}: {e}",
+                        entry.index
+                    )),
+                }),
+            ),
             EntryType::EntryNormal => Some(Applied::Command(match record::decode(&entry.data) {
                 Ok(cmd) => {
                     let (outcome, effects) = self.broker.apply(&cmd);
@@ -384,8 +428,10 @@ impl Replica {
 
     fn install(&mut self, snapshot: &Snapshot, out: &mut Output) {
         let index = snapshot.get_metadata().index;
-        self.broker = restore(snapshot, &self.cfg)
+        let (broker, streams) = slot_snapshot::decode(&snapshot.data, &self.cfg, &self.streams_cfg)
             .unwrap_or_else(|e| panic!("snapshot at index {index} from the leader: {e}"));
+        self.broker = broker;
+        self.streams = streams;
         self.applied = index;
         self.applied_since_snapshot = 0;
         self.snapshots_installed += 1;
@@ -402,8 +448,8 @@ impl Replica {
     }
 
     fn take_snapshot(&mut self, term: u64) {
-        let data = body::encode(&self.broker.snapshot())
-            .unwrap_or_else(|e| panic!("encode the broker snapshot: {e}"));
+        let data = slot_snapshot::encode(&self.broker, &self.streams)
+            .unwrap_or_else(|e| panic!("encode the slot snapshot: {e}"));
         let mut snapshot = Snapshot {
             data: data.into(),
             ..Snapshot::default()
@@ -415,13 +461,4 @@ impl Replica {
         self.group.compact(snapshot);
         self.applied_since_snapshot = 0;
     }
-}
-
-/// The broker a snapshot holds (a new one for the empty snapshot at index 0).
-fn restore(snapshot: &Snapshot, cfg: &BrokerConfig) -> Result<Broker, String> {
-    if snapshot.data.is_empty() {
-        return Ok(Broker::new(cfg.clone()));
-    }
-    let state = body::decode(&snapshot.data)?;
-    Broker::try_restore(state, cfg.clone())
 }

@@ -407,8 +407,8 @@ pub fn refusal_text(slot: u16, e: &ProposeError) -> String {
         ProposeError::TooMany => format!("too many commands in flight for slot {slot}; retry"),
         ProposeError::Stopped(why) => format!("replication stopped on this node: {why}"),
         ProposeError::UnknownSlot(slot) => format!("internal error: slot {slot} is not hosted here"),
-        ProposeError::MembershipPending | ProposeError::MembershipRefused(_) => {
-            format!("internal error: {e:?}")
-        }
+        ProposeError::MembershipPending
+        | ProposeError::MembershipRefused(_)
+        | ProposeError::Malformed => format!("internal error: {e:?}"),
     }
 }

@@ -206,7 +206,10 @@ impl Outbound {
     /// Sends a command to node `to` to run (it leads the slot). False: dropped.
     pub fn send_forward(&self, to: u64, request: &forward::Request) -> bool {
         let mut bytes = vec![KIND_FORWARD];
-        forward::encode_request(request, &mut bytes);
+        if let Err(e) = forward::encode_request(request, &mut bytes) {
+            log::error!("not forwarded to node {to}: {e}");
+            return false;
+        }
         self.send_other(to, bytes)
     }
 
@@ -647,7 +650,7 @@ mod tests {
             let request = forward::Request {
                 id: 9,
                 slot: 5,
-                cmd: crate::queue::broker::Command::Tick { now_ns: 3 },
+                cmd: forward::SlotCommand::Queue(crate::queue::broker::Command::Tick { now_ns: 3 }),
             };
             assert!(out.send_forward(1, &request));
             let reply = forward::Reply {

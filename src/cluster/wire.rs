@@ -254,6 +254,10 @@ impl Reader {
         Ok(u64::from_le_bytes(self.array(field)?))
     }
 
+    pub(super) fn i64(&mut self, field: &'static str) -> Result<i64, WireError> {
+        Ok(i64::from_le_bytes(self.array(field)?))
+    }
+
     pub(super) fn bool(&mut self, field: &'static str) -> Result<bool, WireError> {
         match self.u8(field)? {
             0 => Ok(false),

@@ -295,6 +295,47 @@ impl DedupTable {
         }
     }
 
+    /// Every completed entry, oldest first, with its expiry: what a snapshot of a
+    /// replicated table keeps (a replicated table never holds in-flight claims: its claim
+    /// and completion happen in one applied command).
+    pub fn completed_by_age(&self) -> impl Iterator<Item = (&DedupKey, &Coordinates, i64)> + '_ {
+        self.completed.iter().map(|(age, key)| {
+            let Some(Entry {
+                state: State::Completed(c),
+                ..
+            }) = self.entries.get(key)
+            else {
+                unreachable!("every key of the completed index is a completed entry")
+            };
+            (key, c, age.0)
+        })
+    }
+
+    /// Puts back a completed entry a snapshot kept, expiring at `expires_ns`. Restore in
+    /// [`DedupTable::completed_by_age`]'s order: entries of equal expiry keep their order,
+    /// so the restored table evicts exactly as the original would. False (nothing changed)
+    /// when the key is already held or the table is full.
+    pub fn restore_completed(
+        &mut self,
+        key: DedupKey,
+        coordinates: Coordinates,
+        expires_ns: i64,
+    ) -> bool {
+        if self.entries.contains_key(&key) || self.entries.len() >= self.entries_max {
+            return false;
+        }
+        let entry = Entry {
+            state: State::Completed(coordinates),
+            expires_ns,
+            serial: self.next_serial,
+        };
+        self.next_serial += 1;
+        self.completed.insert(entry.age(), key.clone());
+        self.entries.insert(key, entry);
+        self.check_invariants();
+        true
+    }
+
     /// Removes up to [`DEDUP_SWEEP_BATCH_MAX`] expired entries, oldest first; returns how
     /// many.
     pub fn sweep(&mut self, now_ns: i64) -> usize {

@@ -7,6 +7,7 @@
 //! - `identity/`: tokens (HS256 JWT), principals, the topic ACL.
 //! - `membership`: the operator's membership service (client and cache).
 //! - `dedup`, `cursor`: the sans-IO idempotency window and read positions.
+//! - `slot/`: what a slot's Raft group replicates of the partitions in the slot (sans-IO).
 //! - `headers`: the caps on client-set headers (sends, publishes, signals).
 //! - `gateway/`: the WebSocket edge: frame codec, sessions, connections.
 //! - `presence`, `signals`: the ephemeral path (presence directory, typing hub), sans-IO.
@@ -24,5 +25,6 @@ pub mod plane;
 pub mod presence;
 pub mod push;
 pub mod signals;
+pub mod slot;
 pub mod tcp;
 pub mod topic;

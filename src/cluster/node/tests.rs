@@ -6,6 +6,7 @@
 use super::*;
 use crate::cluster::membership::MemberChange;
 use crate::cluster::tests::support::{open_store, run, store_config};
+use crate::messaging::cursor::{Commit, CursorKey};
 use crate::queue::broker::ConsumerRef;
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::replicated::{FOLLOWER_LAG_METRIC, SNAPSHOTS_SENT_METRIC};
@@ -389,5 +390,139 @@ fn three_nodes_elect_commit_fail_over_and_take_a_crashed_node_back() {
         // Slot 1 elected a leader too, independently of slot 0.
         agreed_leader(&members, 1, Duration::from_secs(10)).await;
         println!("failover of slot 0 took {failover:?} (tick {TICK_MS} ms)");
+    });
+}
+
+/// What one node's stream sink received, in order, across its restarts.
+type Sunk = Rc<RefCell<Vec<(u16, crate::messaging::slot::Appended)>>>;
+
+fn sink_into(node: &Node, sunk: &Sunk) {
+    let sunk = Rc::clone(sunk);
+    node.set_stream_sink(Box::new(move |records| {
+        sunk.borrow_mut().extend(records);
+        Box::pin(async { Ok(()) })
+    }));
+}
+
+fn send(n: u64) -> StreamCommand {
+    let topic = "chat.dm.alice:bob".to_string();
+    StreamCommand::Append(crate::messaging::slot::Append {
+        dedup: Some(
+            crate::messaging::dedup::DedupKey::new("alice", &topic, &format!("c{n}")).unwrap(),
+        ),
+        topic,
+        partition: 0,
+        now_ns: 1_000 + n as i64,
+        key: Bytes::new(),
+        headers: vec![],
+        payload: Bytes::from(format!("send {n}")),
+    })
+}
+
+/// Sends as a device would: again with the same dedup id while the outcome is unknown.
+async fn send_as_a_device(node: &Node, n: u64) -> (crate::messaging::dedup::Coordinates, bool) {
+    for _ in 0..5 {
+        match node
+            .submit_stream(0, &send(n), Duration::from_secs(10))
+            .await
+        {
+            Ok(StreamOutcome::Appended { coords, duplicate }) => return (coords, duplicate),
+            Err(ProposeError::NotApplied(_) | ProposeError::TimedOut) => {}
+            other => panic!("send {n} through node {}: {other:?}", node.id()),
+        }
+    }
+    panic!("send {n}: the outcome stayed unknown after 5 attempts");
+}
+
+#[test]
+fn stream_sends_through_any_node_are_numbered_once_by_the_leader_and_reach_every_node() {
+    run("cluster-node-test", || async {
+        let mut members: Vec<Member> = (1..=3).map(|id| member(id, false)).collect();
+        let addrs: BTreeMap<u64, SocketAddr> = members.iter().map(|m| (m.id, m.addr)).collect();
+        let sunk: Vec<Sunk> = (0..3).map(|_| Sunk::default()).collect();
+        for (m, s) in members.iter_mut().zip(&sunk) {
+            m.start(&addrs).await;
+            sink_into(m.node().unwrap(), s);
+        }
+        let first = agreed_leader(&members, 0, Duration::from_secs(10)).await;
+        let follower = members
+            .iter()
+            .find(|m| m.id != first)
+            .unwrap()
+            .node()
+            .unwrap()
+            .clone();
+        // Through a follower: forwarded, numbered by the leader in log order.
+        let mut coords = Vec::new();
+        for n in 1..=20 {
+            let (c, duplicate) = send_as_a_device(&follower, n).await;
+            assert!(!duplicate, "send {n}");
+            coords.push(c);
+        }
+        let seqs: Vec<u64> = coords.iter().map(|c| c.seq).collect();
+        assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+        // A cursor commit through the follower, read back from every replica.
+        let key = CursorKey::for_device("chat.dm.alice:bob", 0, "bob", "phone").unwrap();
+        let commit = StreamCommand::Commit {
+            key: key.clone(),
+            seq: 11,
+        };
+        let committed = follower
+            .submit_stream(0, &commit, Duration::from_secs(10))
+            .await;
+        assert_eq!(
+            committed,
+            Ok(StreamOutcome::Committed(Commit::Stored {
+                seq: 11,
+                clamped: false
+            }))
+        );
+        let timeout = Duration::from_secs(10);
+        until("every replica to hold the cursor", timeout, || {
+            members.iter().all(|m| {
+                m.node().unwrap().with_streams(0, |s| s.cursors().get(&key)) == Some(Some(11))
+            })
+        })
+        .await;
+
+        // The leader dies; a device retries send 5 (its reply was lost) and goes on.
+        members[(first - 1) as usize].crash().await;
+        let survivor = members
+            .iter()
+            .find(|m| m.node().is_some())
+            .unwrap()
+            .node()
+            .unwrap()
+            .clone();
+        let (again, duplicate) = send_as_a_device(&survivor, 5).await;
+        assert!(duplicate, "a retried send is answered from the dedup claim");
+        assert_eq!(again, coords[4], "with the first copy's coordinates");
+        let (next, duplicate) = send_as_a_device(&survivor, 21).await;
+        assert!(!duplicate);
+        assert_eq!(next.seq, 21);
+
+        // Every survivor's sink got records 1..=21 in order, each with its send's payload.
+        for m in members.iter().filter(|m| m.node().is_some()) {
+            let got = &sunk[(m.id - 1) as usize];
+            until("the survivor's sink to take record 21", timeout, || {
+                got.borrow().len() >= 21
+            })
+            .await;
+            let got = got.borrow();
+            let records: Vec<(u64, Bytes)> = got
+                .iter()
+                .map(|(slot, a)| {
+                    assert_eq!(
+                        (*slot, a.topic.as_str(), a.partition),
+                        (0, "chat.dm.alice:bob", 0)
+                    );
+                    (a.record.seq, a.record.payload.clone())
+                })
+                .collect();
+            let want: Vec<(u64, Bytes)> = (1..=21)
+                .map(|n| (n, Bytes::from(format!("send {n}"))))
+                .collect();
+            assert_eq!(records, want, "node {}", m.id);
+        }
     });
 }

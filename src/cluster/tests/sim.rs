@@ -3,7 +3,10 @@
 //! seeded network (loss, duplication, delay and so reordering, partitions that isolate a
 //! node) carrying each node's messages as one wire batch per destination, crashes and
 //! restarts (a node keeps its durable images and loses everything else), and clients, each
-//! on one slot, that publish, consume and ack through whichever node they believe leads it.
+//! on one slot, that publish, consume and ack through whichever node they believe leads it,
+//! and (the messaging plane, issue 15) send to a stream partition with a dedup id, retrying
+//! a send whose outcome they did not learn (and sometimes one they did) under the same id,
+//! and commit a reader's cursor.
 //!
 //! Membership changes under the same faults: a fourth node boots empty at `JOIN_MS`, each
 //! slot's leader adds it as a learner, then swaps it in for one of the first three voters
@@ -17,7 +20,13 @@
 //! leader exists, every member's replica
 //! applied the same entries and holds the same broker state byte for byte, every acknowledged publish is still held
 //! (ready, pending, delayed or dead-lettered) unless a consumer's ack of it was
-//! acknowledged, and no acknowledged ack's message is held.
+//! acknowledged, and no acknowledged ack's message is held. For the streams: every replica
+//! that applies a partition's sequence number appends the same record there (checked as
+//! they are applied); once settled every member holds the same stream state (positions,
+//! record digests, cursors, dedup entries) byte for byte, the partition's records are
+//! numbered 1.. without a gap, every acknowledged send is the record at its acknowledged
+//! sequence number, no send id was ever stored twice (a retry or a duplicate answers with
+//! the first copy's coordinates), and no replica's cursor is behind an acknowledged commit.
 //!
 //! Persistence is asynchronous, as the journal's group commit makes it: each group's raft
 //! log (`image_log.rs`) is a list of records on the node's simulated disk; a node's writes
@@ -37,6 +46,9 @@ use crate::cluster::image_log::{self, Recovered, Written};
 use crate::cluster::membership::MemberChange;
 use crate::cluster::replica::{Applied, NotApplied, ProposalId, ProposalRefused, Replica};
 use crate::cluster::wire::{self, SlotMessage};
+use crate::messaging::cursor::{Commit, CursorKey};
+use crate::messaging::dedup::{Coordinates, DedupKey};
+use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::snapshot as body;
@@ -68,6 +80,11 @@ const SLOTS: [u16; 3] = [0, 1, 2];
 /// Per slot.
 const PUBLISHERS: u64 = 1;
 const CONSUMERS: u64 = 1;
+/// Per slot, on the messaging plane: one device sending, one reader committing its cursor.
+const SENDERS: u64 = 1;
+const READERS: u64 = 1;
+/// In how many of its acknowledged sends a sender sends the same id again on purpose.
+const RESEND_ONE_IN: u64 = 4;
 const SNAPSHOT_EVERY_ENTRIES: u64 = 40;
 /// Entries kept behind a snapshot: few, so that a follower back from a crash or a
 /// partition is often caught up by snapshot.
@@ -186,17 +203,30 @@ enum Request {
     Publish(MessageId),
     Consume,
     Ack(MessageId),
+    /// Send number `n` of the slot's sender (its dedup id and payload say `n`).
+    Send(u64),
+    Commit(u64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Publisher,
+    Consumer,
+    Sender,
+    Reader,
 }
 
 struct Client {
     index: u64,
     slot: u16,
-    publisher: bool,
+    kind: Kind,
     target: u64,
     waiting: Option<Waiting>,
     to_ack: Vec<MessageId>,
     next_at_ms: u64,
     ids: IdGenerator,
+    /// A sender's current send: it moves on only once told the outcome.
+    send: u64,
 }
 
 struct Waiting {
@@ -217,6 +247,16 @@ struct Ledger {
     leaders: BTreeMap<(u16, u64), u64>,
     /// (slot, index) → the term applied there.
     terms_at: BTreeMap<(u16, u64), u64>,
+    /// (slot, send number) → where its first acknowledgement said it is.
+    sent: BTreeMap<(u16, u64), Coordinates>,
+    /// (slot, seq) → the payload every replica appended there (the first one sets it).
+    records: BTreeMap<(u16, u64), Bytes>,
+    /// (slot, payload) → its seq: a payload (a send number) stored twice is a violation.
+    stored_at: BTreeMap<(u16, Bytes), u64>,
+    /// (node, slot) → the seq the node's own copy of the partition continues at.
+    stream_next: BTreeMap<(u64, u16), u64>,
+    /// Slot → the highest cursor an acknowledged commit reported.
+    cursor_acked: BTreeMap<u16, u64>,
     violations: Vec<String>,
 }
 
@@ -233,6 +273,13 @@ struct Totals {
     acked: u64,
     superseded: u64,
     leader_terms: u64,
+    sends_acked: u64,
+    /// Acknowledged sends answered as duplicates of an earlier copy.
+    duplicates: u64,
+    commits_acked: u64,
+    /// Appended records a node never saw applied because a snapshot carried it past them
+    /// (its copy of the partition would fetch them from the leader).
+    stream_holes: u64,
 }
 
 struct Sim {
@@ -283,17 +330,24 @@ impl Sim {
             })
             .collect();
         let replaced = FIRST_VOTERS[rng.below(FIRST_VOTERS.len() as u64) as usize];
-        let per_slot = PUBLISHERS + CONSUMERS;
+        let per_slot = PUBLISHERS + CONSUMERS + SENDERS + READERS;
+        let kind_of = |i: u64| match i {
+            i if i < PUBLISHERS => Kind::Publisher,
+            i if i < PUBLISHERS + CONSUMERS => Kind::Consumer,
+            i if i < PUBLISHERS + CONSUMERS + SENDERS => Kind::Sender,
+            _ => Kind::Reader,
+        };
         let clients = (0..per_slot * SLOTS.len() as u64)
             .map(|index| Client {
                 index,
                 slot: SLOTS[(index / per_slot) as usize],
-                publisher: index % per_slot < PUBLISHERS,
+                kind: kind_of(index % per_slot),
                 target: 1 + rng.below(NODES),
                 waiting: None,
                 to_ack: Vec::new(),
                 next_at_ms: rng.below(100),
                 ids: IdGenerator::new([index as u8 + 1; 7]),
+                send: 0,
             })
             .collect();
         Sim {
@@ -539,9 +593,10 @@ impl Sim {
             let request = self.next_request(c);
             let cmd = self.command(c, &request);
             let now_ms = self.now_ms;
-            let result = match self.host(target) {
-                Some(host) => host.propose(slot, &cmd),
-                None => Err(HostRefused::Proposal(ProposalRefused::NotLeader {
+            let result = match (self.host(target), cmd) {
+                (Some(host), Proposed::Queue(cmd)) => host.propose(slot, &cmd),
+                (Some(host), Proposed::Stream(cmd)) => host.propose_stream(slot, &cmd),
+                (None, _) => Err(HostRefused::Proposal(ProposalRefused::NotLeader {
                     leader: None,
                 })),
             };
@@ -567,9 +622,11 @@ impl Sim {
                     }
                 }
                 Err(HostRefused::Proposal(
-                    ProposalRefused::TooMany | ProposalRefused::MembershipPending,
+                    ProposalRefused::TooMany
+                    | ProposalRefused::MembershipPending
+                    | ProposalRefused::Malformed,
                 )) => {
-                    unreachable!("a client waits for each reply, and proposes commands")
+                    unreachable!("a client waits for each reply, and proposes valid commands")
                 }
                 Err(HostRefused::UnknownSlot(slot)) => unreachable!("every node hosts {slot}"),
             }
@@ -577,21 +634,52 @@ impl Sim {
     }
 
     fn next_request(&mut self, c: usize) -> Request {
+        let slot = self.clients[c].slot;
+        // Anything from the first record to one past the newest acknowledged send.
+        let newest = self
+            .ledger
+            .sent
+            .range((slot, 0)..=(slot, u64::MAX))
+            .map(|(_, c)| c.seq)
+            .max()
+            .unwrap_or(0);
+        let commit_to = 1 + self.rng.below(newest + 1);
         let client = &mut self.clients[c];
-        if client.publisher {
+        match client.kind {
             // The id's first byte is its slot, as the server's ids are.
-            return Request::Publish(client.ids.next(client.slot));
-        }
-        match client.to_ack.pop() {
-            Some(id) => Request::Ack(id),
-            None => Request::Consume,
+            Kind::Publisher => Request::Publish(client.ids.next(client.slot)),
+            Kind::Consumer => match client.to_ack.pop() {
+                Some(id) => Request::Ack(id),
+                None => Request::Consume,
+            },
+            Kind::Sender => Request::Send(client.send),
+            Kind::Reader => Request::Commit(commit_to),
         }
     }
 
-    fn command(&self, c: usize, request: &Request) -> Command {
+    fn command(&self, c: usize, request: &Request) -> Proposed {
         let now_ns = (self.now_ms * 1_000_000) as i64;
         let client = &self.clients[c];
-        match request {
+        let queue = |cmd| Proposed::Queue(cmd);
+        queue(match request {
+            Request::Send(n) => {
+                let topic = stream_of(client.slot);
+                return Proposed::Stream(StreamCommand::Append(Append {
+                    dedup: Some(DedupKey::new("sender", &topic, &n.to_string()).expect("key")),
+                    topic,
+                    partition: 0,
+                    now_ns,
+                    key: Bytes::new(),
+                    headers: vec![],
+                    payload: send_payload(*n),
+                }));
+            }
+            Request::Commit(seq) => {
+                return Proposed::Stream(StreamCommand::Commit {
+                    key: reader_cursor(client.slot),
+                    seq: *seq,
+                })
+            }
             Request::Publish(id) => Command::Publish {
                 msg: message(*id, &queue_of(client.slot), now_ns),
             },
@@ -605,7 +693,7 @@ impl Sim {
                 now_ns,
             },
             Request::Ack(id) => Command::Ack { id: *id, now_ns },
-        }
+        })
     }
 
     /// A request whose reply did not come in time: its outcome stays unknown.
@@ -653,15 +741,18 @@ impl Sim {
                     _ => {}
                 }
             }
+            for (slot, appended) in out.appended {
+                self.check_appended(node, slot, appended);
+            }
             self.send_all(node, out.batches);
             for (slot, answer) in out.answers {
                 let outcome = match answer.outcome {
-                    Ok(Applied::Command(outcome)) => Ok(outcome),
                     // Membership progress is read from the groups themselves.
                     Ok(Applied::Membership(_)) => continue,
+                    Ok(applied) => Ok(applied),
                     Err(why) => Err(why),
                 };
-                if outcome == Err(NotApplied::Superseded) {
+                if matches!(outcome, Err(NotApplied::Superseded)) {
                     self.totals.superseded += 1;
                 }
                 self.answer(node, slot, answer.id, outcome);
@@ -674,7 +765,7 @@ impl Sim {
         node: u64,
         slot: u16,
         id: ProposalId,
-        outcome: Result<Outcome, NotApplied>,
+        outcome: Result<Applied, NotApplied>,
     ) {
         let Some(c) = self.clients.iter().position(|c| {
             c.slot == slot
@@ -687,6 +778,12 @@ impl Sim {
         let waiting = self.clients[c].waiting.take().expect("found above");
         let now_ms = self.now_ms;
         self.clients[c].next_at_ms = now_ms + 1 + self.rng.below(20);
+        let outcome = match outcome {
+            Ok(Applied::Stream(outcome)) => return self.answer_stream(c, waiting.request, outcome),
+            Ok(Applied::Command(outcome)) => Ok(outcome),
+            Ok(Applied::Membership(_)) => unreachable!("filtered out by the caller"),
+            Err(why) => Err(why),
+        };
         match (waiting.request, outcome) {
             (Request::Publish(id), Ok(Outcome::Published)) => {
                 self.ledger.published.insert(id);
@@ -715,6 +812,77 @@ impl Sim {
                 .violations
                 .push(format!("{request:?} answered {other:?}")),
         }
+    }
+
+    /// The outcome of a send or a commit the client was told.
+    fn answer_stream(&mut self, c: usize, request: Request, outcome: StreamOutcome) {
+        let slot = self.clients[c].slot;
+        match (request, outcome) {
+            (Request::Send(n), StreamOutcome::Appended { coords, duplicate }) => {
+                self.totals.sends_acked += 1;
+                self.totals.duplicates += u64::from(duplicate);
+                match self.ledger.sent.get(&(slot, n)) {
+                    Some(first) if *first != coords => self.ledger.violations.push(format!(
+                        "slot {slot} send {n} answered {coords:?}, first {first:?}"
+                    )),
+                    Some(_) => {}
+                    None => {
+                        self.ledger.sent.insert((slot, n), coords);
+                    }
+                }
+                if self.rng.below(RESEND_ONE_IN) != 0 {
+                    self.clients[c].send += 1;
+                }
+            }
+            (Request::Commit(_), StreamOutcome::Committed(commit)) => {
+                self.totals.commits_acked += 1;
+                let at = match commit {
+                    Commit::Stored { seq, .. } => seq,
+                    Commit::Unchanged { stored } => stored,
+                };
+                let acked = self.ledger.cursor_acked.entry(slot).or_default();
+                *acked = (*acked).max(at);
+            }
+            (request, outcome) => self
+                .ledger
+                .violations
+                .push(format!("{request:?} answered {outcome:?}")),
+        }
+    }
+
+    /// A record a node's replica appended: the same one at that seq on every node, and
+    /// each node's copy of the partition in order (or past a hole a snapshot made).
+    fn check_appended(&mut self, node: u64, slot: u16, appended: Appended) {
+        let Appended { record, .. } = appended;
+        let seq = record.seq;
+        match self.ledger.records.get(&(slot, seq)) {
+            Some(payload) if *payload != record.payload => self.ledger.violations.push(format!(
+                "node {node} appended {:?} at slot {slot} seq {seq}; another replica {payload:?}",
+                record.payload
+            )),
+            Some(_) => {}
+            None => {
+                self.ledger
+                    .records
+                    .insert((slot, seq), record.payload.clone());
+                if let Some(first) = self
+                    .ledger
+                    .stored_at
+                    .insert((slot, record.payload.clone()), seq)
+                {
+                    self.ledger.violations.push(format!(
+                        "slot {slot}: {:?} stored at seq {first} and again at {seq}",
+                        record.payload
+                    ));
+                }
+            }
+        }
+        let next = self.ledger.stream_next.entry((node, slot)).or_insert(1);
+        if seq > *next {
+            self.totals.stream_holes += seq - *next;
+        }
+        // Below `next`: a restart applying its log again; the same record, checked above.
+        *next = (*next).max(seq + 1);
     }
 
     /// Every 100 ms from `JOIN_MS` on, each slot's leader proposes the next step of the
@@ -843,6 +1011,8 @@ impl Sim {
                 "slot {slot}: replicas hold different broker states after settling"
             ));
         }
+        let found = stream_violations(&self.ledger, slot, &replicas);
+        self.ledger.violations.extend(found);
         for id in self.ledger.published.iter().filter(|id| id.slot() == slot) {
             let held = replicas[0].broker().holds(id);
             let acked = self.ledger.acked.contains(id);
@@ -858,6 +1028,76 @@ impl Sim {
             }
         }
     }
+}
+
+/// What the settled replicas of `slot` get wrong about the streams (see the header).
+fn stream_violations(ledger: &Ledger, slot: u16, replicas: &[&Replica]) -> Vec<String> {
+    let mut violations = Vec::new();
+    let states: Vec<Vec<u8>> = replicas
+        .iter()
+        .map(|r| {
+            let mut out = Vec::new();
+            r.streams().encode_snapshot(&mut out);
+            out
+        })
+        .collect();
+    if states.iter().any(|s| *s != states[0]) {
+        violations.push(format!(
+            "slot {slot}: replicas hold different stream states after settling"
+        ));
+    }
+    let streams = replicas[0].streams();
+    let next_seq = streams.position(&stream_of(slot), 0).next_seq;
+    let seqs: Vec<u64> = ledger
+        .records
+        .range((slot, 0)..=(slot, u64::MAX))
+        .map(|((_, seq), _)| *seq)
+        .collect();
+    if seqs != (1..next_seq).collect::<Vec<_>>() {
+        violations.push(format!(
+            "slot {slot}: records applied at {} seqs, the partition is at {next_seq}",
+            seqs.len()
+        ));
+    }
+    for ((_, n), coords) in ledger.sent.range((slot, 0)..=(slot, u64::MAX)) {
+        let held = ledger.records.get(&(slot, coords.seq));
+        if coords.seq >= next_seq || held != Some(&send_payload(*n)) {
+            violations.push(format!(
+                "slot {slot}: acknowledged send {n} at seq {} lost (holds {held:?})",
+                coords.seq
+            ));
+        }
+    }
+    let acked = ledger.cursor_acked.get(&slot).copied().unwrap_or(0);
+    let key = reader_cursor(slot);
+    for r in replicas {
+        let at = r.streams().cursors().get(&key).unwrap_or(0);
+        if at < acked {
+            violations.push(format!(
+                "slot {slot}: node {} holds the cursor at {at}, behind the acknowledged {acked}",
+                r.group().id()
+            ));
+        }
+    }
+    violations
+}
+
+/// What a client proposes: a command of either plane.
+enum Proposed {
+    Queue(Command),
+    Stream(StreamCommand),
+}
+
+fn stream_of(slot: u16) -> String {
+    format!("chat.dm.sim{slot}")
+}
+
+fn send_payload(n: u64) -> Bytes {
+    Bytes::from(format!("send-{n}"))
+}
+
+fn reader_cursor(slot: u16) -> CursorKey {
+    CursorKey::for_device(&stream_of(slot), 0, "reader", "device").expect("a valid key")
 }
 
 /// Each replica's view of its group, for a violation's report.
@@ -973,6 +1213,10 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
         all.acked += t.acked;
         all.superseded += t.superseded;
         all.leader_terms += t.leader_terms;
+        all.sends_acked += t.sends_acked;
+        all.duplicates += t.duplicates;
+        all.commits_acked += t.commits_acked;
+        all.stream_holes += t.stream_holes;
     }
     println!("{} seeds: {all:?}", seeds.len());
     if seeds.len() >= 50 {
@@ -994,6 +1238,10 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
             "no re-election: {all:?}"
         );
         assert!(all.published > 0 && all.acked > 0, "{all:?}");
+        assert!(
+            all.sends_acked > 0 && all.duplicates > 0 && all.commits_acked > 0,
+            "{all:?}"
+        );
     }
 }
 

@@ -1,0 +1,368 @@
+//! The messaging plane's part of a slot's replicated state (issue 15, design §9): what a
+//! slot's Raft group must agree on for the stream partitions that hash to the slot
+//! (`partition_slot`), so that every replica assigns the same sequence numbers, keeps the
+//! same cursors and answers a retried send the same way.
+//!
+//! Sans-IO and deterministic: [`StreamSlot::apply`] reads nothing but the command (the time
+//! comes in the command, proposed by the leader) and its own state, so replicas that apply
+//! the same commands in the same order hold the same state byte for byte
+//! ([`StreamSlot::encode_snapshot`]).
+//!
+//! What it holds per partition is the position (`next_seq`) and a running checksum of every
+//! record appended (`digest`), not the records: those are an effect ([`Appended`]) that each
+//! node writes into its own stream log, so a slot snapshot stays small whatever the
+//! partition's retention. Two replicas with the same `digest` at the same `next_seq` wrote
+//! the same records.
+//!
+//! Cursors ([`CursorMap`]) and dedup claims ([`DedupTable`]) are the single node's sans-IO
+//! types, applied here at the command's time: a dedup claim is taken and completed in one
+//! apply, so the replicated table never holds an in-flight claim, and a send retried after
+//! a failover finds the first copy's coordinates on whichever node leads next.
+//!
+//! Limits: the entries of the two tables are capped by their own caps (`CURSOR_KEYS_MAX`,
+//! the dedup `entries_max`); partitions per slot by [`PARTITIONS_PER_SLOT_MAX`]. The
+//! configuration ([`StreamSlotConfig`]) must be the same on every node, as the queue
+//! plane's `BrokerConfig` must.
+
+pub mod command;
+pub mod snapshot;
+
+#[cfg(test)]
+mod tests;
+
+use crate::messaging::cursor::{Commit, CursorError, CursorMap};
+use crate::messaging::dedup::{Claim, Coordinates, DedupTable};
+use boltq_io::record::{self, Record};
+pub use command::{Append, StreamCommand};
+use std::collections::BTreeMap;
+
+/// Most partitions one slot's state tracks (about 50 B each): a topic flood is refused
+/// past it instead of growing every replica's state and snapshot.
+pub const PARTITIONS_PER_SLOT_MAX: usize = 1_000_000;
+
+/// Longest message id an answer (and a dedup entry) carries: a longer `message_id` header
+/// is cut to it on a character boundary (the gateway's ids are far shorter).
+pub const MESSAGE_ID_BYTES_MAX: usize = 256;
+
+/// The first sequence number of a partition (as a stream log numbers its records).
+pub const FIRST_SEQ: u64 = 1;
+
+/// Settings every replica must share (zeros: the defaults).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StreamSlotConfig {
+    /// The dedup window (`messaging.dedup.ttl`); ≤ 0: the default.
+    pub dedup_ttl_ns: i64,
+    /// Dedup entries per slot; 0: the default.
+    pub dedup_entries_max: usize,
+}
+
+/// A partition's replicated position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The sequence number the next record gets.
+    pub next_seq: u64,
+    /// CRC-32C chained over the encoded frames of every record appended so far.
+    pub digest: u32,
+}
+
+impl Default for Position {
+    fn default() -> Self {
+        Position {
+            next_seq: FIRST_SEQ,
+            digest: 0,
+        }
+    }
+}
+
+/// What applying a command gave: the answer for whoever proposed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamOutcome {
+    /// Stored at `coords`; or, with `duplicate`, stored earlier by a send with the same
+    /// dedup key (nothing was appended this time).
+    Appended {
+        coords: Coordinates,
+        duplicate: bool,
+    },
+    Committed(Commit),
+    /// Refused alike by every replica; nothing changed.
+    Refused(String),
+}
+
+/// A record the slot appended: each node writes it into its own log of the partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    pub topic: String,
+    pub partition: u32,
+    pub record: Record,
+}
+
+#[derive(Debug)]
+pub struct StreamSlot {
+    partitions: BTreeMap<(String, u32), Position>,
+    cursors: CursorMap,
+    dedup: DedupTable,
+}
+
+impl StreamSlot {
+    pub fn new(cfg: StreamSlotConfig) -> StreamSlot {
+        StreamSlot {
+            dedup: DedupTable::new(cfg.dedup_ttl_ns, cfg.dedup_entries_max),
+            partitions: BTreeMap::new(),
+            cursors: CursorMap::new(),
+        }
+    }
+
+    /// The position of a partition (the first one for a partition never appended to).
+    pub fn position(&self, topic: &str, partition: u32) -> Position {
+        self.partitions
+            .get(&(topic.to_string(), partition))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    pub fn partitions(&self) -> impl Iterator<Item = (&(String, u32), &Position)> + '_ {
+        self.partitions.iter()
+    }
+
+    pub fn cursors(&self) -> &CursorMap {
+        &self.cursors
+    }
+
+    pub fn dedup(&self) -> &DedupTable {
+        &self.dedup
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.partitions.is_empty() && self.cursors.is_empty() && self.dedup.is_empty()
+    }
+
+    /// Applies one committed command.
+    pub fn apply(&mut self, cmd: &StreamCommand) -> (StreamOutcome, Option<Appended>) {
+        let applied = match cmd {
+            StreamCommand::Append(append) => self.append(append),
+            StreamCommand::Commit { key, seq } => {
+                let next_seq = self.position(key.topic(), key.partition()).next_seq;
+                let outcome = match self.cursors.commit(key, *seq, next_seq) {
+                    Ok(commit) => {
+                        debug_assert!(self.cursors.get(key).is_some_and(|c| c <= next_seq));
+                        StreamOutcome::Committed(commit)
+                    }
+                    Err(e) => StreamOutcome::Refused(cursor_refusal(&e)),
+                };
+                (outcome, None)
+            }
+        };
+        self.check_invariants();
+        applied
+    }
+
+    fn append(&mut self, append: &Append) -> (StreamOutcome, Option<Appended>) {
+        let now_ns = append.now_ns;
+        self.dedup.sweep(now_ns);
+        if let Some(key) = &append.dedup {
+            match self.dedup.claim(key, now_ns) {
+                Claim::Fresh => {}
+                Claim::Duplicate(coords) => {
+                    let outcome = StreamOutcome::Appended {
+                        coords,
+                        duplicate: true,
+                    };
+                    return (outcome, None);
+                }
+                // Claims are completed or released within this apply, so neither can
+                // happen; refused alike everywhere if the table says so anyway.
+                Claim::InFlight | Claim::Full => {
+                    return (refused("the dedup table refused the claim"), None)
+                }
+            }
+        }
+        let stored = self.store(append);
+        if let Some(key) = &append.dedup {
+            match &stored {
+                Ok((coords, _)) => {
+                    let completed = self.dedup.complete(key, coords.clone(), now_ns);
+                    assert!(completed, "the claim taken above is completed in place");
+                }
+                Err(_) => {
+                    self.dedup.release(key);
+                }
+            }
+        }
+        match stored {
+            Ok((coords, appended)) => (
+                StreamOutcome::Appended {
+                    coords,
+                    duplicate: false,
+                },
+                Some(appended),
+            ),
+            Err(why) => (refused(&why), None),
+        }
+    }
+
+    /// Numbers the record and moves the partition's position past it.
+    fn store(&mut self, append: &Append) -> Result<(Coordinates, Appended), String> {
+        let at = (append.topic.clone(), append.partition);
+        if !self.partitions.contains_key(&at) && self.partitions.len() >= PARTITIONS_PER_SLOT_MAX {
+            return Err(format!(
+                "this slot holds {PARTITIONS_PER_SLOT_MAX} partitions already"
+            ));
+        }
+        let position = self.partitions.get(&at).copied().unwrap_or_default();
+        let record = Record {
+            seq: position.next_seq,
+            timestamp_ns: append.now_ns,
+            flags: 0,
+            epoch: 0,
+            key: append.key.clone(),
+            headers: append.headers.clone(),
+            payload: append.payload.clone(),
+        };
+        let mut frame = Vec::new();
+        record::encode(&record, &mut frame).map_err(|e| e.to_string())?;
+        let next = Position {
+            next_seq: position.next_seq + 1,
+            digest: crc32c::crc32c_append(position.digest, &frame),
+        };
+        self.partitions.insert(at, next);
+        let message_id = record
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_ref() == b"message_id")
+            .map(|(_, v)| truncated(&String::from_utf8_lossy(v), MESSAGE_ID_BYTES_MAX).to_string())
+            .unwrap_or_default();
+        let coords = Coordinates {
+            message_id,
+            topic: append.topic.clone(),
+            partition: append.partition,
+            seq: record.seq,
+            timestamp_ns: record.timestamp_ns,
+        };
+        let appended = Appended {
+            topic: append.topic.clone(),
+            partition: append.partition,
+            record,
+        };
+        Ok((coords, appended))
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(self.partitions.len() <= PARTITIONS_PER_SLOT_MAX);
+        debug_assert!(self.partitions.values().all(|p| p.next_seq > FIRST_SEQ));
+    }
+}
+
+/// The longest prefix of `s` within `bytes_max` bytes, cut on a character boundary.
+fn truncated(s: &str, bytes_max: usize) -> &str {
+    if s.len() <= bytes_max {
+        return s;
+    }
+    let mut end = bytes_max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn refused(why: &str) -> StreamOutcome {
+    StreamOutcome::Refused(why.to_string())
+}
+
+fn cursor_refusal(e: &CursorError) -> String {
+    format!("cursor commit refused: {e}")
+}
+
+/// A bounded reader over untrusted bytes, shared by the command and snapshot decoders:
+/// every length is checked against what is left before anything is allocated.
+pub(crate) struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    pub(crate) fn left(&self) -> usize {
+        self.bytes.len() - self.at
+    }
+
+    pub(crate) fn at(&self) -> usize {
+        self.at
+    }
+
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], String> {
+        if n > self.left() {
+            return Err(format!(
+                "{what} at byte {} needs {n} bytes, {} left",
+                self.at,
+                self.left()
+            ));
+        }
+        let out = &self.bytes[self.at..self.at + n];
+        self.at += n;
+        Ok(out)
+    }
+
+    pub(crate) fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], String> {
+        let bytes = self.take(N, what)?;
+        Ok(bytes.try_into().expect("take returned N bytes"))
+    }
+
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8, String> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    pub(crate) fn u16(&mut self, what: &str) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.array(what)?))
+    }
+
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    pub(crate) fn i64(&mut self, what: &str) -> Result<i64, String> {
+        Ok(i64::from_le_bytes(self.array(what)?))
+    }
+
+    /// A `u16`-length-prefixed UTF-8 string of at most `bytes_max` bytes.
+    pub(crate) fn str16(&mut self, what: &str, bytes_max: usize) -> Result<&'a str, String> {
+        let len = usize::from(self.u16(what)?);
+        if len > bytes_max {
+            return Err(format!("{what} is {len} bytes, over {bytes_max}"));
+        }
+        let bytes = self.take(len, what)?;
+        std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+    }
+
+    /// A count of items that take at least `item_bytes_min` bytes each: refused when what
+    /// is left cannot hold that many, so a hostile count allocates nothing.
+    pub(crate) fn count(&mut self, what: &str, item_bytes_min: usize) -> Result<usize, String> {
+        let n = usize::try_from(self.u32(what)?).map_err(|_| format!("{what} overflows"))?;
+        if n.saturating_mul(item_bytes_min) > self.left() {
+            return Err(format!(
+                "{what} says {n} items; {} bytes cannot hold them",
+                self.left()
+            ));
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn finish(&self, what: &str) -> Result<(), String> {
+        match self.left() {
+            0 => Ok(()),
+            n => Err(format!("{n} bytes after the end of the {what}")),
+        }
+    }
+}
+
+pub(crate) fn put_str16(s: &str, out: &mut Vec<u8>) {
+    let len = u16::try_from(s.len()).expect("callers bound every string below 64 KiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}

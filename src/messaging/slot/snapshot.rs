@@ -1,0 +1,176 @@
+//! A [`StreamSlot`]'s state as bytes: the messaging part of a slot's Raft snapshot.
+//!
+//! ```text
+//! version u8 (1)
+//! partitions: count u32, then each: topic str16, partition u32, next_seq u64, digest u32
+//! cursors:    count u32, then each: body_len u16, a cursor commit record body
+//! dedup:      count u32, then each, oldest first: sender, conversation, client_msg_id,
+//!             message_id, topic (str16 each), partition u32, seq u64, timestamp_ns i64,
+//!             expires_ns i64
+//! ```
+//!
+//! Everything in a deterministic order (partitions and cursors by key, dedup entries by
+//! age), so equal states encode to equal bytes: the simulator compares replicas this way.
+//! Decoding bounds every count by the bytes left and checks every field as the command
+//! decoder does; a state that does not fit the configured caps is refused, not cut.
+
+use super::{
+    put_str16, Position, Reader, StreamSlot, StreamSlotConfig, FIRST_SEQ, MESSAGE_ID_BYTES_MAX,
+};
+use crate::messaging::cursor::{self, CURSOR_RECORD_BYTES_MAX};
+use crate::messaging::dedup::{
+    Coordinates, DedupKey, CLIENT_MSG_ID_BYTES_MAX, CONVERSATION_BYTES_MAX, SENDER_BYTES_MAX,
+};
+use crate::messaging::topic::{validate_topic, TOPIC_ENCODED_BYTES_MAX};
+
+pub const VERSION: u8 = 1;
+
+/// Smallest encoded partition, cursor and dedup entry: what bounds each count.
+const PARTITION_BYTES_MIN: usize = 2 + 1 + 4 + 8 + 4;
+const CURSOR_BYTES_MIN: usize = 2 + 1;
+const DEDUP_BYTES_MIN: usize = 5 * 2 + 4 + 8 + 8 + 8;
+
+impl StreamSlot {
+    pub fn encode_snapshot(&self, out: &mut Vec<u8>) {
+        out.push(VERSION);
+        put_count(self.partitions.len(), out);
+        for ((topic, partition), position) in &self.partitions {
+            put_str16(topic, out);
+            out.extend_from_slice(&partition.to_le_bytes());
+            out.extend_from_slice(&position.next_seq.to_le_bytes());
+            out.extend_from_slice(&position.digest.to_le_bytes());
+        }
+        put_count(self.cursors.len(), out);
+        let mut body = Vec::new();
+        for (key, seq) in self.cursors.snapshot() {
+            body.clear();
+            cursor::encode_commit(key, seq, &mut body);
+            let len = u16::try_from(body.len()).expect("a cursor record is under 64 KiB");
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        put_count(self.dedup.len(), out);
+        for (key, c, expires_ns) in self.dedup.completed_by_age() {
+            put_str16(&key.sender, out);
+            put_str16(&key.conversation, out);
+            put_str16(&key.client_msg_id, out);
+            put_str16(&c.message_id, out);
+            put_str16(&c.topic, out);
+            out.extend_from_slice(&c.partition.to_le_bytes());
+            out.extend_from_slice(&c.seq.to_le_bytes());
+            out.extend_from_slice(&c.timestamp_ns.to_le_bytes());
+            out.extend_from_slice(&expires_ns.to_le_bytes());
+        }
+    }
+
+    pub fn decode_snapshot(bytes: &[u8], cfg: StreamSlotConfig) -> Result<StreamSlot, String> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8("version")?;
+        if version != VERSION {
+            return Err(format!("messaging slot snapshot version {version} unknown"));
+        }
+        let mut slot = StreamSlot::new(cfg);
+        decode_partitions(&mut r, &mut slot)?;
+        decode_cursors(&mut r, &mut slot)?;
+        decode_dedup(&mut r, &mut slot)?;
+        r.finish("messaging slot snapshot")?;
+        Ok(slot)
+    }
+}
+
+fn decode_partitions(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String> {
+    let n = r.count("partition count", PARTITION_BYTES_MIN)?;
+    if n > super::PARTITIONS_PER_SLOT_MAX {
+        return Err(format!(
+            "{n} partitions, over {}",
+            super::PARTITIONS_PER_SLOT_MAX
+        ));
+    }
+    for _ in 0..n {
+        let topic = r.str16("topic", TOPIC_ENCODED_BYTES_MAX)?.to_string();
+        validate_topic(&topic).map_err(|e| format!("topic: {e}"))?;
+        let partition = r.u32("partition")?;
+        let next_seq = r.u64("next_seq")?;
+        let digest = r.u32("digest")?;
+        if next_seq <= FIRST_SEQ {
+            return Err(format!(
+                "{topic}/{partition}: next_seq {next_seq} with no record"
+            ));
+        }
+        let key = (topic, partition);
+        if let Some((last, _)) = slot.partitions.last_key_value() {
+            if *last >= key {
+                return Err("partitions out of order or repeated".into());
+            }
+        }
+        slot.partitions.insert(key, Position { next_seq, digest });
+    }
+    Ok(())
+}
+
+fn decode_cursors(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String> {
+    let n = r.count("cursor count", CURSOR_BYTES_MIN)?;
+    let mut last = None;
+    for _ in 0..n {
+        let len = usize::from(r.u16("cursor record length")?);
+        if len > CURSOR_RECORD_BYTES_MAX {
+            return Err(format!("cursor record of {len} bytes"));
+        }
+        let (key, seq) = cursor::decode_commit(r.take(len, "cursor record")?)
+            .map_err(|e| format!("cursor: {e}"))?;
+        if last.as_ref().is_some_and(|l| *l >= key) {
+            return Err("cursors out of order or repeated".into());
+        }
+        let next_seq = slot.position(key.topic(), key.partition()).next_seq;
+        if seq > next_seq {
+            return Err(format!("a cursor at {seq} past its partition's {next_seq}"));
+        }
+        match slot.cursors.commit(&key, seq, next_seq) {
+            Ok(cursor::Commit::Stored { .. }) => {}
+            Ok(cursor::Commit::Unchanged { .. }) => unreachable!("keys are new and ordered"),
+            Err(e) => return Err(format!("cursor: {e}")),
+        }
+        last = Some(key);
+    }
+    Ok(())
+}
+
+fn decode_dedup(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String> {
+    let n = r.count("dedup count", DEDUP_BYTES_MIN)?;
+    if n > slot.dedup.entries_max() {
+        return Err(format!(
+            "{n} dedup entries, over this node's cap of {}",
+            slot.dedup.entries_max()
+        ));
+    }
+    let mut last_expiry = i64::MIN;
+    for _ in 0..n {
+        let sender = r.str16("sender", SENDER_BYTES_MAX)?;
+        let conversation = r.str16("conversation", CONVERSATION_BYTES_MAX)?;
+        let id = r.str16("client_msg_id", CLIENT_MSG_ID_BYTES_MAX)?;
+        let key = DedupKey::new(sender, conversation, id).map_err(|e| format!("dedup: {e}"))?;
+        let message_id = r.str16("message_id", MESSAGE_ID_BYTES_MAX)?.to_string();
+        let topic = r.str16("topic", TOPIC_ENCODED_BYTES_MAX)?.to_string();
+        let coords = Coordinates {
+            message_id,
+            topic,
+            partition: r.u32("partition")?,
+            seq: r.u64("seq")?,
+            timestamp_ns: r.i64("timestamp_ns")?,
+        };
+        let expires_ns = r.i64("expires_ns")?;
+        if expires_ns < last_expiry {
+            return Err("dedup entries out of age order".into());
+        }
+        last_expiry = expires_ns;
+        if !slot.dedup.restore_completed(key, coords, expires_ns) {
+            return Err("a dedup key is repeated".into());
+        }
+    }
+    Ok(())
+}
+
+fn put_count(n: usize, out: &mut Vec<u8>) {
+    let n = u32::try_from(n).expect("every table is capped far below 2^32 entries");
+    out.extend_from_slice(&n.to_le_bytes());
+}
