@@ -64,6 +64,8 @@ async fn start(
         balance_every_ticks: 0,
         membership: None,
         link_tls: None,
+        streams: Default::default(),
+        stream_hooks: None,
     };
     let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
     (running, store, shared)

@@ -3,11 +3,15 @@
 //!
 //! ```text
 //! request = id:u64 | slot:u16 | command    (the entry bytes the leader proposes)
+//!         | id:u64 | slot:u16 | 0x4F | topic:str16 | partition:u32 | from:u64 | to:u64
+//!                                    (a read of records [from, to) of the asked node's
+//!                                     own copy of a partition: never proposed)
 //! reply   = id:u64 | status:u8 | body
 //!   status 0 applied: outcome        1 not leader: leader:u64 (0 = unknown)
 //!          2 superseded   3 unknown (maybe applied)   4 timed out   5 too many
 //!          6 stopped: text            7 unknown slot
 //!          8 applied (messaging): stream outcome
+//!          9 records: count:u32 | record frames (`boltq_io::record`) to the end, in seq order
 //! outcome = kind:u8 | fields (see `put_outcome`); messages = count:u32 | (len:u32 | publish record)*
 //! stream outcome = kind:u8 | fields (see `put_stream_outcome`)
 //! text    = len:u32 | UTF-8
@@ -23,10 +27,13 @@ use super::replica::NotApplied;
 use super::wire::{Reader, WireError};
 use crate::messaging::cursor::Commit;
 use crate::messaging::dedup::Coordinates;
+use crate::messaging::engine::replicated::StreamRead;
 use crate::messaging::slot::{command as stream_command, StreamCommand, StreamOutcome};
+use crate::messaging::topic::{validate_topic, TOPIC_ENCODED_BYTES_MAX};
 use crate::queue::broker::{Command, Outcome};
 use crate::queue::message::Message;
 use crate::queue::server::wal::record;
+use boltq_io::record::Record;
 use bytes::Bytes;
 use std::fmt;
 
@@ -37,12 +44,29 @@ pub enum SlotCommand {
     Stream(StreamCommand),
 }
 
-/// A command one node asks the slot's leader to run.
+/// The first byte of a read request's body, in the messaging commands' range but never a
+/// command (`messaging::slot::command` does not use it).
+pub const READ_TAG: u8 = 0x4F;
+/// Most record bytes one read's reply carries (more take more reads; a single larger
+/// record is still sent whole).
+pub const READ_BYTES_MAX: usize = 1024 * 1024;
+/// Most records one read's reply carries.
+pub const READ_RECORDS_MAX: usize = 4096;
+
+/// What one node asks another.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    /// Run this command (the asked node leads the slot).
+    Command(SlotCommand),
+    /// Send records of the asked node's own copy of a partition.
+    Read(StreamRead),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub id: u64,
     pub slot: u16,
-    pub cmd: SlotCommand,
+    pub asked: Asked,
 }
 
 /// What the leader answered.
@@ -56,6 +80,8 @@ pub enum Answer {
     TooMany,
     Stopped(String),
     UnknownSlot,
+    /// A read's records, in sequence order.
+    Records(Vec<Record>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -85,13 +111,25 @@ pub fn encode_request(r: &Request, out: &mut Vec<u8>) -> Result<(), ForwardError
     let start = out.len();
     out.extend_from_slice(&r.id.to_le_bytes());
     out.extend_from_slice(&r.slot.to_le_bytes());
-    match &r.cmd {
-        SlotCommand::Queue(cmd) => record::encode(cmd, out),
-        SlotCommand::Stream(cmd) => {
+    match &r.asked {
+        Asked::Command(SlotCommand::Queue(cmd)) => record::encode(cmd, out),
+        Asked::Command(SlotCommand::Stream(cmd)) => {
             if let Err(e) = stream_command::encode(cmd, out) {
                 out.truncate(start);
                 return Err(ForwardError(e));
             }
+        }
+        Asked::Read(read) => {
+            if validate_topic(&read.topic).is_err() || read.topic.len() > TOPIC_ENCODED_BYTES_MAX {
+                out.truncate(start);
+                return Err(ForwardError(format!("read of topic {:?}", read.topic)));
+            }
+            out.push(READ_TAG);
+            out.extend_from_slice(&(read.topic.len() as u16).to_le_bytes());
+            out.extend_from_slice(read.topic.as_bytes());
+            out.extend_from_slice(&read.partition.to_le_bytes());
+            out.extend_from_slice(&read.from_seq.to_le_bytes());
+            out.extend_from_slice(&read.to_seq.to_le_bytes());
         }
     }
     Ok(())
@@ -102,14 +140,42 @@ pub fn decode_request(bytes: Bytes) -> Result<Request, ForwardError> {
     let id = r.u64("request id")?;
     let slot = r.u16("slot")?;
     let cmd = r.take(r.remaining(), "command")?;
-    let cmd = if stream_command::is_stream_command(&cmd) {
-        SlotCommand::Stream(
+    let asked = if cmd.first() == Some(&READ_TAG) {
+        Asked::Read(decode_read(&cmd[1..])?)
+    } else if stream_command::is_stream_command(&cmd) {
+        Asked::Command(SlotCommand::Stream(
             stream_command::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?,
-        )
+        ))
     } else {
-        SlotCommand::Queue(record::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?)
+        Asked::Command(SlotCommand::Queue(
+            record::decode(&cmd).map_err(|e| ForwardError(format!("command: {e}")))?,
+        ))
     };
-    Ok(Request { id, slot, cmd })
+    Ok(Request { id, slot, asked })
+}
+
+fn decode_read(body: &[u8]) -> Result<StreamRead, ForwardError> {
+    let mut r = crate::messaging::slot::Reader::new(body);
+    let read = (|| {
+        let topic = r.str16("topic", TOPIC_ENCODED_BYTES_MAX)?.to_string();
+        validate_topic(&topic).map_err(|e| format!("topic: {e}"))?;
+        let read = StreamRead {
+            topic,
+            partition: r.u32("partition")?,
+            from_seq: r.u64("from")?,
+            to_seq: r.u64("to")?,
+        };
+        r.finish("read")?;
+        Ok::<_, String>(read)
+    })()
+    .map_err(|e| ForwardError(format!("read: {e}")))?;
+    if read.from_seq == 0 || read.from_seq >= read.to_seq {
+        return Err(ForwardError(format!(
+            "read of [{}, {}): an empty or backwards range",
+            read.from_seq, read.to_seq
+        )));
+    }
+    Ok(read)
 }
 
 pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
@@ -136,7 +202,54 @@ pub fn encode_reply(reply: &Reply, out: &mut Vec<u8>) {
             out.push(8);
             put_stream_outcome(outcome, out);
         }
+        Answer::Records(records) => {
+            out.push(9);
+            put_records(records, out);
+        }
     }
+}
+
+/// A record that does not encode (none a log held does) ends the list there; the reader
+/// asks again from the first one it lacks.
+fn put_records(records: &[Record], out: &mut Vec<u8>) {
+    let count_at = out.len();
+    out.extend_from_slice(&0u32.to_le_bytes());
+    let mut count = 0u32;
+    for record in records.iter().take(READ_RECORDS_MAX) {
+        if boltq_io::record::encode(record, out).is_err() {
+            break;
+        }
+        count += 1;
+    }
+    out[count_at..count_at + 4].copy_from_slice(&count.to_le_bytes());
+}
+
+/// The records to the end of the reply.
+fn records(r: &mut Reader) -> Result<Vec<Record>, ForwardError> {
+    let count = r.u32("record count")? as usize;
+    let frame_min = boltq_io::record::FRAME_HEADER_BYTES + boltq_io::record::BODY_FIXED_BYTES;
+    if count > READ_RECORDS_MAX || count > r.remaining() / frame_min {
+        return Err(ForwardError(format!(
+            "{count} records in {} bytes",
+            r.remaining()
+        )));
+    }
+    let rest = r.take(r.remaining(), "records")?;
+    let mut at = 0;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (view, len) = boltq_io::record::decode(&rest[at..])
+            .map_err(|e| ForwardError(format!("record: {e}")))?;
+        out.push(view.to_record());
+        at += len;
+    }
+    if at != rest.len() {
+        return Err(ForwardError(format!(
+            "{} bytes after the records",
+            rest.len() - at
+        )));
+    }
+    Ok(out)
 }
 
 pub fn decode_reply(bytes: Bytes) -> Result<Reply, ForwardError> {
@@ -155,6 +268,7 @@ pub fn decode_reply(bytes: Bytes) -> Result<Reply, ForwardError> {
         6 => Answer::Stopped(text(&mut r, "reason")?),
         7 => Answer::UnknownSlot,
         8 => Answer::StreamApplied(stream_outcome(&mut r)?),
+        9 => Answer::Records(records(&mut r)?),
         s => return Err(ForwardError(format!("unknown status {s}"))),
     };
     if r.remaining() > 0 {
@@ -444,6 +558,23 @@ mod tests {
             Answer::TooMany,
             Answer::Stopped("disk".into()),
             Answer::UnknownSlot,
+            Answer::Records(vec![]),
+            Answer::Records(vec![
+                Record {
+                    seq: 4,
+                    timestamp_ns: 9,
+                    payload: Bytes::from_static(b"four"),
+                    ..Record::default()
+                },
+                Record {
+                    seq: 5,
+                    timestamp_ns: 10,
+                    key: Bytes::from_static(b"k"),
+                    headers: vec![(Bytes::from_static(b"h"), Bytes::from_static(b"v"))],
+                    payload: Bytes::from_static(b"five"),
+                    ..Record::default()
+                },
+            ]),
         ]);
         answers
     }
@@ -475,12 +606,33 @@ mod tests {
             let req = Request {
                 id: 42,
                 slot: 3,
-                cmd,
+                asked: Asked::Command(cmd),
             };
             let mut bytes = Vec::new();
             encode_request(&req, &mut bytes).expect("within limits");
             assert_eq!(decode_request(bytes.into()).unwrap(), req);
         }
+        let read = Request {
+            id: 43,
+            slot: 9,
+            asked: Asked::Read(StreamRead {
+                topic: "chat.dm.a".into(),
+                partition: 2,
+                from_seq: 5,
+                to_seq: 70,
+            }),
+        };
+        let mut bytes = Vec::new();
+        encode_request(&read, &mut bytes).expect("a valid read");
+        assert_eq!(decode_request(bytes.clone().into()).unwrap(), read);
+        for cut in 0..bytes.len() {
+            assert!(decode_request(Bytes::copy_from_slice(&bytes[..cut])).is_err());
+        }
+        // An empty or backwards range is refused.
+        let at_to = bytes.len() - 8;
+        bytes[at_to..].copy_from_slice(&5u64.to_le_bytes());
+        let err = decode_request(bytes.into()).expect_err("empty range");
+        assert!(err.to_string().contains("empty or backwards"), "{err}");
         for (id, answer) in every_answer().into_iter().enumerate() {
             let reply = Reply {
                 id: id as u64,

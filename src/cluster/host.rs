@@ -9,7 +9,7 @@ use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
-use crate::messaging::slot::{Appended, StreamCommand};
+use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
 use crate::queue::broker::{BrokerConfig, Command, Effect};
 use raft::prelude::Message;
 use std::collections::BTreeMap;
@@ -58,6 +58,7 @@ impl Host {
         slots: &[u16],
         mut image: impl FnMut(u16) -> Recovered,
         cfg: &BrokerConfig,
+        streams: &StreamSlotConfig,
         snapshot_every_entries: u64,
         mut election: impl FnMut() -> ElectionTicks,
     ) -> Result<Host, String> {
@@ -67,6 +68,7 @@ impl Host {
                 node_id,
                 image(slot),
                 cfg.clone(),
+                streams.clone(),
                 snapshot_every_entries,
                 election(),
             )
@@ -264,6 +266,7 @@ mod tests {
             &[4, 5],
             |_| Recovered::new_group(&[1, 2, 3], 1),
             &BrokerConfig::default(),
+            &StreamSlotConfig::default(),
             100,
             || ELECTION_TICKS,
         )

@@ -24,11 +24,15 @@ use super::metrics::NodeMetrics;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
-use crate::messaging::slot::{Appended, StreamCommand, StreamOutcome, StreamSlot};
+use crate::messaging::engine::replicated::StreamRead;
+use crate::messaging::slot::{
+    Appended, StreamCommand, StreamOutcome, StreamSlot, StreamSlotConfig,
+};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
 use crate::queue::server::replicated::SlotStatus;
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
+use boltq_io::record::Record;
 use boltq_io::Store;
 use raft::prelude::ConfState;
 use std::cell::RefCell;
@@ -70,6 +74,17 @@ pub struct NodeConfig {
     /// TLS on the links this node dials (`server.tls`); `None`: plain TCP. Its listener
     /// speaks TLS when it is built with the server's certificate.
     pub link_tls: Option<Arc<rustls::ClientConfig>>,
+    /// The messaging state's settings, the same on every member.
+    pub streams: StreamSlotConfig,
+    /// The messaging plane's logs on this node, from the first round on (a restart applies
+    /// its log again before anyone could set them later); `None`: the plane is off here
+    /// (records are dropped, peers' reads refused).
+    pub stream_hooks: Option<StreamHooks>,
+}
+
+pub struct StreamHooks {
+    pub sink: StreamSink,
+    pub reader: StreamReader,
 }
 
 /// What a node needs to follow the member directory.
@@ -129,6 +144,12 @@ pub type Observer = Box<dyn Fn(Vec<(u16, Effect)>, &[u16])>;
 pub type StreamSink =
     Box<dyn Fn(Vec<(u16, Appended)>) -> Pin<Box<dyn Future<Output = Result<(), String>>>>>;
 
+/// Reads records of this node's copy of a partition for a peer filling a hole in its own
+/// (at most `forward::READ_BYTES_MAX` bytes and `READ_RECORDS_MAX` records, from the
+/// first asked for, in order).
+pub type StreamReader =
+    Box<dyn Fn(StreamRead) -> Pin<Box<dyn Future<Output = Result<Vec<Record>, String>>>>>;
+
 #[derive(Default)]
 struct Waiter {
     answer: RefCell<Option<Result<Applied, NotApplied>>>,
@@ -149,6 +170,7 @@ pub struct Node {
     failed: RefCell<Option<String>>,
     observer: RefCell<Option<Observer>>,
     stream_sink: RefCell<Option<Rc<StreamSink>>>,
+    stream_reader: RefCell<Option<Rc<StreamReader>>>,
     metrics: RefCell<NodeMetrics>,
     /// The leader each hosted group had at the end of the last round.
     leaders: RefCell<BTreeMap<u16, Option<u64>>>,
@@ -190,7 +212,7 @@ impl Node {
     /// Replays every slot's raft log from `store`, starts the links to the peers, accepts
     /// theirs on `listener`, and starts the loop.
     pub async fn start(
-        cfg: NodeConfig,
+        mut cfg: NodeConfig,
         store: Rc<Store>,
         listener: Listener,
     ) -> Result<Running, String> {
@@ -215,9 +237,14 @@ impl Node {
             &cfg.slots,
             |slot| recovered.remove(&slot).expect("opened above"),
             &cfg.broker,
+            &cfg.streams,
             cfg.snapshot_every_entries,
             || election,
         )?;
+        let (stream_sink, stream_reader) = match cfg.stream_hooks.take() {
+            Some(h) => (Some(Rc::new(h.sink)), Some(Rc::new(h.reader))),
+            None => (None, None),
+        };
         let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone());
         let node_id = cfg.node_id;
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
@@ -237,7 +264,8 @@ impl Node {
             next_request_id: std::cell::Cell::new(1),
             failed: RefCell::new(None),
             observer: RefCell::new(None),
-            stream_sink: RefCell::new(None),
+            stream_sink: RefCell::new(stream_sink),
+            stream_reader: RefCell::new(stream_reader),
             metrics: RefCell::new(NodeMetrics::default()),
             leaders: RefCell::new(BTreeMap::new()),
             misrouted: std::cell::Cell::new((0, None)),
@@ -470,6 +498,11 @@ impl Node {
             };
             match answer {
                 Some(Answer::Applied(outcome)) => return Ok(Applied::Command(outcome)),
+                Some(Answer::Records(_)) => {
+                    return Err(ProposeError::Stopped(
+                        "a command answered with records".into(),
+                    ))
+                }
                 Some(Answer::StreamApplied(outcome)) => return Ok(Applied::Stream(outcome)),
                 Some(Answer::NotApplied(why)) => return Err(ProposeError::NotApplied(why)),
                 Some(Answer::TimedOut) => return Err(ProposeError::TimedOut),
@@ -496,14 +529,54 @@ impl Node {
         cmd: &SlotCommand,
         timeout: Duration,
     ) -> Option<Answer> {
+        let asked = forward::Asked::Command(cmd.clone());
+        self.ask(leader, slot, asked, timeout, true).await
+    }
+
+    /// Reads records of a partition from another node's copy (`StreamRead`): the slot's
+    /// leader first, then each other member, until one sends some. Err: none did within
+    /// `timeout` (each says why).
+    pub async fn read_stream(
+        &self,
+        slot: u16,
+        read: &StreamRead,
+        timeout: Duration,
+    ) -> Result<Vec<Record>, String> {
+        let mut peers: Vec<u64> = self.leader(slot).into_iter().collect();
+        if let Some(conf) = self.membership(slot) {
+            peers.extend(conf.voters.iter().chain(&conf.learners).copied());
+        }
+        peers.retain(|&p| p != self.id());
+        peers.dedup();
+        let mut why = Vec::new();
+        for peer in peers {
+            let asked = forward::Asked::Read(read.clone());
+            match self.ask(peer, slot, asked, timeout, false).await {
+                Some(Answer::Records(records)) if !records.is_empty() => return Ok(records),
+                Some(Answer::Records(_)) => why.push(format!("node {peer}: no records")),
+                Some(Answer::Stopped(e)) => why.push(format!("node {peer}: {e}")),
+                Some(other) => why.push(format!("node {peer}: {other:?}")),
+                None => why.push(format!("node {peer}: not reachable")),
+            }
+        }
+        Err(format!("no member sent the records: {}", why.join("; ")))
+    }
+
+    /// Sends `asked` to node `peer` and waits for its answer. None: it could not be sent.
+    /// With `until_leader_changes`, the wait also ends once `peer` no longer leads `slot`.
+    async fn ask(
+        &self,
+        peer: u64,
+        slot: u16,
+        asked: forward::Asked,
+        timeout: Duration,
+        until_leader_changes: bool,
+    ) -> Option<Answer> {
+        let leader = peer;
         let id = self.next_request_id.get();
         self.next_request_id.set(id + 1);
-        let request = forward::Request {
-            id,
-            slot,
-            cmd: cmd.clone(),
-        };
-        if !self.outbound.borrow().send_forward(leader, &request) {
+        let request = forward::Request { id, slot, asked };
+        if !self.outbound.borrow().send_forward(peer, &request) {
             return None;
         }
         let waiter = Rc::new(ReplyWaiter::default());
@@ -517,7 +590,7 @@ impl Node {
             // Sent and unanswered: it may have been applied, so it is not sent again. The
             // wait ends once this node sees another leader (or none): a leader that died
             // or was deposed never answers.
-            if self.leader(slot) != Some(leader) {
+            if until_leader_changes && self.leader(slot) != Some(leader) {
                 break Answer::NotApplied(NotApplied::Unknown);
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -542,7 +615,26 @@ impl Node {
     /// a node that no longer leads says so, and the sender asks whoever leads now.
     async fn serve_forwarded(self: Rc<Self>, from: u64, request: forward::Request) {
         let timeout = Duration::from_millis(FORWARDED_TIMEOUT_MS);
-        let answer = match self.propose_any(request.slot, &request.cmd, timeout).await {
+        let cmd = match request.asked {
+            forward::Asked::Command(cmd) => cmd,
+            forward::Asked::Read(read) => {
+                let reader = self.stream_reader.borrow().clone();
+                let answer = match reader {
+                    Some(reader) => match reader(read).await {
+                        Ok(records) => Answer::Records(records),
+                        Err(e) => Answer::Stopped(e),
+                    },
+                    None => Answer::Stopped("the messaging plane is off on this node".into()),
+                };
+                let reply = forward::Reply {
+                    id: request.id,
+                    answer,
+                };
+                self.outbound.borrow().send_reply(from, &reply);
+                return;
+            }
+        };
+        let answer = match self.propose_any(request.slot, &cmd, timeout).await {
             Ok(Applied::Command(outcome)) => Answer::Applied(outcome),
             Ok(Applied::Stream(outcome)) => Answer::StreamApplied(outcome),
             Ok(Applied::Membership(_)) => unreachable!("commands apply as commands"),

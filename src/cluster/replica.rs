@@ -123,6 +123,7 @@ impl Replica {
         node_id: u64,
         recovered: Recovered,
         cfg: BrokerConfig,
+        streams_cfg: streams::StreamSlotConfig,
         snapshot_every_entries: u64,
         election: ElectionTicks,
     ) -> Result<Replica, String> {
@@ -130,7 +131,6 @@ impl Replica {
         let Recovered { storage, log } = recovered;
         let snapshot = storage.newest_snapshot();
         let applied = snapshot.get_metadata().index;
-        let streams_cfg = streams::StreamSlotConfig::default();
         let (broker, streams) = slot_snapshot::decode(&snapshot.data, &cfg, &streams_cfg)?;
         let group = Group::new(node_id, storage, applied, election)?;
         Ok(Replica {

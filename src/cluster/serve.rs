@@ -13,6 +13,9 @@
 use super::directory::{Directory, Role};
 use super::node::{Node, NodeConfig, ProposeError, Running};
 use super::replica::NotApplied;
+use crate::messaging::engine::mesh::StreamError;
+use crate::messaging::engine::replicated::{StreamRead, StreamReplication};
+use crate::messaging::slot::{StreamCommand, StreamOutcome, StreamSlot};
 use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
 use crate::queue::server::plane::{now_ns, Plane};
 use crate::queue::server::replicated::{
@@ -21,6 +24,7 @@ use crate::queue::server::replicated::{
 use crate::queue::server::waiters::Answer;
 use boltq_io::event::Event;
 use boltq_io::listener::Listener;
+use boltq_io::record::Record;
 use boltq_io::Store;
 use boltq_shards::metrics::Histogram;
 use std::cell::RefCell;
@@ -156,7 +160,7 @@ impl Replication {
             let done = move |_, _| {
                 sweeping.borrow_mut().remove(&(slot, consumer));
             };
-            self.submit(slot, Command::Disconnect { consumer }, Box::new(done));
+            Replicated::submit(self, slot, Command::Disconnect { consumer }, Box::new(done));
         }
     }
 }
@@ -228,7 +232,12 @@ impl Replicated for Replication {
             .remove(&consumer)
             .unwrap_or_default();
         for slot in slots {
-            self.submit(slot, Command::Disconnect { consumer }, Box::new(|_, _| {}));
+            Replicated::submit(
+                self,
+                slot,
+                Command::Disconnect { consumer },
+                Box::new(|_, _| {}),
+            );
         }
     }
 
@@ -283,6 +292,53 @@ impl Replicated for Replication {
                 }
             }
             node.settle(&name, Duration::from_millis(wait_ms)).await
+        })
+    }
+}
+
+/// The messaging engine's side of the seam: its sends, cursor commits and dedup claims go
+/// through the same slot groups as the queue plane's commands.
+impl StreamReplication for Replication {
+    fn submit(
+        &self,
+        slot: u16,
+        cmd: StreamCommand,
+    ) -> Pin<Box<dyn Future<Output = Result<StreamOutcome, StreamError>>>> {
+        let node = Rc::clone(&self.node);
+        let latency = self.commit_latency.clone();
+        Box::pin(async move {
+            let started = Instant::now();
+            let timeout = Duration::from_millis(CLUSTER_SUBMIT_TIMEOUT_MS);
+            let outcome = node.submit_stream(slot, &cmd, timeout).await;
+            latency.record(started.elapsed().as_micros() as u64);
+            outcome.map_err(|e| match e {
+                ProposeError::Malformed => StreamError::Invalid(
+                    "the record does not fit the replicated log's limits".into(),
+                ),
+                // Retryable: a device resends with the same client_msg_id, which the
+                // group's dedup claims answer with the first copy if it was stored.
+                e => StreamError::Limited(refusal_text(slot, &e)),
+            })
+        })
+    }
+
+    fn with_slot(&self, slot: u16, f: &mut dyn FnMut(&StreamSlot)) {
+        self.node.with_streams(slot, |s| f(s));
+    }
+
+    fn leads(&self, slot: u16) -> bool {
+        self.node.leader(slot) == Some(self.node.id())
+    }
+
+    fn read_from_peers(
+        &self,
+        slot: u16,
+        read: StreamRead,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Record>, String>>>> {
+        let node = Rc::clone(&self.node);
+        Box::pin(async move {
+            let timeout = Duration::from_millis(CLUSTER_SUBMIT_TIMEOUT_MS);
+            node.read_stream(slot, &read, timeout).await
         })
     }
 }

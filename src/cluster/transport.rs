@@ -650,7 +650,9 @@ mod tests {
             let request = forward::Request {
                 id: 9,
                 slot: 5,
-                cmd: forward::SlotCommand::Queue(crate::queue::broker::Command::Tick { now_ns: 3 }),
+                asked: forward::Asked::Command(forward::SlotCommand::Queue(
+                    crate::queue::broker::Command::Tick { now_ns: 3 },
+                )),
             };
             assert!(out.send_forward(1, &request));
             let reply = forward::Reply {

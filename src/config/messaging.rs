@@ -410,8 +410,9 @@ pub struct DedupConfig {
     /// Must exceed the longest client retry window. Default `"10m"`; > 0.
     #[serde(with = "duration::as_string")]
     pub ttl: Duration,
-    /// Memory cap in entries; 0 (default) = unlimited. (v1 did not enforce
-    /// it.)
+    /// Memory cap in entries; 0 (default): 100,000 per shard, or with `cluster.enabled`
+    /// 10,000 per slot (the number is node-wide there, shared over the slots). v1 did not
+    /// enforce it.
     pub max_entries: u64,
 }
 

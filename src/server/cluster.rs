@@ -9,8 +9,9 @@
 use super::ServerError;
 use crate::cluster::directory::{check_advertised, check_name, raft_id, Directory, Member, Role};
 use crate::cluster::group::{ElectionTicks, ELECTION_TICKS};
-use crate::cluster::node::{MembershipConfig, NodeConfig};
+use crate::cluster::node::{MembershipConfig, NodeConfig, StreamHooks};
 use crate::config::{split_host_port, split_peer, Config};
+use crate::messaging::slot::StreamSlotConfig;
 use crate::queue::broker::BrokerConfig;
 use crate::queue::server::replicated::ClusterView;
 use boltq_io::listener::SharedListener;
@@ -117,6 +118,21 @@ pub fn refuse_cluster_data(data_dir: &Path) -> Result<(), ServerError> {
         return Err(ServerError(format!(
             "cluster.enabled is false, but this data dir holds a cluster member's replicated queues ({}), which a single node would not serve: start with cluster.enabled and this member's cluster settings, or, to run it alone, have it leave its cluster and start on another data dir",
             groups.display()
+        )));
+    }
+    Ok(())
+}
+
+/// A first clustered start (no raft group has written a log here yet) on a data dir where
+/// the messaging plane ran alone: a node's copy of a partition keeps the records it holds
+/// at each sequence number, so the single node's records would be served as the
+/// cluster's. Refused; `topics` is how many stream topics the data dir's catalog lists.
+pub fn refuse_single_node_streams(data_dir: &Path, topics: usize) -> Result<(), ServerError> {
+    let groups = boltq_io::store::logs_root(data_dir).join("cluster");
+    let clustered_before = std::fs::read_dir(&groups).is_ok_and(|mut e| e.next().is_some());
+    if topics > 0 && !clustered_before {
+        return Err(ServerError(format!(
+            "cluster.enabled: this data dir holds {topics} stream topic(s) of a messaging plane that ran as a single node, which a cluster member would serve as the cluster's records: start clustered on another data dir (carrying a single node's streams into a cluster is not built)"
         )));
     }
     Ok(())
@@ -230,8 +246,17 @@ impl ClusterPlan {
 
     /// What shard `shard`'s raft node runs with: the groups of `slots`, linked to shard
     /// `shard` of every member.
-    pub fn node_config(&self, shard: usize, slots: Vec<u16>, broker: BrokerConfig) -> NodeConfig {
+    pub fn node_config(
+        &self,
+        shard: usize,
+        slots: Vec<u16>,
+        broker: BrokerConfig,
+        streams: StreamSlotConfig,
+        stream_hooks: Option<StreamHooks>,
+    ) -> NodeConfig {
         NodeConfig {
+            streams,
+            stream_hooks,
             node_id: self.node_id,
             peers: BTreeMap::new(),
             slots,
@@ -250,6 +275,23 @@ impl ClusterPlan {
             }),
             link_tls: self.link_tls.clone(),
         }
+    }
+}
+
+/// Dedup entries each slot's messaging state keeps when `messaging.dedup.max_entries` is 0
+/// (2,560,000 per node: every node holds every slot).
+pub const DEDUP_ENTRIES_PER_SLOT_DEFAULT: usize = 10_000;
+
+/// The messaging state's settings on every slot: the dedup window as configured, and
+/// `messaging.dedup.max_entries` (a node-wide number) shared out over the slots.
+pub fn stream_slot_config(m: &crate::config::MessagingConfig) -> StreamSlotConfig {
+    let per_slot = match m.dedup.max_entries {
+        0 => DEDUP_ENTRIES_PER_SLOT_DEFAULT,
+        n => usize::try_from(n.div_ceil(u64::from(boltq_shards::SLOTS))).unwrap_or(usize::MAX),
+    };
+    StreamSlotConfig {
+        dedup_ttl_ns: i64::try_from(m.dedup.ttl.as_nanos()).unwrap_or(i64::MAX),
+        dedup_entries_max: per_slot,
     }
 }
 
@@ -416,6 +458,20 @@ fn with_port_offset(mut addr: SocketAddr, shard: usize) -> Result<SocketAddr, Se
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_node_streams_are_refused_on_a_first_clustered_start_only() {
+        let dir = boltq_io::testutil::TempDir::new("streams-refused");
+        let err = refuse_single_node_streams(dir.path(), 2).unwrap_err();
+        assert!(err.0.contains("2 stream topic(s)"), "{}", err.0);
+        refuse_single_node_streams(dir.path(), 0).expect("no streams: nothing to hide");
+        // Once its raft groups wrote logs, its topics are the cluster's.
+        let groups = boltq_io::store::logs_root(dir.path())
+            .join("cluster")
+            .join("000");
+        std::fs::create_dir_all(&groups).unwrap();
+        refuse_single_node_streams(dir.path(), 2).expect("a member's own topics");
+    }
 
     #[test]
     fn boots_are_remembered_across_starts_up_to_the_limit() {

@@ -81,11 +81,6 @@ pub fn refuse_unbuilt_features(config: &Config) -> Result<(), String> {
     let clustered = cl.enabled;
     let unbuilt = [
         (
-            clustered && config.messaging.stream.enabled,
-            "messaging.stream.enabled = true with cluster.enabled = true",
-            "the replicated messaging plane",
-        ),
-        (
             clustered && config.storage.mode == StorageMode::Memory,
             "cluster.enabled = true with storage.mode = \"memory\"",
             "clustering without disk storage (each slot's raft log is on disk)",
@@ -183,6 +178,9 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         ),
         _ => None,
     };
+    if let (Some(s), Some(m), true) = (&store, &messaging, config.cluster.enabled) {
+        cluster::refuse_single_node_streams(&s.data_dir, m.topics.len())?;
+    }
     let gateway_listener = bind_gateway(&config, messaging.is_some())?;
     let bound: Vec<(&str, SocketAddr)> = [("tcp", &tcp), ("http", &http)]
         .into_iter()
@@ -435,11 +433,15 @@ mod tests {
         joining.cluster.non_voter = true;
         joining.cluster.bootstrap = true;
         assert_eq!(refuse_unbuilt_features(&joining), Ok(()), "joins are built");
+        let mut messaging = clustered();
+        messaging.messaging.stream.enabled = true;
+        assert_eq!(
+            refuse_unbuilt_features(&messaging),
+            Ok(()),
+            "the messaging plane on the slot groups is built"
+        );
         type Change = fn(&mut Config);
-        let cases: [(&str, Change); 3] = [
-            ("messaging.stream.enabled", |c| {
-                c.messaging.stream.enabled = true
-            }),
+        let cases: [(&str, Change); 2] = [
             ("storage.mode", |c| c.storage.mode = StorageMode::Memory),
             ("server.shards", |c| c.server.shards = 0),
         ];

@@ -57,7 +57,25 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         },
     )
     .await?;
-    if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane)?, &store) {
+    // Before the cluster: its node writes the stream records it applies into the engine's
+    // logs from its first round on.
+    let (engine, gateway) = match (&plan.messaging, &store) {
+        (Some(m), Some(store)) => {
+            let (e, g) = m
+                .start(shard.port(), shard.port(), Rc::clone(store))
+                .await?;
+            if let Some(g) = &g {
+                g.configure_ephemeral(
+                    &plan.config.messaging.presence,
+                    &plan.config.messaging.signals,
+                );
+            }
+            (Some(e), g)
+        }
+        _ => (None, None),
+    };
+    let hooks = engine.as_ref().map(stream_hooks);
+    if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane, hooks)?, &store) {
         if !all_planes_started(&shard, &plan).await {
             // Another shard failed and stopped the server; it reports why.
             return Ok(());
@@ -68,6 +86,9 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
             Rc::downgrade(&plane),
         )
         .await?;
+        if let Some(engine) = &engine {
+            engine.set_replication(Rc::clone(&replication) as _);
+        }
         plane.set_replication(replication);
     }
     let seeds_name = plan
@@ -95,21 +116,6 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         let sweep_interval_ms = plan.config.cache.cleanup_sec.max(1) * 1000;
         crate::cache::service::CacheService::start(shard.port(), limits, sweep_interval_ms)
     });
-    let (engine, gateway) = match (&plan.messaging, &store) {
-        (Some(m), Some(store)) => {
-            let (e, g) = m
-                .start(shard.port(), shard.port(), Rc::clone(store))
-                .await?;
-            if let Some(g) = &g {
-                g.configure_ephemeral(
-                    &plan.config.messaging.presence,
-                    &plan.config.messaging.signals,
-                );
-            }
-            (Some(e), g)
-        }
-        _ => (None, None),
-    };
     let router = MeshRouter {
         queue: Rc::clone(&plane),
         cache: cache.clone(),
@@ -502,10 +508,40 @@ async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
 
 /// With `cluster.enabled`: this shard's raft node settings (the slots it owns) and
 /// listener.
+/// This shard's raft node writes the stream records it applies into the engine's logs,
+/// and serves peers' reads from them.
+fn stream_hooks(
+    engine: &Rc<crate::messaging::engine::Engine>,
+) -> crate::cluster::node::StreamHooks {
+    let for_sink = Rc::downgrade(engine);
+    let for_reader = Rc::downgrade(engine);
+    crate::cluster::node::StreamHooks {
+        sink: Box::new(move |records| {
+            let engine = for_sink.upgrade();
+            Box::pin(async move {
+                match engine {
+                    Some(engine) => engine.apply_replicated(records).await,
+                    None => Err("the messaging engine stopped".into()),
+                }
+            })
+        }),
+        reader: Box::new(move |read| {
+            let engine = for_reader.upgrade();
+            Box::pin(async move {
+                match engine {
+                    Some(engine) => engine.read_for_peer(read).await,
+                    None => Err("the messaging engine stopped".into()),
+                }
+            })
+        }),
+    }
+}
+
 fn cluster_node(
     shard: &Shard<ShardMsg>,
     plan: &Plan,
     plane: &Plane,
+    hooks: Option<crate::cluster::node::StreamHooks>,
 ) -> Result<Option<crate::cluster::serve::ClusterStart>, String> {
     let Some(cluster) = &plan.cluster else {
         return Ok(None);
@@ -513,7 +549,13 @@ fn cluster_node(
     let listener = Listener::for_shard(&cluster.listeners[shard.id()], plan.tls.as_ref())
         .map_err(|e| format!("raft listener: {e}"))?;
     Ok(Some(crate::cluster::serve::ClusterStart {
-        node: cluster.node_config(shard.id(), plane.owned_slots(), plan.broker.clone()),
+        node: cluster.node_config(
+            shard.id(),
+            plane.owned_slots(),
+            plan.broker.clone(),
+            super::cluster::stream_slot_config(&plan.config.messaging),
+            hooks,
+        ),
         listener,
         view: cluster.view(),
         earlier_boots: cluster.earlier_boots.clone(),

@@ -56,6 +56,8 @@ impl Member {
             balance_every_ticks: 0,
             membership: None,
             link_tls: None,
+            streams: Default::default(),
+            stream_hooks: None,
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));

@@ -48,7 +48,7 @@ use crate::cluster::replica::{Applied, NotApplied, ProposalId, ProposalRefused, 
 use crate::cluster::wire::{self, SlotMessage};
 use crate::messaging::cursor::{Commit, CursorKey};
 use crate::messaging::dedup::{Coordinates, DedupKey};
-use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome};
+use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome, StreamSlotConfig};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::snapshot as body;
@@ -314,6 +314,7 @@ impl Sim {
                         &SLOTS,
                         |_| new_group(&FIRST_VOTERS),
                         &broker_config(),
+                        &StreamSlotConfig::default(),
                         SNAPSHOT_EVERY_ENTRIES,
                         || election_ticks(&mut rng),
                     )
@@ -463,6 +464,7 @@ impl Sim {
                             keep_few_behind_snapshot(replayed)
                         },
                         &broker_config(),
+                        &StreamSlotConfig::default(),
                         SNAPSHOT_EVERY_ENTRIES,
                         || election_ticks(rng),
                     )

@@ -139,7 +139,10 @@ impl Engine {
     }
 
     pub(super) fn cursors_owned(&self, topic: &str, partition: u32, group: &str) -> GroupCursors {
-        let mut members = self.cursors.members(topic, partition, group);
+        let mut members = match self.replication() {
+            Some(r) => Engine::members_replicated(r, topic, partition, group),
+            None => self.cursors.members(topic, partition, group),
+        };
         members.sort();
         let exists = self
             .catalog

@@ -44,6 +44,19 @@ impl Engine {
             ),
             None => None,
         };
+        if let Some(replication) = self.replication() {
+            let ok = self.append_replicated(replication, &req, dedup_key).await?;
+            let mut stats = self.stats.borrow_mut();
+            match ok.duplicate {
+                true => stats.duplicates += 1,
+                false => stats.appends += 1,
+            }
+            drop(stats);
+            if !ok.duplicate && !req.pointer_members.is_empty() {
+                self.fan_out(&req, &ok.coords);
+            }
+            return Ok(ok);
+        }
         if let Some(k) = &dedup_key {
             match self.dedup.borrow_mut().claim(k, now_ns()) {
                 Claim::Fresh => {}

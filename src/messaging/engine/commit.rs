@@ -29,6 +29,9 @@ impl Engine {
                 key.topic()
             )));
         }
+        if let Some(replication) = self.replication() {
+            return self.commit_replicated(replication, key, seq).await;
+        }
         let pkey = (key.topic().to_string(), key.partition());
         let next_seq = self.open_owned(&pkey).await?.published_next.get();
         self.stats.borrow_mut().cursor_commits += 1;

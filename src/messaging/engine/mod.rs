@@ -14,7 +14,8 @@
 //! (the asking shard's method and the owner's handler); `owned` is an owned partition
 //! (opened on first use, records made durable then published to watching shards);
 //! `pointers` is fan-out on write into inboxes; `topics` is the catalog and topic creation
-//! on shard 0; `latency` the send-latency histograms.
+//! on shard 0; `latency` the send-latency histograms; `replicated` the same steps through
+//! the slots' Raft groups with `cluster.enabled`.
 
 mod admin;
 mod append;
@@ -28,6 +29,7 @@ mod on_mesh;
 mod owned;
 mod pointers;
 mod read;
+pub mod replicated;
 pub mod stats;
 mod topics;
 
@@ -98,6 +100,11 @@ pub struct Engine {
     /// Told of every inbox pointer appended here (the push dispatcher of this shard), so an
     /// inbox is watched from its first pointer (spec §19 decision 14).
     pointer_hook: RefCell<Option<PointerHook>>,
+    /// With `cluster.enabled`: the slot groups that hold this shard's partitions.
+    replication: std::cell::OnceCell<Rc<dyn replicated::StreamReplication>>,
+    /// Owned partitions whose copy here stops at a hole (seq of the first missing record):
+    /// a snapshot carried this node's replica past records it never wrote.
+    incomplete: RefCell<HashMap<PartitionKey, u64>>,
 }
 
 /// The engine's view of its shard: it sends [`StreamMsg`]s and answers with
@@ -137,6 +144,8 @@ impl Engine {
             send_delivered,
             closing: Cell::new(false),
             pointer_hook: RefCell::new(None),
+            replication: std::cell::OnceCell::new(),
+            incomplete: RefCell::new(HashMap::new()),
         });
         boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();
         Ok(engine)

@@ -63,7 +63,10 @@ impl Engine {
                 .detach();
             }
             StreamMsg::CursorGet { key } => {
-                let c = self.cursors.get(&key);
+                let c = match self.replication() {
+                    Some(r) => Engine::cursor_replicated(r, &key),
+                    None => self.cursors.get(&key),
+                };
                 self.reply(token, StreamReply::Cursor(c));
             }
             StreamMsg::Register {

@@ -66,6 +66,26 @@ impl Engine {
             self.ensure_topic(&inbox, self.cfg.counts.count_for(&ns), &user)
                 .await?;
             let key = (inbox.clone(), partition);
+            if let Some(replication) = self.replication() {
+                // Through the inbox's slot group; every node writes it from the log, and
+                // the leader's push dispatcher hears of it there (`apply_replicated`).
+                for headers in pointers {
+                    let req = AppendReq {
+                        topic: inbox.clone(),
+                        partition,
+                        key: Bytes::from(member.clone()),
+                        headers,
+                        payload: Bytes::new(),
+                        user: user.clone(),
+                        dedup: None,
+                        pointer_members: Vec::new(),
+                        pointer_headers: Vec::new(),
+                    };
+                    self.append_replicated(replication, &req, None).await?;
+                    self.stats.borrow_mut().pointer_appends += 1;
+                }
+                return Ok(());
+            }
             let part = self.open_owned(&key).await?;
             for headers in pointers {
                 let mut rec = Record {

@@ -56,6 +56,9 @@ impl Engine {
         records_max: usize,
         bytes_max: usize,
     ) -> Result<ReadOk, StreamError> {
+        if let Some(refused) = self.incomplete_refusal(key) {
+            return Err(refused);
+        }
         if !self.topic_exists(&key.0) {
             // Not created yet: an empty partition that starts at 1.
             return Ok(ReadOk {

@@ -76,14 +76,17 @@ impl Engine {
             return;
         }
         let refuse = |m: String| StreamReply::Registered(Err(StreamError::Limited(m)));
-        if self.catalog.borrow().len() >= catalog::TOPICS_MAX {
+        // A topic a slot group's log already holds was admitted by its leader: a node
+        // applying it registers it whatever its own limits say.
+        let replicated = user == super::replicated::REPLICA_USER;
+        if !replicated && self.catalog.borrow().len() >= catalog::TOPICS_MAX {
             self.reply(
                 token,
                 refuse(format!("topic limit of {} reached", catalog::TOPICS_MAX)),
             );
             return;
         }
-        if !self.quota.borrow_mut().take(&user, now_ns()) {
+        if !replicated && !self.quota.borrow_mut().take(&user, now_ns()) {
             self.reply(
                 token,
                 refuse("topic creation rate limit reached; retry later".into()),

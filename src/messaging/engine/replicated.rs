@@ -1,0 +1,395 @@
+//! The engine with `cluster.enabled` (issue 15): a partition's appends, cursor commits and
+//! dedup claims go through its slot's Raft group (`messaging::slot`) instead of this
+//! shard's logs, so a `sent` reply means a quorum of nodes has the send and the slot's
+//! leader numbered it.
+//!
+//! The groups live a layer up (`cluster::serve`); this file is the engine's side of the
+//! seam: what it asks of them ([`StreamReplication`]) and what it does with the records
+//! they apply ([`Engine::apply_replicated`]): every node writes each committed record into
+//! its own log of the partition and makes it visible to its readers at once (committed
+//! means on a quorum's disks), so history and live subscriptions are served from the local
+//! copy on every node.
+//!
+//! A node that installed a slot snapshot from its leader has the partitions' positions but
+//! not the records before them: its copy of such a partition stops at the hole. It is then
+//! filled from a peer's copy ([`Engine::fill`]: the slot's leader first, then any member),
+//! up to what the replica applied, while the records the log applies meanwhile are left to
+//! the fill; reads of the copy are refused (naming the hole) until it is whole, never
+//! served with records missing.
+
+use super::mesh::{AppendOk, AppendReq, StreamError};
+use super::mirror::PartitionKey;
+use super::owned::Owned;
+use super::Engine;
+use crate::messaging::cursor::CursorKey;
+use crate::messaging::dedup::DedupKey;
+use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome, StreamSlot};
+use crate::messaging::topic::Namespace;
+use boltq_io::record::Record;
+use boltq_io::store::AppendError;
+use boltq_shards::partition_slot;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+
+/// Records `[from_seq, to_seq)` of a partition, asked of another node's copy (to fill a
+/// hole in this node's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamRead {
+    pub topic: String,
+    pub partition: u32,
+    pub from_seq: u64,
+    pub to_seq: u64,
+}
+
+/// What the engine asks of the slot groups its shard hosts (`cluster::serve` implements
+/// it).
+pub trait StreamReplication {
+    /// Runs `cmd` through slot `slot`'s group (on its leader, wherever it is); the error
+    /// says why no outcome came (no leader, outcome unknown, timed out), for the client.
+    fn submit(
+        &self,
+        slot: u16,
+        cmd: StreamCommand,
+    ) -> Pin<Box<dyn Future<Output = Result<StreamOutcome, StreamError>>>>;
+    /// Calls `f` with slot `slot`'s messaging state as this node applied it.
+    fn with_slot(&self, slot: u16, f: &mut dyn FnMut(&StreamSlot));
+    /// Whether this node leads slot `slot` now.
+    fn leads(&self, slot: u16) -> bool;
+    /// Records of another node's copy of a partition, from `read.from_seq` on (at least
+    /// one, in order); the error names why no member sent any.
+    fn read_from_peers(
+        &self,
+        slot: u16,
+        read: StreamRead,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<Record>, String>>>>;
+}
+
+/// Most records and record bytes one peer read sends.
+pub const PEER_READ_RECORDS_MAX: usize = 1024;
+pub const PEER_READ_BYTES_MAX: usize = 1024 * 1024;
+/// How long a fill waits before asking the peers again after none sent anything.
+pub const FILL_RETRY_MS: u64 = 1_000;
+
+/// What became of a committed record this node was to copy.
+enum Copied {
+    Appended,
+    /// The copy holds it already (a restart applying its raft log again).
+    Held,
+    /// The copy ends at this seq, before the record: a hole.
+    After(u64),
+}
+
+/// Who a replicated topic is registered for in this node's catalog: not a user (user ids
+/// are never empty), so the per-user creation quota does not apply to a topic the log
+/// already holds.
+pub(super) const REPLICA_USER: &str = "";
+
+impl Engine {
+    /// From now on this shard's partitions are replicated through `replication`.
+    pub fn set_replication(&self, replication: Rc<dyn StreamReplication>) {
+        if self.replication.set(replication).is_err() {
+            panic!("the engine's replication is set once");
+        }
+    }
+
+    pub(super) fn replication(&self) -> Option<&Rc<dyn StreamReplication>> {
+        self.replication.get()
+    }
+
+    /// A send through the partition's slot group: the dedup claim, the numbering and the
+    /// append happen in one applied command on every replica.
+    pub(super) async fn append_replicated(
+        &self,
+        replication: &Rc<dyn StreamReplication>,
+        req: &AppendReq,
+        dedup: Option<DedupKey>,
+    ) -> Result<AppendOk, StreamError> {
+        let cmd = StreamCommand::Append(Append {
+            topic: req.topic.clone(),
+            partition: req.partition,
+            now_ns: super::now_ns(),
+            dedup,
+            key: req.key.clone(),
+            headers: req.headers.clone(),
+            payload: req.payload.clone(),
+        });
+        let slot = partition_slot(&req.topic, req.partition);
+        match replication.submit(slot, cmd).await? {
+            StreamOutcome::Appended { coords, duplicate } => Ok(AppendOk { coords, duplicate }),
+            StreamOutcome::Refused(why) => Err(StreamError::Invalid(why)),
+            other => Err(StreamError::Internal(format!(
+                "an append answered {other:?}"
+            ))),
+        }
+    }
+
+    pub(super) async fn commit_replicated(
+        &self,
+        replication: &Rc<dyn StreamReplication>,
+        key: CursorKey,
+        seq: u64,
+    ) -> Result<(), StreamError> {
+        let slot = partition_slot(key.topic(), key.partition());
+        match replication
+            .submit(slot, StreamCommand::Commit { key, seq })
+            .await?
+        {
+            StreamOutcome::Committed(_) => {
+                self.stats.borrow_mut().cursor_commits += 1;
+                Ok(())
+            }
+            StreamOutcome::Refused(why) => Err(StreamError::Invalid(why)),
+            other => Err(StreamError::Internal(format!(
+                "a commit answered {other:?}"
+            ))),
+        }
+    }
+
+    /// A cursor as this node's replica of its slot holds it.
+    pub(super) fn cursor_replicated(
+        replication: &Rc<dyn StreamReplication>,
+        key: &CursorKey,
+    ) -> Option<u64> {
+        let mut found = None;
+        let slot = partition_slot(key.topic(), key.partition());
+        replication.with_slot(slot, &mut |s| found = s.cursors().get(key));
+        found
+    }
+
+    /// The members of a cursor group as this node's replica holds them.
+    pub(super) fn members_replicated(
+        replication: &Rc<dyn StreamReplication>,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Vec<(String, u64)> {
+        let mut out = Vec::new();
+        replication.with_slot(partition_slot(topic, partition), &mut |s| {
+            out = s
+                .cursors()
+                .members(topic, partition, group)
+                .map(|(m, seq)| (m.to_string(), seq))
+                .collect();
+        });
+        out
+    }
+
+    /// Writes records the slot groups committed into this node's logs of their partitions
+    /// and makes them visible, in order (the cluster's stream sink). Records this copy
+    /// already holds (a restart applying its raft log again) are skipped; a record past a
+    /// hole marks the partition's copy incomplete. An error stops the node's replication:
+    /// its copy could no longer follow the log.
+    pub async fn apply_replicated(
+        self: &Rc<Self>,
+        records: Vec<(u16, Appended)>,
+    ) -> Result<(), String> {
+        for (slot, appended) in records {
+            let Appended {
+                topic,
+                partition,
+                record,
+            } = appended;
+            let key = (topic, partition);
+            if self.incomplete.borrow().contains_key(&key) {
+                continue;
+            }
+            let seq = record.seq;
+            match self.write_replicated(&key, record).await? {
+                Copied::Appended => {}
+                Copied::Held => continue,
+                Copied::After(next) => {
+                    self.incomplete.borrow_mut().insert(key.clone(), next);
+                    boltq_shards::spawn(Rc::clone(self).fill(slot, key)).detach();
+                    continue;
+                }
+            }
+            let hook = self.pointer_hook.borrow().clone();
+            let leads = self.replication().is_some_and(|r| r.leads(slot));
+            if let (Some(hook), true) = (hook, leads && key.0.starts_with("chat.inbox.")) {
+                // One node's push dispatcher acts on it: the slot's leader's.
+                hook(&key.0, key.1, seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends one committed record to this node's copy of its partition (registering the
+    /// topic on this node first, as its leader did).
+    async fn write_replicated(&self, key: &PartitionKey, record: Record) -> Result<Copied, String> {
+        let ns = Namespace::of(&key.0).map_err(|e| format!("{}: {e}", key.0))?;
+        self.ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
+            .await
+            .map_err(|e| format!("register {} on this node: {e}", key.0))?;
+        let part = self
+            .open_owned(key)
+            .await
+            .map_err(|e| format!("open {}/{}: {e}", key.0, key.1))?;
+        let copied = self.copy(key, &part, record).await?;
+        if let Copied::After(next) = copied {
+            log::warn!(
+                "[stream] {}/{}: this node's copy ends at {next} and the log continues past \
+                 it (a snapshot caught this node up); filling it from a peer, reads of it are \
+                 refused until then",
+                key.0,
+                key.1
+            );
+        }
+        Ok(copied)
+    }
+
+    /// Appends `record` to the copy if it is the next one, and makes it visible: committed
+    /// on a quorum's disks, so whatever this node's fsync.
+    async fn copy(
+        &self,
+        key: &PartitionKey,
+        part: &Owned,
+        record: Record,
+    ) -> Result<Copied, String> {
+        let mut rec = record;
+        let at_ns = rec.timestamp_ns;
+        loop {
+            // Checked again after every wait: another task may have appended meanwhile.
+            let next = part.log.next_seq();
+            if rec.seq < next {
+                return Ok(Copied::Held);
+            }
+            if rec.seq > next {
+                return Ok(Copied::After(next));
+            }
+            match self.store.append(&part.log, &mut rec, at_ns) {
+                Ok(appended) => {
+                    assert_eq!(
+                        appended.seq, rec.seq,
+                        "a copy numbers records as the slot did"
+                    );
+                    let seq = appended.seq;
+                    part.pending.borrow_mut().push_back(rec);
+                    self.publish(key, part, seq);
+                    return Ok(Copied::Appended);
+                }
+                // The journal's buffer is full: wait for the round in progress to free it.
+                Err(AppendError::Backlogged { .. }) => self
+                    .store
+                    .wait_for_room()
+                    .await
+                    .map_err(|e| format!("storage: {e}"))?,
+                Err(e) => return Err(format!("append to {}/{}: {e}", key.0, key.1)),
+            }
+        }
+    }
+
+    /// Fills this node's copy of a partition from peers' copies up to what its replica
+    /// applied, then lets the log's records through again.
+    async fn fill(self: Rc<Self>, slot: u16, key: PartitionKey) {
+        let Some(replication) = self.replication().cloned() else {
+            return;
+        };
+        let mut filled = 0u64;
+        loop {
+            let mut target = 0;
+            replication.with_slot(slot, &mut |s| {
+                target = s.position(&key.0, key.1).next_seq;
+            });
+            let part = match self.open_owned(&key).await {
+                Ok(part) => part,
+                Err(e) => {
+                    log::error!("[stream] fill {}/{}: {e}", key.0, key.1);
+                    boltq_shards::sleep(std::time::Duration::from_millis(FILL_RETRY_MS)).await;
+                    continue;
+                }
+            };
+            let local = part.log.next_seq();
+            if local >= target {
+                // No await since `target` was read: every record applied so far is here,
+                // and the log's next one continues the copy.
+                self.incomplete.borrow_mut().remove(&key);
+                log::info!(
+                    "[stream] {}/{}: copy filled with {filled} records from peers, whole up to {local}",
+                    key.0,
+                    key.1
+                );
+                return;
+            }
+            let read = StreamRead {
+                topic: key.0.clone(),
+                partition: key.1,
+                from_seq: local,
+                to_seq: target,
+            };
+            let records = match replication.read_from_peers(slot, read).await {
+                Ok(records) => records,
+                Err(e) => {
+                    log::warn!("[stream] fill {}/{} from {local}: {e}", key.0, key.1);
+                    boltq_shards::sleep(std::time::Duration::from_millis(FILL_RETRY_MS)).await;
+                    continue;
+                }
+            };
+            for record in records {
+                match self.copy(&key, &part, record).await {
+                    Ok(Copied::Appended) => filled += 1,
+                    Ok(Copied::Held) => {}
+                    Ok(Copied::After(next)) => {
+                        // The peer's copy starts later (its retention removed them): this
+                        // copy cannot continue; it stays refused, and says so.
+                        log::error!(
+                            "[stream] {}/{}: peers hold no records from {next} (retention); \
+                             this node's copy stays incomplete",
+                            key.0,
+                            key.1
+                        );
+                        boltq_shards::sleep(std::time::Duration::from_millis(FILL_RETRY_MS)).await;
+                        break;
+                    }
+                    Err(e) => {
+                        log::error!("[stream] fill {}/{}: {e}", key.0, key.1);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records of this node's copy for a peer filling its own: from `read.from_seq`, below
+    /// `read.to_seq`, bounded by `PEER_READ_*`; refused when this copy lacks the first.
+    pub async fn read_for_peer(&self, read: StreamRead) -> Result<Vec<Record>, String> {
+        let key = (read.topic.clone(), read.partition);
+        if let Some(&from) = self.incomplete.borrow().get(&key) {
+            if from <= read.from_seq {
+                return Err(format!("this node's copy lacks records from {from} too"));
+            }
+        }
+        if !self.topic_exists(&key.0) {
+            return Err(format!("no topic {} on this node", key.0));
+        }
+        let page = self
+            .read_owned(
+                &key,
+                read.from_seq,
+                PEER_READ_RECORDS_MAX,
+                PEER_READ_BYTES_MAX,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        if page.gap {
+            return Err(format!(
+                "this node's copy starts at {} (retention)",
+                page.first_seq
+            ));
+        }
+        let mut records = page.records;
+        records.retain(|r| r.seq < read.to_seq);
+        Ok(records)
+    }
+
+    /// Why a read of this copy of the partition is refused, if it is incomplete (a fill
+    /// is running).
+    pub(super) fn incomplete_refusal(&self, key: &PartitionKey) -> Option<StreamError> {
+        let from = *self.incomplete.borrow().get(key)?;
+        Some(StreamError::Internal(format!(
+            "this node's copy of {}/{} lacks records from seq {from} (it caught up from a \
+             snapshot); read it through another node",
+            key.0, key.1
+        )))
+    }
+}
