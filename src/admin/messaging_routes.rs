@@ -23,6 +23,7 @@ use crate::messaging::gateway::{
     GatewayCtx, GatewayStats, ShardCensus, UserPresence, PRESENCE_STATES,
 };
 use crate::messaging::push::dispatcher::PushStats;
+use crate::queue::server::replicated::{ClusterView, SlotStatus};
 use serde_json::{json, Map, Value};
 use std::rc::Rc;
 
@@ -40,7 +41,8 @@ pub const PATHS: &[&str] = &[
 
 /// What the warning of `/replication` says on a node without replication.
 pub const STANDALONE_WARNING: &str = "not replicated: this node keeps the only copy of \
-its stream log; losing its disk loses every record and cursor (replication is not built yet)";
+its stream log; losing its disk loses every record and cursor (run it in a cluster to \
+replicate them: docs/clustering.md)";
 
 /// What the admin handlers of the messaging plane reach. Present whenever the plane is on,
 /// whichever listener the gateway is mounted on.
@@ -76,8 +78,11 @@ pub async fn route(req: &Request, ctx: &AdminCtx) -> Response {
         "/streams/cursors" => streams_cursors(req, m).await,
         "/gateway/stats" => gateway_stats(m).await,
         "/presence" => presence(req, m).await,
-        "/replication" => pretty(200, &replication_json()),
-        "/messaging/overview" => overview(m).await,
+        "/replication" => match replication_of(ctx, m).await {
+            Ok(v) => pretty(200, &v),
+            Err(e) => unavailable(&e),
+        },
+        "/messaging/overview" => overview(ctx, m).await,
         "/push/dead-letters" => push_dead_letters(req, m).await,
         _ => Response::error(404, "not found"),
     }
@@ -393,6 +398,72 @@ pub fn replication_json() -> Value {
     json!({"role": "standalone", "replicated": false, "warning": STANDALONE_WARNING})
 }
 
+/// `/replication` of this node: standalone, or with `cluster.enabled` the Raft group of
+/// each partition's slot as this node sees it.
+async fn replication_of(ctx: &AdminCtx, m: &MessagingAdmin) -> Result<Value, StreamError> {
+    let Some(view) = ctx.plane.cluster_view() else {
+        return Ok(replication_json());
+    };
+    let (topics, truncated) = topics_within_budget(m.engine.topics());
+    let partitions = m.engine.partition_stats(topics).await?;
+    let report = ctx.plane.gather_stats().merged().await;
+    let mut v = raft_replication_json(&view, &report.raft, &partitions);
+    if truncated {
+        v["truncated"] = json!(true);
+    }
+    Ok(v)
+}
+
+/// The messaging plane on the slot groups (docs/clustering.md): per partition, its slot's
+/// leader (a member name, `""` while none is known), term, commit and applied index on
+/// this node, the entries the furthest-behind follower lacks when this node leads
+/// (`follower_lag`, else 0), and this node's copy's `next_seq`.
+pub fn raft_replication_json(
+    view: &ClusterView,
+    raft: &[SlotStatus],
+    partitions: &[PartitionStats],
+) -> Value {
+    let name = |id: u64| {
+        view.members
+            .iter()
+            .find(|m| m.0 == id)
+            .map_or_else(|| format!("raft-{id}"), |m| m.1.clone())
+    };
+    let by_slot: std::collections::HashMap<u16, &SlotStatus> =
+        raft.iter().map(|s| (s.slot, s)).collect();
+    let rows: Vec<Value> = partitions
+        .iter()
+        .map(|p| {
+            let slot = boltq_shards::partition_slot(&p.topic, p.partition);
+            let s = by_slot.get(&slot);
+            json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "slot": slot,
+                "leader": s.and_then(|s| s.leader).map(name).unwrap_or_default(),
+                "term": s.map_or(0, |s| s.term),
+                "commit": s.map_or(0, |s| s.commit),
+                "applied": s.map_or(0, |s| s.applied),
+                "follower_lag": s.map_or(0, |s| s.lag),
+                "next_seq": p.next_seq,
+            })
+        })
+        .collect();
+    let led = raft
+        .iter()
+        .filter(|s| s.leader == Some(view.node_id))
+        .count();
+    let leaderless = raft.iter().filter(|s| s.leader.is_none()).count();
+    json!({
+        "role": "raft",
+        "replicated": true,
+        "node_id": view.name,
+        "members": view.members.iter().map(|m| m.1.clone()).collect::<Vec<_>>(),
+        "slots": {"hosted": raft.len(), "led": led, "without_leader": leaderless},
+        "partitions": rows,
+    })
+}
+
 /// The overview of §11.4. A section is `null` when its component is off: presence and
 /// signals with the gateway, push with `messaging.push.enabled` (or the gateway, whose
 /// mesh messages carry the push numbers).
@@ -401,6 +472,7 @@ pub fn overview_json(
     engine: &EngineStats,
     gateway: Option<Value>,
     census: Option<(&GatewayStats, &CensusTotals, &str, &str)>,
+    replication: Value,
 ) -> Value {
     let (presence, signals, push) = match census {
         Some((g, c, node, region)) => (
@@ -417,24 +489,34 @@ pub fn overview_json(
         "gateway": gateway.unwrap_or(Value::Null),
         "signals": signals,
         "push": push,
-        "replication": replication_json(),
+        "replication": replication,
     })
 }
 
-async fn overview(m: &MessagingAdmin) -> Response {
+async fn overview(ctx: &AdminCtx, m: &MessagingAdmin) -> Response {
     let streams = match streams_json(m).await {
+        Ok(v) => v,
+        Err(e) => return unavailable(&e),
+    };
+    let replication = match replication_of(ctx, m).await {
         Ok(v) => v,
         Err(e) => return unavailable(&e),
     };
     let engine = m.engine.stats().await;
     let Some(gw) = &m.gateway else {
-        return pretty(200, &overview_json(streams, &engine, None, None));
+        return pretty(
+            200,
+            &overview_json(streams, &engine, None, None, replication),
+        );
     };
     let (total, missing) = gateway_totals(gw).await;
     let census = census_totals(gw).await;
     let census_part = Some((&total, &census, m.node.as_str(), m.region.as_str()));
     let gateway = Some(gateway_json(&total, missing));
-    pretty(200, &overview_json(streams, &engine, gateway, census_part))
+    pretty(
+        200,
+        &overview_json(streams, &engine, gateway, census_part, replication),
+    )
 }
 
 // ---- /presence -----------------------------------------------------------------------------
@@ -758,11 +840,64 @@ mod tests {
     }
 
     #[test]
+    fn replication_in_a_cluster_names_each_partitions_slot_group() {
+        let view = ClusterView {
+            node_id: 2,
+            name: "n2".into(),
+            raft_addr: "h2:9100".into(),
+            members: vec![
+                (1, "n1".into(), "h1:9100".into()),
+                (2, "n2".into(), "h2:9100".into()),
+            ],
+            clients: Default::default(),
+        };
+        let slot = boltq_shards::partition_slot("chat.dm.a", 3);
+        let other = boltq_shards::partition_slot("chat.dm.b", 0);
+        let status = |slot, leader, lag| SlotStatus {
+            slot,
+            voters: vec![1, 2],
+            learners: vec![],
+            leader,
+            term: 7,
+            commit: 40,
+            applied: 39,
+            lag,
+        };
+        let raft = [status(slot, Some(2), 5), status(other, None, 0)];
+        let part = |topic: &str, partition| PartitionStats {
+            topic: topic.into(),
+            partition,
+            first_seq: 1,
+            next_seq: 12,
+            bytes: 100,
+        };
+        let v = raft_replication_json(&view, &raft, &[part("chat.dm.a", 3), part("chat.dm.b", 0)]);
+        assert_eq!(v["role"], "raft");
+        assert_eq!(v["replicated"], true);
+        assert_eq!(
+            v["slots"],
+            json!({"hosted": 2, "led": 1, "without_leader": 1})
+        );
+        assert_eq!(
+            v["partitions"][0],
+            json!({"topic": "chat.dm.a", "partition": 3, "slot": slot, "leader": "n2",
+                   "term": 7, "commit": 40, "applied": 39, "follower_lag": 5, "next_seq": 12})
+        );
+        assert_eq!(v["partitions"][1]["leader"], "", "no leader known");
+    }
+
+    #[test]
     fn replication_says_standalone_and_not_replicated() {
         let v = replication_json();
         assert_eq!(v["role"], "standalone");
         assert!(v["warning"].as_str().unwrap().contains("not replicated"));
-        let o = overview_json(json!({"topics": []}), &EngineStats::default(), None, None);
+        let o = overview_json(
+            json!({"topics": []}),
+            &EngineStats::default(),
+            None,
+            None,
+            replication_json(),
+        );
         assert_eq!(o["replication"]["role"], "standalone");
         assert!(o["gateway"].is_null());
         assert!(o["presence"].is_null());
@@ -846,6 +981,7 @@ mod tests {
             &EngineStats::default(),
             None,
             Some((&g, &t, "n", "")),
+            replication_json(),
         );
         assert_eq!(o["presence"]["sessions"], 1);
         assert_eq!(

@@ -217,7 +217,9 @@ impl Engine {
     /// Appends one committed record to this node's copy of its partition (registering the
     /// topic on this node first, as its leader did).
     async fn write_replicated(&self, key: &PartitionKey, record: Record) -> Result<Copied, String> {
-        let ns = Namespace::of(&key.0).map_err(|e| format!("{}: {e}", key.0))?;
+        // The leader checked the name before proposing it; a name this node's rules
+        // refuse (another version's) still gets a copy rather than stopping replication.
+        let ns = Namespace::of(&key.0).unwrap_or(Namespace::Custom);
         self.ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
             .await
             .map_err(|e| format!("register {} on this node: {e}", key.0))?;
