@@ -1489,6 +1489,33 @@ fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats()
     got.extend(bob_reads(&mut bob, 10).unwrap());
     let want: Vec<(u64, String)> = (0..20).map(|i| (i + 1, format!("m{i}"))).collect();
     assert_eq!(got, want, "every acknowledged send, once, in order");
+    // The foreign Python client reads the conversation's history through each surviving
+    // node: gap-free, no send stored twice, every acknowledged send at its seq.
+    let acked = dir.path().join("acked.txt");
+    let lines: String = sent
+        .iter()
+        .map(|s| format!("{} {}\n", s["client_msg_id"].as_str().unwrap(), s["seq"]))
+        .collect();
+    std::fs::write(&acked, lines).unwrap();
+    for m in members.iter().filter(|m| m.server.is_some()) {
+        let url = format!("ws://{}:{}/ws", m.place.host, m.http);
+        let out = std::process::Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/clients/chat_client.py"
+            ))
+            .args(["verify_acked", &url, support::gateway::SECRET])
+            .arg(&acked)
+            .output()
+            .expect("python3 runs (CI installs the websockets package)");
+        assert!(
+            out.status.success(),
+            "history through {}: {}{}",
+            m.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     eprintln!(
         "killed {} (leader of slot {slot}); first `sent` on the conversation {} ms after \
          the kill; alice ended on {}, bob on {}",

@@ -8,12 +8,18 @@
 # three: this measures the replication's cost per message, not a cluster's capacity);
 # boltq-bench runs on CPU 1 against node 1. Then failover: an open-loop publish at RATE/s
 # through node 1 while the node leading the most slots gets SIGKILL; the longest publish
-# latency is the time those slots were without a leader.
+# latency is the time those slots were without a leader. Every server has the messaging
+# plane on: chat rows (CHAT_RATE sends/s among CHAT_DEVICES devices on node 1's gateway)
+# compare send→sent and send→delivered on one node and on three, and a chat failover kills
+# the busiest other leader mid-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-10}
 WARM=${WARM:-2}
 RATE=${RATE:-500}
+CHAT_RATE=${CHAT_RATE:-2000}
+CHAT_DEVICES=${CHAT_DEVICES:-1000}
+SECRET=0123456789abcdef0123456789abcdef
 WORK=$(mktemp -d /tmp/boltq-cluster-bench.XXXXXX)
 SERVERS=()
 trap 'kill "${SERVERS[@]}" 2>/dev/null; pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -31,12 +37,14 @@ ready() { for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/readyz" >/dev/nu
 # SERVERS, which the exit trap kills: not run in a subshell, so the server stays our child)
 start() {
   local name=$1 tcp=$2 http=$3 extra=${4:-}
-  printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s"\n%s' \
-    "$tcp" "$http" "$WORK/data-$name" "$extra" >"$WORK/$name.toml"
+  printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s"\n%s\n%s' \
+    "$tcp" "$http" "$WORK/data-$name" "$MESSAGING" "$extra" >"$WORK/$name.toml"
   taskset -c 0 "$BOLTQ_BIN" --config "$WORK/$name.toml" >"$WORK/$name.log" 2>&1 &
   STARTED=$!
   SERVERS+=("$STARTED")
 }
+
+MESSAGING=$(printf '[messaging.stream]\nenabled = true\n[messaging.identity]\nenabled = true\nkeys = [{ id = "k1", secret = "%s" }]\n[messaging.gateway]\nenabled = true' "$SECRET")
 
 # row NAME TCP HTTP BENCH-ARGS...: prints "NAME <msgs/s> <p50 ms> <p99 ms> <max ms> <errors>"
 row() {
@@ -53,6 +61,26 @@ print(f"{sys.argv[1]:<30} {r['throughput']['msgs_per_sec']:>10,.0f} {lat['p50'] 
 PY
 }
 
+# chat_row NAME HTTP BENCH-ARGS...: prints "NAME <sends/s> <sent p50/p99 ms> <delivered p50/p99 ms> <max ms> <errors>"
+chat_row() {
+  local name=$1 http=$2; shift 2
+  local report="$WORK/${name//[^A-Za-z0-9]/_}.json"
+  "$BENCH_BIN" "$@" --url "ws://127.0.0.1:$http/ws" --cpus 1 --json --quiet >"$report" || true
+  python3 - "$name" "$report" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[2]))
+except ValueError:
+    sys.exit(f"{sys.argv[1]:<30} no report (the run failed; its error is above)")
+lat = r["latency_us"]
+s, d = lat.get("send", {}), lat.get("delivery", {})
+ms = lambda h, k: h.get(k, 0) / 1000
+print(f"{sys.argv[1]:<30} {r['throughput']['msgs_per_sec']:>10,.0f} {ms(s, 'p50'):>6.2f}/{ms(s, 'p99'):<7.2f} "
+      f"{ms(d, 'p50'):>6.2f}/{ms(d, 'p99'):<7.2f} {ms(d, 'max'):>9.1f} {r['errors']['total']:>7} "
+      f"{json.dumps(r['errors'].get('by_kind', {}))[:120] if r['errors']['total'] else ''}")
+PY
+}
+
 printf '%-30s %10s %8s %8s %9s %7s\n' "scenario (fsync always)" "msgs/s" "p50 ms" "p99 ms" "max ms" "errors"
 QUEUE=(queue --producers 1 --consumers 1 --depth 64 --size 100 --duration-secs "$SECS" --warmup-secs "$WARM")
 # Open loop: a window deep enough that the rate, not the window, sets the pace.
@@ -62,6 +90,8 @@ tcp=$(free_port); http=$(free_port)
 start single "$tcp" "$http"; pid=$STARTED; ready "$http"
 row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
 row "single node: publish @${RATE}/s" "$tcp" "$http" "${OPEN[@]}"
+CHAT=(chat --secret "$SECRET" --devices "$CHAT_DEVICES" --rate "$CHAT_RATE" --duration-secs "$SECS" --warmup-secs "$WARM")
+chat_row "single node: chat @${CHAT_RATE}/s" "$http" "${CHAT[@]}"
 kill "$pid"; wait "$pid" 2>/dev/null || true
 
 declare -a TCP HTTP RAFT PID
@@ -77,6 +107,7 @@ for i in 1 2 3; do ready "${HTTP[$i]}"; done
 sleep 6   # one leader-balancing round
 row "3 nodes: queue via n1" "${TCP[1]}" "${HTTP[1]}" "${QUEUE[@]}"
 row "3 nodes: publish @${RATE}/s" "${TCP[1]}" "${HTTP[1]}" "${OPEN[@]}"
+chat_row "3 nodes: chat @${CHAT_RATE}/s" "${HTTP[1]}" "${CHAT[@]}"
 
 # Failover: kill the busiest leader other than n1 mid-run.
 victim=$(curl -s "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c '
@@ -87,3 +118,21 @@ print(max((n for n in led if n != "n1"), key=lambda n: led[n])[1:])')
 row "failover (kill -9 n$victim)" "${TCP[1]}" "${HTTP[1]}" "${OPEN[@]}" --max-errors 1000000
 echo "(failover: max ms = the longest a publish waited while n$victim's slots elected new leaders;"
 echo " errors = publishes in flight to n$victim, answered 'outcome unknown')"
+
+# Chat failover: the killed node comes back (same config and data), the leaders spread
+# again, then the busiest leader other than n1 is killed mid-run.
+wait "${PID[$victim]}" 2>/dev/null || true
+taskset -c 0 "$BOLTQ_BIN" --config "$WORK/n$victim.toml" >>"$WORK/n$victim.log" 2>&1 &
+PID[$victim]=$!
+SERVERS+=("${PID[$victim]}")
+ready "${HTTP[$victim]}"
+sleep 6
+victim2=$(curl -s "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c '
+import json, sys
+led = json.load(sys.stdin)["cluster"]["slots_led"]
+print(max((n for n in led if n != "n1"), key=lambda n: led[n])[1:])')
+# Later than the publish failover's kill: the devices connect and prime first.
+( sleep $((WARM + SECS / 2 + 5)); kill -9 "${PID[$victim2]}" ) &
+chat_row "chat failover (kill -9 n$victim2)" "${HTTP[1]}" "${CHAT[@]}" --max-errors 1000000
+echo "(chat: sends/s, send->sent p50/p99 ms, send->delivered p50/p99 ms, max delivery ms, errors;"
+echo " in the failover row, errors = sends answered 'retry' while n$victim2's slots elected)"
