@@ -284,8 +284,13 @@ impl Engine {
     /// Fills this node's copy of a partition from peers' copies up to what its replica
     /// applied, then lets the log's records through again.
     async fn fill(self: Rc<Self>, slot: u16, key: PartitionKey) {
-        let Some(replication) = self.replication().cloned() else {
-            return;
+        // The engine is handed the groups right after its node starts, before the node's
+        // first round; a hole found before that (none in the server's start order) waits.
+        let replication = loop {
+            if let Some(r) = self.replication().cloned() {
+                break r;
+            }
+            boltq_shards::sleep(std::time::Duration::from_millis(FILL_RETRY_MS / 10)).await;
         };
         let mut filled = 0u64;
         loop {
