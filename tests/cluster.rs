@@ -1411,6 +1411,22 @@ fn send_as_device(
     }
 }
 
+/// Sends `c<i>`/`m<i>` for each i of `numbers` (see [`send_as_device`]); each is numbered
+/// i + 1 in the conversation (once, in order, whichever node leads).
+fn send_numbered(
+    members: &[Member],
+    at: &mut usize,
+    alice: &mut boltq::client::gateway::GatewayClient,
+    numbers: std::ops::Range<u64>,
+    sent: &mut Vec<Value>,
+) {
+    for i in numbers {
+        let s = send_as_device(members, at, alice, &format!("c{i}"), &format!("m{i}"));
+        assert_eq!(s["seq"], i + 1, "numbered once, in order: {s}");
+        sent.push(s);
+    }
+}
+
 /// The member after `at` that runs.
 fn next_live(members: &[Member], at: usize) -> usize {
     (1..=members.len())
@@ -1483,17 +1499,7 @@ fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats()
     let from_first = serde_json::json!({"op": "subscribe", "topic": DM_TOPIC, "from_seq": 1});
     let ack = bob.request(from_first).unwrap();
     assert_eq!(ack["op"], "ack", "{ack}");
-    for i in 1..10 {
-        let s = send_as_device(
-            &members,
-            &mut alice_at,
-            &mut alice,
-            &format!("c{i}"),
-            &format!("m{i}"),
-        );
-        assert_eq!(s["seq"], i + 1, "numbered once, in order: {s}");
-        sent.push(s);
-    }
+    send_numbered(&members, &mut alice_at, &mut alice, 1..10, &mut sent);
     let mut got = bob_reads(&mut bob, 10).unwrap();
     members[victim].signal(libc::SIGKILL);
     let killed_at = Instant::now();
@@ -1505,17 +1511,7 @@ fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats()
     assert_eq!(again["seq"], sent[3]["seq"], "{again}");
     assert_eq!(again["message_id"], sent[3]["message_id"], "{again}");
     assert_eq!(again["duplicate"], true, "{again}");
-    for i in 10..20 {
-        let s = send_as_device(
-            &members,
-            &mut alice_at,
-            &mut alice,
-            &format!("c{i}"),
-            &format!("m{i}"),
-        );
-        assert_eq!(s["seq"], i + 1, "{s}");
-        sent.push(s);
-    }
+    send_numbered(&members, &mut alice_at, &mut alice, 10..20, &mut sent);
     // Bob's node died: he reconnects to another node and resumes from his cursor.
     let bob_at = next_live(&members, victim);
     let mut bob = device_on(&members[bob_at], "bob", "laptop");

@@ -65,7 +65,7 @@ mod tests {
     use super::*;
     use crate::messaging::slot::{Append, StreamCommand};
     use crate::queue::broker::Command;
-    use crate::queue::message::{IdGenerator, Message};
+    use crate::queue::message::IdGenerator;
 
     fn cfg() -> BrokerConfig {
         BrokerConfig::default()
@@ -74,22 +74,8 @@ mod tests {
     #[test]
     fn both_planes_come_back_and_a_broker_only_snapshot_still_reads() {
         let mut broker = Broker::new(cfg());
-        let msg = Message {
-            id: IdGenerator::new(*b"slotsnp").next(3),
-            topic: "jobs".into(),
-            payload: bytes::Bytes::from_static(b"p"),
-            headers: Default::default(),
-            timestamp_ns: 1,
-            retry: 0,
-            max_retry: 3,
-            priority: 0,
-            delay_ns: 0,
-            ttl_ns: 0,
-            deliver_at_ns: 0,
-            expires_at_ns: 0,
-            exchange: String::new(),
-            routing_key: String::new(),
-        };
+        let mut msg = crate::queue::server::wal::tests::message("jobs");
+        msg.id = IdGenerator::new(*b"slotsnp").next(3);
         let _ = broker.apply(&Command::Publish { msg });
         let mut streams = StreamSlot::new(StreamSlotConfig::default());
         let _ = streams.apply(&StreamCommand::Append(Append {
