@@ -220,6 +220,7 @@ impl StreamSlot {
         };
         let mut frame = Vec::new();
         record::encode(&record, &mut frame).map_err(|e| e.to_string())?;
+        debug_assert!(position.next_seq >= FIRST_SEQ);
         let next = Position {
             next_seq: position.next_seq + 1,
             digest: crc32c::crc32c_append(position.digest, &frame),
@@ -248,7 +249,6 @@ impl StreamSlot {
 
     fn check_invariants(&self) {
         debug_assert!(self.partitions.len() <= PARTITIONS_PER_SLOT_MAX);
-        debug_assert!(self.partitions.values().all(|p| p.next_seq > FIRST_SEQ));
     }
 }
 

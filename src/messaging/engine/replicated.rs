@@ -184,6 +184,10 @@ impl Engine {
         self: &Rc<Self>,
         records: Vec<(u16, Appended)>,
     ) -> Result<(), String> {
+        // Published once per partition after the batch (one push to each watching shard,
+        // as a single node publishes per durable round), then the push dispatcher is told.
+        let mut newest: Vec<(PartitionKey, u64)> = Vec::new();
+        let mut pointers: Vec<(PartitionKey, u64)> = Vec::new();
         for (slot, appended) in records {
             let Appended {
                 topic,
@@ -204,14 +208,34 @@ impl Engine {
                     continue;
                 }
             }
-            let hook = self.pointer_hook.borrow().clone();
             let leads = self.replication().is_some_and(|r| r.leads(slot));
-            if let (Some(hook), true) = (hook, leads && key.0.starts_with("chat.inbox.")) {
+            if leads && key.0.starts_with("chat.inbox.") {
                 // One node's push dispatcher acts on it: the slot's leader's.
+                pointers.push((key.clone(), seq));
+            }
+            match newest.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = seq,
+                None => newest.push((key, seq)),
+            }
+        }
+        for (key, seq) in newest {
+            self.publish_copied(&key, seq);
+        }
+        let hook = self.pointer_hook.borrow().clone();
+        if let Some(hook) = hook {
+            for (key, seq) in pointers {
                 hook(&key.0, key.1, seq);
             }
         }
         Ok(())
+    }
+
+    /// Makes the copy's records up to `seq` visible and pushes them to the watching shards.
+    fn publish_copied(&self, key: &PartitionKey, seq: u64) {
+        let part = self.owned.borrow().get(key).cloned();
+        if let Some(part) = part {
+            self.publish(key, &part, seq);
+        }
     }
 
     /// Appends one committed record to this node's copy of its partition (registering the
@@ -240,8 +264,8 @@ impl Engine {
         Ok(copied)
     }
 
-    /// Appends `record` to the copy if it is the next one, and makes it visible: committed
-    /// on a quorum's disks, so whatever this node's fsync.
+    /// Appends `record` to the copy if it is the next one. The caller publishes it (makes
+    /// it visible: committed on a quorum's disks, so whatever this node's fsync).
     async fn copy(
         &self,
         key: &PartitionKey,
@@ -265,9 +289,7 @@ impl Engine {
                         appended.seq, rec.seq,
                         "a copy numbers records as the slot did"
                     );
-                    let seq = appended.seq;
                     part.pending.borrow_mut().push_back(rec);
-                    self.publish(key, part, seq);
                     return Ok(Copied::Appended);
                 }
                 // The journal's buffer is full: wait for the round in progress to free it.
@@ -354,6 +376,8 @@ impl Engine {
                     }
                 }
             }
+            // One push to the watching shards per page.
+            self.publish(&key, &part, part.log.next_seq().saturating_sub(1));
         }
     }
 
