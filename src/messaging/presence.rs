@@ -5,16 +5,20 @@
 //! [`Delivery`] values (an event plus the watchers to tell). The shard around it moves them.
 //!
 //! One directory per shard; a user lives in the directory of [`owner_of_user`], a pure
-//! function of the user id and the shard count, so a later cluster issue can map the same
-//! owner to a node. Binds, unbinds, heartbeats and state changes of every socket of a user
-//! go to that owner (fixing §18 G43: no copy of a session ever lives anywhere else), and
-//! watchers register there (G44).
+//! function of the user id and the shard count. Binds, unbinds, heartbeats and state
+//! changes of every socket of a user go to that owner (fixing §18 G43: no copy of a
+//! session ever lives anywhere else on the node), and watchers register there (G44). In a
+//! cluster the owner shard of every node also holds the devices the other nodes reported
+//! (`remote.rs`), so its watchers see the user's devices on every node.
 //!
 //! Bounded: sessions per directory, devices per user, watchers per user and watch entries
 //! per directory all have a limit; past it the call fails with [`PresenceError`] and
 //! nothing changes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+mod remote;
+pub use remote::{RemoteChange, REMOTE_DEVICES_PER_USER_MAX, REMOTE_SESSIONS_MAX};
 
 /// Device sessions one directory (one shard) holds.
 pub const SESSIONS_MAX: usize = 262_144;
@@ -28,7 +32,7 @@ pub const WATCHES_MAX: usize = 1_048_576;
 pub const WATCHED_USERS_PER_CONNECTION_MAX: usize = 1_000;
 
 /// A device's presence state (`presence.state`, `presence_event.presence.state`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PresenceState {
     Online,
     Away,
@@ -133,11 +137,24 @@ struct Session {
 struct UserEntry {
     devices: BTreeMap<String, Session>,
     watchers: BTreeSet<Watcher>,
+    /// Devices bound on other nodes of a cluster, by (node, device), as those nodes
+    /// reported them (`remote.rs`).
+    remote: BTreeMap<(u64, String), remote::RemoteSession>,
 }
 
 impl UserEntry {
     fn is_empty(&self) -> bool {
-        self.devices.is_empty() && self.watchers.is_empty()
+        self.devices.is_empty() && self.watchers.is_empty() && self.remote.is_empty()
+    }
+
+    /// Any device bound, here or on another node: the aggregate `online`.
+    fn bound(&self) -> bool {
+        !self.devices.is_empty() || !self.remote.is_empty()
+    }
+
+    fn states(&self) -> impl Iterator<Item = PresenceState> + '_ {
+        let here = self.devices.values().map(|s| s.state);
+        here.chain(self.remote.values().map(|s| s.state))
     }
 }
 
@@ -156,6 +173,9 @@ pub struct PresenceStats {
 pub struct PresenceDirectory {
     users: HashMap<String, UserEntry>,
     sessions: usize,
+    /// Devices bound on other nodes (bounded by `REMOTE_SESSIONS_MAX`, apart from
+    /// `sessions`: another node's reports never crowd out this node's own devices).
+    remote_sessions: usize,
     watches: usize,
     ttl_ns: i64,
     pub stats: PresenceStats,
@@ -168,6 +188,7 @@ impl PresenceDirectory {
         PresenceDirectory {
             users: HashMap::new(),
             sessions: 0,
+            remote_sessions: 0,
             watches: 0,
             ttl_ns,
             stats: PresenceStats::default(),
@@ -182,9 +203,10 @@ impl PresenceDirectory {
         self.watches
     }
 
-    /// Aggregate presence: any device bound, whatever its state (§9.1).
+    /// Aggregate presence: any device bound, here or on another node, whatever its state
+    /// (§9.1).
     pub fn online(&self, user: &str) -> bool {
-        self.users.get(user).is_some_and(|u| !u.devices.is_empty())
+        self.users.get(user).is_some_and(UserEntry::bound)
     }
 
     /// Binds `device` of `user` to connection `conn` in state `online`; the newest
@@ -283,7 +305,8 @@ impl PresenceDirectory {
         ))
     }
 
-    /// Removes sessions without a heartbeat for longer than the TTL. Only peers whose
+    /// Removes this node's sessions without a heartbeat for longer than the TTL (other
+    /// nodes' devices: [`PresenceDirectory::sweep_remote`]). Only peers whose
     /// teardown never ran reach this: a closed socket unbinds at once (§19 decision 1).
     /// Trade-off: a full scan, O(sessions), every sweep interval; cheaper than keeping a
     /// second index ordered by `last_seen`, which every heartbeat would have to update.
@@ -303,6 +326,19 @@ impl PresenceDirectory {
             .into_iter()
             .map(|(u, d)| self.remove(&u, &d, EventKind::Expired, now_ns))
             .collect()
+    }
+
+    /// This node's own bound devices as (user, device, state), in user order: what the
+    /// other nodes of a cluster are sent to refresh their copies.
+    pub fn local_devices(&self) -> Vec<(String, String, PresenceState)> {
+        let mut out: Vec<(String, String, PresenceState)> = Vec::with_capacity(self.sessions);
+        for (user, entry) in &self.users {
+            for (device, s) in &entry.devices {
+                out.push((user.clone(), device.clone(), s.state));
+            }
+        }
+        out.sort();
+        out
     }
 
     /// Registers `watcher` for `user`'s transitions and returns the snapshot the watcher
@@ -354,11 +390,11 @@ impl PresenceDirectory {
     /// The user as a whole: online if any device is bound, with the most present state
     /// among its devices (online > away > offline).
     pub fn snapshot(&self, user: &str, now_ns: i64) -> PresenceEvent {
-        let devices = self.users.get(user).map(|u| &u.devices);
-        let best = devices
+        let best = self
+            .users
+            .get(user)
             .into_iter()
-            .flat_map(|d| d.values())
-            .map(|s| s.state)
+            .flat_map(UserEntry::states)
             .min_by_key(|s| rank(*s));
         PresenceEvent {
             kind: EventKind::Snapshot,
@@ -393,14 +429,18 @@ impl PresenceDirectory {
     /// Panics if the counters disagree with the tables (tests and debug checks).
     pub fn check_invariants(&self) {
         let sessions: usize = self.users.values().map(|u| u.devices.len()).sum();
+        let remote: usize = self.users.values().map(|u| u.remote.len()).sum();
         let watches: usize = self.users.values().map(|u| u.watchers.len()).sum();
         assert_eq!(sessions, self.sessions, "session count");
+        assert_eq!(remote, self.remote_sessions, "remote session count");
         assert_eq!(watches, self.watches, "watch count");
         assert!(self.sessions <= SESSIONS_MAX && self.watches <= WATCHES_MAX);
+        assert!(self.remote_sessions <= REMOTE_SESSIONS_MAX);
         for (user, u) in &self.users {
             assert!(!u.is_empty(), "empty entry kept for {user}");
             assert!(u.devices.len() <= DEVICES_PER_USER_MAX);
             assert!(u.watchers.len() <= WATCHERS_PER_USER_MAX);
+            assert!(u.remote.len() <= REMOTE_DEVICES_PER_USER_MAX);
             for s in u.devices.values() {
                 assert!(s.since_ns <= s.last_seen_ns, "since after last_seen");
             }
@@ -430,7 +470,7 @@ fn delivery(
             user: user.to_string(),
             device: device.to_string(),
             state,
-            online: !entry.devices.is_empty(),
+            online: entry.bound(),
             at_ns: now_ns,
         },
         watchers: entry.watchers.iter().copied().collect(),
