@@ -1562,3 +1562,130 @@ fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats()
         members[bob_at].name
     );
 }
+
+/// The next `presence_event` about `user` that bob's device gets.
+fn presence_of(
+    watcher: &mut boltq::client::gateway::GatewayClient,
+    user: &str,
+) -> Result<Value, String> {
+    let event = watcher.next_frame(
+        |f| f["op"] == "presence_event" && f["presence"]["user_id"] == user,
+        PATIENCE,
+    )?;
+    Ok(event["presence"].clone())
+}
+
+/// Issue 15's presence and typing across nodes: bob watches alice from one node while her
+/// devices connect to the two others. He sees each device come and go, alice online while
+/// any device is connected anywhere, and her typing on another node. When the node of her
+/// last device is killed he sees her offline once that node is taken for gone (seconds,
+/// not `presence.ttl`); when it is back, her device there is seen again.
+#[test]
+fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
+    let dir = TempDir::new("cluster-presence");
+    // No periodic refresh or expiry within the test: what it sees comes from the relayed
+    // transitions, the silence limit and the refresh a returning node is asked for.
+    let more = format!(
+        "{}[messaging.presence]\nttl = \"600s\"\nsweep_interval = \"300s\"\n",
+        support::gateway::messaging_toml()
+    );
+    let mut members = start_cluster_with(
+        &dir,
+        Default::default(),
+        &more,
+        support::ReadyBy::PlainReadyz,
+    );
+    let mut bob = device_on(&members[0], "bob", "laptop");
+    let ack = bob
+        .request(serde_json::json!({"op": "watch_presence", "users": ["alice"]}))
+        .unwrap();
+    assert_eq!(ack["op"], "ack", "{ack}");
+    let snapshot = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(snapshot["online"], false, "{snapshot}");
+
+    let phone = device_on(&members[1], "alice", "phone");
+    let bound = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(
+        (&bound["device_id"], &bound["online"]),
+        (&"phone".into(), &true.into())
+    );
+    let mut tablet = device_on(&members[2], "alice", "tablet");
+    let bound = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(
+        (&bound["device_id"], &bound["online"]),
+        (&"tablet".into(), &true.into())
+    );
+    let _ = phone.close(); // how it ends does not matter here, only that it does
+    let left = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(left["device_id"], "phone", "{left}");
+    assert_eq!(left["state"], "offline", "{left}");
+    assert_eq!(
+        left["online"], true,
+        "the tablet on another node is connected: {left}"
+    );
+    let away = tablet
+        .request(serde_json::json!({"op": "presence", "state": "away"}))
+        .unwrap();
+    assert_eq!(away["op"], "ack", "{away}");
+    let changed = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(
+        (&changed["device_id"], &changed["state"]),
+        (&"tablet".into(), &"away".into())
+    );
+
+    // Typing: bob listens to their conversation on his node, alice types on hers.
+    let listen = serde_json::json!({"op": "typing", "conversation": DM, "typing": false});
+    assert_eq!(bob.request(listen).unwrap()["op"], "ack");
+    let typing = serde_json::json!({"op": "typing", "conversation": DM});
+    let ack = tablet.request(typing).unwrap();
+    assert_eq!(ack["op"], "ack", "{ack}");
+    let signal = bob.next_frame(|f| f["op"] == "signal", PATIENCE).unwrap();
+    assert_eq!(signal["signal"]["sender"], "alice", "{signal}");
+    assert_eq!(signal["signal"]["kind"], "typing", "{signal}");
+    assert_eq!(
+        signal["signal"]["topic"],
+        format!("typing.{DM}"),
+        "{signal}"
+    );
+
+    // The tablet's node stalls past the silence limit (as behind a cut link): bob sees
+    // alice go. It resumes, its peers ask it for all its devices, and bob sees the tablet
+    // again, in the state it had, without the tablet reconnecting.
+    members[2].signal(libc::SIGSTOP);
+    let stalled = presence_of(&mut bob, "alice");
+    members[2].signal(libc::SIGCONT);
+    let stalled = stalled.unwrap();
+    assert_eq!(
+        (&stalled["device_id"], &stalled["online"]),
+        (&"tablet".into(), &false.into())
+    );
+    let resumed = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(resumed["device_id"], "tablet", "{resumed}");
+    assert_eq!(
+        (&resumed["state"], &resumed["online"]),
+        (&"away".into(), &true.into())
+    );
+
+    // The tablet's node dies without a word: bob sees alice go once it is taken for gone.
+    let killed_at = Instant::now();
+    members[2].server.take().unwrap().stop(libc::SIGKILL);
+    let gone = presence_of(&mut bob, "alice").unwrap();
+    let noticed = killed_at.elapsed();
+    assert_eq!(
+        (&gone["device_id"], &gone["online"]),
+        (&"tablet".into(), &false.into())
+    );
+    drop(tablet);
+    support::wait_until_bindable(&[members[2].tcp, members[2].http]);
+    members[2].start();
+    let _tablet = device_on(&members[2], "alice", "tablet");
+    let back = presence_of(&mut bob, "alice").unwrap();
+    assert_eq!(
+        (&back["device_id"], &back["online"]),
+        (&"tablet".into(), &true.into())
+    );
+    eprintln!(
+        "bob saw alice's tablet gone {} ms after its node was killed",
+        noticed.as_millis()
+    );
+}

@@ -168,6 +168,28 @@ impl GatewayClient {
         Ok(got)
     }
 
+    /// The first frame `pick` selects, buffered or arriving within `timeout`; the frames
+    /// it passes over stay buffered.
+    pub fn next_frame(
+        &mut self,
+        mut pick: impl FnMut(&Value) -> bool,
+        timeout: Duration,
+    ) -> Result<Value, String> {
+        if let Some(i) = self.pending.iter().position(&mut pick) {
+            return Ok(self.pending.remove(i).expect("position is in range"));
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            let frame = self
+                .read_until(deadline)?
+                .ok_or_else(|| format!("no such frame within {timeout:?}"))?;
+            if pick(&frame) {
+                return Ok(frame);
+            }
+            self.keep(frame)?;
+        }
+    }
+
     /// Removes and returns every buffered frame that `pick` selects, in arrival order.
     pub fn take_pending(&mut self, mut pick: impl FnMut(&Value) -> bool) -> Vec<Value> {
         let (taken, kept): (VecDeque<Value>, VecDeque<Value>) = std::mem::take(&mut self.pending)

@@ -150,6 +150,10 @@ pub type StreamSink =
 pub type StreamReader =
     Box<dyn Fn(StreamRead) -> Pin<Box<dyn Future<Output = Result<Vec<Record>, String>>>>>;
 
+/// Takes the presence and typing frames peers relay (`messaging::gateway::relay`), as
+/// they came, with the sending node's id.
+pub type RelaySink = Rc<dyn Fn(u64, bytes::Bytes)>;
+
 #[derive(Default)]
 struct Waiter {
     answer: RefCell<Option<Result<Applied, NotApplied>>>,
@@ -171,6 +175,7 @@ pub struct Node {
     observer: RefCell<Option<Observer>>,
     stream_sink: RefCell<Option<Rc<StreamSink>>>,
     stream_reader: RefCell<Option<Rc<StreamReader>>>,
+    relay_sink: RefCell<Option<RelaySink>>,
     metrics: RefCell<NodeMetrics>,
     /// The leader each hosted group had at the end of the last round.
     leaders: RefCell<BTreeMap<u16, Option<u64>>>,
@@ -266,6 +271,7 @@ impl Node {
             observer: RefCell::new(None),
             stream_sink: RefCell::new(stream_sink),
             stream_reader: RefCell::new(stream_reader),
+            relay_sink: RefCell::new(None),
             metrics: RefCell::new(NodeMetrics::default()),
             leaders: RefCell::new(BTreeMap::new()),
             misrouted: std::cell::Cell::new((0, None)),
@@ -291,6 +297,12 @@ impl Node {
             }
             Incoming::Reply(reply) => inbound.take_reply(reply),
             Incoming::Directory(directory) => inbound.learn(directory),
+            Incoming::Relay(frame) => {
+                let sink = inbound.relay_sink.borrow().clone();
+                if let Some(sink) = sink {
+                    sink(from, frame);
+                }
+            }
         });
         let mut tasks = vec![
             transport::serve(listener, node_id, deliver),
@@ -343,6 +355,28 @@ impl Node {
     /// node with the messaging plane off keeps the partitions' positions only).
     pub fn set_stream_sink(&self, sink: StreamSink) {
         *self.stream_sink.borrow_mut() = Some(Rc::new(sink));
+    }
+
+    /// From now on peers' presence and typing frames go to `sink` (before, they are
+    /// dropped: the gateway is not up).
+    pub fn set_relay_sink(&self, sink: RelaySink) {
+        *self.relay_sink.borrow_mut() = Some(sink);
+    }
+
+    /// Sends a presence or typing frame to node `to`, or to every peer; lossy (a frame a
+    /// link cannot take is dropped, and the relay repairs what it must).
+    pub fn relay(&self, to: Option<u64>, frame: &[u8]) {
+        let outbound = self.outbound.borrow();
+        match to {
+            Some(to) => {
+                outbound.send_relay(to, frame);
+            }
+            None => {
+                for to in outbound.peers() {
+                    outbound.send_relay(to, frame);
+                }
+            }
+        }
     }
 
     /// Reads slot `slot`'s messaging state as this node applied it (committed state).

@@ -296,6 +296,21 @@ impl Replicated for Replication {
     }
 }
 
+/// The gateway's presence and typing travel on the same links (lossy, never through a
+/// group).
+impl crate::messaging::gateway::relay::PeerLinks for Replication {
+    fn send(&self, to: Option<u64>, frame: Vec<u8>) {
+        self.node.relay(to, &frame);
+    }
+}
+
+impl Replication {
+    /// Hands the peers' presence and typing frames to `sink` from now on.
+    pub fn set_relay_sink(&self, sink: super::node::RelaySink) {
+        self.node.set_relay_sink(sink);
+    }
+}
+
 /// The messaging engine's side of the seam: its sends, cursor commits and dedup claims go
 /// through the same slot groups as the queue plane's commands.
 impl StreamReplication for Replication {

@@ -9,6 +9,8 @@
 //!                                                        ≤ wire::BATCH_BYTES_MAX + 1)
 //! kind   = 1 raft batch (wire.rs) | 2 forwarded command | 3 its reply (forward.rs)
 //!        | 4 the sender's member directory (directory.rs)
+//!        | 5 presence and typing (`messaging::gateway::relay`; handed on undecoded, so
+//!          a frame the gateway cannot read never closes the link)
 //! ```
 //!
 //! Raft tolerates lost messages and retries on its own, so the links never block the
@@ -60,6 +62,7 @@ const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
 const KIND_DIRECTORY: u8 = 4;
+const KIND_RELAY: u8 = 5;
 
 /// What a peer sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +71,8 @@ pub enum Incoming {
     Forward(forward::Request),
     Reply(forward::Reply),
     Directory(Directory),
+    /// A presence or typing frame for the gateway (`messaging::gateway::relay`).
+    Relay(Bytes),
 }
 const HELLO_BYTES: usize = 8 + 8 + 8;
 pub const HELLO_TIMEOUT_MS: u64 = 5_000;
@@ -225,6 +230,15 @@ impl Outbound {
     pub fn send_directory(&self, to: u64, encoded: &[u8]) -> bool {
         let mut bytes = vec![KIND_DIRECTORY];
         bytes.extend_from_slice(encoded);
+        self.send_other(to, bytes)
+    }
+
+    /// Sends a presence or typing frame (`messaging::gateway::relay`) to node `to`.
+    /// False: dropped.
+    pub fn send_relay(&self, to: u64, frame: &[u8]) -> bool {
+        let mut bytes = Vec::with_capacity(1 + frame.len());
+        bytes.push(KIND_RELAY);
+        bytes.extend_from_slice(frame);
         self.send_other(to, bytes)
     }
 
@@ -517,6 +531,7 @@ fn decode_frame(from: u64, frame: Bytes) -> Result<Incoming, String> {
         KIND_DIRECTORY => Directory::decode(body)
             .map(Incoming::Directory)
             .map_err(|e| format!("node {from}: {e}")),
+        KIND_RELAY => Ok(Incoming::Relay(body)),
         kind => Err(format!("node {from} sent a frame of kind {kind}")),
     }
 }
@@ -660,8 +675,10 @@ mod tests {
                 answer: forward::Answer::NotLeader(Some(3)),
             };
             assert!(out.send_reply(1, &reply));
-            until("ten batches, a request and a reply", || {
-                got.borrow().len() == 12
+            // Relayed presence is handed on as it came, undecoded.
+            assert!(out.send_relay(1, b"\x01anything"));
+            until("ten batches, a request, a reply and a relay", || {
+                got.borrow().len() == 13
             })
             .await;
             let got = got.borrow();
@@ -670,7 +687,9 @@ mod tests {
                 .all(|(from, b)| *from == 2 && matches!(b, Incoming::Raft(b) if b.len() == 2)));
             assert_eq!(got[10], (2, Incoming::Forward(request)));
             assert_eq!(got[11], (2, Incoming::Reply(reply)));
-            assert_eq!(out.stats(1).unwrap().batches_sent, 12);
+            let relayed = Bytes::from_static(b"\x01anything");
+            assert_eq!(got[12], (2, Incoming::Relay(relayed)));
+            assert_eq!(out.stats(1).unwrap().batches_sent, 13);
         });
     }
 

@@ -89,6 +89,9 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         if let Some(engine) = &engine {
             engine.set_replication(Rc::clone(&replication) as _);
         }
+        if let Some(g) = &gateway {
+            relay_presence(g, &replication);
+        }
         plane.set_replication(replication);
     }
     let seeds_name = plan
@@ -535,6 +538,21 @@ fn stream_hooks(
             })
         }),
     }
+}
+
+/// Presence and typing of this shard's gateway go to the same shard of every other node,
+/// and theirs come here.
+fn relay_presence(
+    gateway: &Rc<crate::messaging::gateway::GatewayCtx>,
+    replication: &Rc<crate::cluster::serve::Replication>,
+) {
+    let to_gateway = Rc::downgrade(gateway);
+    replication.set_relay_sink(Rc::new(move |from, frame| {
+        if let Some(g) = to_gateway.upgrade() {
+            g.on_relay(from, frame);
+        }
+    }));
+    gateway.set_peer_links(Rc::clone(replication) as _);
 }
 
 fn cluster_node(

@@ -1,5 +1,6 @@
 //! One shard's share of presence and typing, and its upkeep: the TTL sweep of silent
-//! presence sessions and idle rate-limit buckets.
+//! presence sessions (this node's, and those other nodes reported) and idle rate-limit
+//! buckets.
 
 use super::census::PresenceCensus;
 use super::settings::EphemeralSettings;
@@ -20,8 +21,11 @@ pub struct Ephemeral {
     pub hub: RefCell<SignalHub>,
     pub limiter: RefCell<RateLimiter>,
     pub watching: RefCell<HashMap<u64, BTreeSet<String>>>,
-    /// Device states of the users this shard owns, for `/presence` and metrics.
+    /// Device states of the users this shard owns, for `/presence` and metrics (this
+    /// node's devices only).
     pub census: RefCell<PresenceCensus>,
+    /// The relay to the other nodes of a cluster, once their links are up.
+    pub relay: RefCell<Option<super::relay_routing::Relay>>,
 }
 
 impl Ephemeral {
@@ -37,6 +41,7 @@ impl Ephemeral {
             )),
             watching: RefCell::new(HashMap::new()),
             census: RefCell::new(PresenceCensus::default()),
+            relay: RefCell::new(None),
             settings: RefCell::new(settings),
         }
     }
@@ -55,7 +60,10 @@ impl GatewayCtx {
             let now = boltq_io::store::now_ns();
             let expired = self.ephemeral.presence.borrow_mut().sweep(now);
             self.ephemeral.census.borrow_mut().apply_all(&expired);
+            self.relay_changes(&expired);
             self.send_deliveries(expired);
+            let reported = self.ephemeral.presence.borrow_mut().sweep_remote(now);
+            self.send_deliveries(reported);
             self.ephemeral.limiter.borrow_mut().collect_idle(now);
         }
     }

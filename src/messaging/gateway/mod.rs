@@ -28,6 +28,8 @@ pub mod ops;
 pub mod outbound;
 mod presence_routing;
 pub mod progress;
+pub mod relay;
+mod relay_routing;
 pub mod session;
 mod settings;
 mod signal_routing;

@@ -1,6 +1,7 @@
 //! Presence between shards (docs/presence-and-typing.md): changes go to the user's owner
 //! shard, whose directory turns them into events; events go to the shards of the watchers,
-//! which queue `presence_event` frames to the connections still watching.
+//! which queue `presence_event` frames to the connections still watching. In a cluster the
+//! owner also relays its transitions to the other nodes (`relay_routing.rs`).
 
 use super::{frame, text, GatewayCtx, GatewayMsg};
 use crate::messaging::presence::{self, Delivery, PresenceMsg};
@@ -57,6 +58,7 @@ impl GatewayCtx {
         };
         drop(dir);
         self.ephemeral.census.borrow_mut().apply_all(&out);
+        self.relay_changes(&out);
         self.send_deliveries(out);
     }
 

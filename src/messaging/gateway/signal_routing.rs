@@ -1,5 +1,6 @@
 //! Typing signals between shards (docs/presence-and-typing.md): listens and signals go to
-//! the topic's owner shard, which fans each signal out once per shard with listeners; the
+//! the topic's owner shard, which fans each signal out once per shard with listeners (and,
+//! in a cluster, relays it once to every other node's owner: `relay_routing.rs`); the
 //! sender's rate-limit bucket lives on the shard owning its key.
 
 use super::{frame, text, GatewayCtx, GatewayMsg};
@@ -26,23 +27,29 @@ impl GatewayCtx {
                 .unlisten(&topic, shard, conn),
             SignalMsg::Publish(signal) => {
                 self.stats.borrow_mut().signals_published += 1;
-                let routes = self.ephemeral.hub.borrow().route(&signal);
-                let me = self.shard_id();
-                for (shard, conns) in routes {
-                    if shard == me {
-                        self.signals_here(&conns, &signal);
-                    } else {
-                        let signal = signal.clone();
-                        self.to_shard(
-                            shard,
-                            GatewayMsg::Signal(SignalMsg::Deliver { conns, signal }),
-                        );
-                    }
-                }
+                self.route_signal(&signal);
+                self.relay_signal(&signal);
             }
             SignalMsg::Deliver { conns, signal } => self.signals_here(&conns, &signal),
             SignalMsg::Take { .. } | SignalMsg::Taken(_) => {
                 log::warn!("[signals] rate-limit question sent one-way")
+            }
+        }
+    }
+
+    /// Hands `signal` to this node's listeners of its topic (this shard owns the topic).
+    pub(super) fn route_signal(&self, signal: &signals::Signal) {
+        let routes = self.ephemeral.hub.borrow().route(signal);
+        let me = self.shard_id();
+        for (shard, conns) in routes {
+            if shard == me {
+                self.signals_here(&conns, signal);
+            } else {
+                let signal = signal.clone();
+                self.to_shard(
+                    shard,
+                    GatewayMsg::Signal(SignalMsg::Deliver { conns, signal }),
+                );
             }
         }
     }

@@ -37,6 +37,11 @@ pub struct GatewayStats {
     pub signals_published: u64,
     /// Ephemeral messages dropped because the outbox to another shard was full.
     pub ephemeral_mesh_drops: u64,
+    /// Presence and typing frames sent to and taken from the other nodes of a cluster,
+    /// and those refused as unreadable (`relay.rs`).
+    pub relay_frames_out: u64,
+    pub relay_frames_in: u64,
+    pub relay_refused: u64,
 }
 
 impl GatewayStats {
@@ -61,6 +66,9 @@ impl GatewayStats {
         self.signals_limited += o.signals_limited;
         self.signals_published += o.signals_published;
         self.ephemeral_mesh_drops += o.ephemeral_mesh_drops;
+        self.relay_frames_out += o.relay_frames_out;
+        self.relay_frames_in += o.relay_frames_in;
+        self.relay_refused += o.relay_refused;
     }
 }
 

@@ -1,0 +1,341 @@
+//! Presence and typing between the nodes of a cluster (issue 15), sans-IO: the frames one
+//! node's shard sends the same shard of every other node, and what a shard remembers of
+//! the nodes it hears from.
+//!
+//! Presence and typing are ephemeral (docs/presence-and-typing.md): nothing of them goes
+//! through the slot groups. Each node's owner shard of a user tells the owner shard of the
+//! user on every other node (the same shard: every member runs the same shard count) of
+//! its own devices' transitions, and every sweep interval of all its bound devices; the
+//! receivers keep them apart from their own (`presence::remote`). A typing signal is
+//! routed on the sender's node and relayed once to every other node, whose owner of the
+//! topic hands it to its own listeners. Lossy like the rest of the ephemeral path: a frame
+//! a link drops is repaired by the next refresh (presence) or not at all (typing).
+//!
+//! ```text
+//! frame   = version:u8 (1) | boot:u64 | kind:u8 | body
+//! kind    = 1 changes: count:u32 | change*       (the sender's own transitions, in order;
+//!                                                  a refresh is a page of sets)
+//!         | 2 alive (empty)                       (nothing new; every ALIVE_EVERY_MS)
+//!         | 3 refresh asked (empty)               (send me all your devices now)
+//!         | 4 signal: topic:str16 | sender:str16 | kind:str16 | at_ns:i64
+//!                     | headers: count:u32 | (name:str16 | value:str16)*
+//!                     | payload: len:u32 | bytes
+//! change  = 0 set: user:str16 | device:str16 | state:u8 (0 online, 1 away, 2 offline)
+//!         | 1 unbound: user:str16 | device:str16
+//!         | 2 expired: user:str16 | device:str16
+//! ```
+//!
+//! `boot` is a random number each shard draws at start: a node heard with a new one
+//! restarted, and what its earlier process reported is dropped.
+
+use crate::messaging::headers::{HEADERS_BYTES_MAX, HEADERS_PAIRS_MAX};
+use crate::messaging::presence::{PresenceState, RemoteChange};
+use crate::messaging::signals::Signal;
+use crate::messaging::slot::{put_str16, Reader};
+use crate::messaging::topic::TOPIC_ENCODED_BYTES_MAX;
+use std::collections::BTreeMap;
+
+pub const VERSION: u8 = 1;
+/// Largest frame: a page of changes or a signal at the largest payload the configuration
+/// allows (`messaging.signals.max_payload` ≤ 1 MiB) with its headers.
+pub const FRAME_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Changes one frame carries (a refresh of more devices takes more frames).
+pub const CHANGES_PER_FRAME_MAX: usize = 4096;
+/// Longest user or device id (the gateway's own limits are below it).
+pub const ID_BYTES_MAX: usize = 256;
+/// Longest signal kind.
+pub const KIND_BYTES_MAX: usize = 64;
+/// Largest signal payload (the most `messaging.signals.max_payload` may be).
+pub const SIGNAL_PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+/// How often a shard tells the others it is alive when it has nothing else to say.
+pub const ALIVE_EVERY_MS: u64 = 1_000;
+/// A node not heard from for this long is taken for gone: the devices it reported are
+/// dropped (watchers see them expire) until it speaks again. Five missed alives, so a
+/// link's short reconnect (`cluster` links retry within 2 s) does not flap presence.
+pub const PEER_SILENT_MS_MAX: u64 = 5_000;
+
+const KIND_CHANGES: u8 = 1;
+const KIND_ALIVE: u8 = 2;
+const KIND_REFRESH_ASKED: u8 = 3;
+const KIND_SIGNAL: u8 = 4;
+
+/// One relay frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayFrame {
+    /// The sending shard's process (see the module doc).
+    pub boot: u64,
+    pub body: RelayBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayBody {
+    Changes(Vec<RemoteChange>),
+    Alive,
+    RefreshAsked,
+    Signal(Signal),
+}
+
+/// What the gateway sends frames through: the links to the other nodes (`cluster::serve`
+/// implements it). Lossy: a frame for a peer that is down or behind is dropped.
+pub trait PeerLinks {
+    /// Sends `frame` to the same shard of node `to`, or of every other node (`None`).
+    fn send(&self, to: Option<u64>, frame: Vec<u8>);
+}
+
+/// Encodes `frame`; an error names the field over its limit (nothing is sent then).
+pub fn encode(frame: &RelayFrame) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(64);
+    out.push(VERSION);
+    out.extend_from_slice(&frame.boot.to_le_bytes());
+    match &frame.body {
+        RelayBody::Changes(changes) => {
+            if changes.len() > CHANGES_PER_FRAME_MAX {
+                return Err(format!(
+                    "{} changes, over {CHANGES_PER_FRAME_MAX}",
+                    changes.len()
+                ));
+            }
+            out.push(KIND_CHANGES);
+            out.extend_from_slice(&(changes.len() as u32).to_le_bytes());
+            for c in changes {
+                put_change(c, &mut out)?;
+            }
+        }
+        RelayBody::Alive => out.push(KIND_ALIVE),
+        RelayBody::RefreshAsked => out.push(KIND_REFRESH_ASKED),
+        RelayBody::Signal(s) => {
+            out.push(KIND_SIGNAL);
+            put_signal(s, &mut out)?;
+        }
+    }
+    assert!(out.len() <= FRAME_BYTES_MAX, "bounded by the field limits");
+    Ok(out)
+}
+
+pub fn decode(bytes: &[u8]) -> Result<RelayFrame, String> {
+    if bytes.len() > FRAME_BYTES_MAX {
+        return Err(format!(
+            "relay frame of {} bytes, over {FRAME_BYTES_MAX}",
+            bytes.len()
+        ));
+    }
+    let mut r = Reader::new(bytes);
+    let version = r.u8("version")?;
+    if version != VERSION {
+        return Err(format!("relay frame version {version}, not {VERSION}"));
+    }
+    let boot = r.u64("boot")?;
+    let body = match r.u8("kind")? {
+        KIND_CHANGES => {
+            // A change takes at least its tag and two empty strings.
+            let n = r.count("changes", 5)?;
+            if n > CHANGES_PER_FRAME_MAX {
+                return Err(format!("{n} changes, over {CHANGES_PER_FRAME_MAX}"));
+            }
+            let mut changes = Vec::with_capacity(n);
+            for _ in 0..n {
+                changes.push(change(&mut r)?);
+            }
+            RelayBody::Changes(changes)
+        }
+        KIND_ALIVE => RelayBody::Alive,
+        KIND_REFRESH_ASKED => RelayBody::RefreshAsked,
+        KIND_SIGNAL => RelayBody::Signal(signal(&mut r)?),
+        k => return Err(format!("unknown relay frame kind {k}")),
+    };
+    r.finish("relay frame")?;
+    Ok(RelayFrame { boot, body })
+}
+
+fn put_id(what: &str, s: &str, out: &mut Vec<u8>) -> Result<(), String> {
+    put_bounded(what, s, ID_BYTES_MAX, out)
+}
+
+fn put_bounded(what: &str, s: &str, max: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    if s.len() > max {
+        return Err(format!("{what} is {} bytes, over {max}", s.len()));
+    }
+    put_str16(s, out);
+    Ok(())
+}
+
+fn put_change(c: &RemoteChange, out: &mut Vec<u8>) -> Result<(), String> {
+    let (tag, user, device, state) = match c {
+        RemoteChange::Set {
+            user,
+            device,
+            state,
+        } => (0u8, user, device, Some(*state)),
+        RemoteChange::Unbound { user, device } => (1, user, device, None),
+        RemoteChange::Expired { user, device } => (2, user, device, None),
+    };
+    out.push(tag);
+    put_id("user", user, out)?;
+    put_id("device", device, out)?;
+    if let Some(state) = state {
+        out.push(state_byte(state));
+    }
+    Ok(())
+}
+
+fn change(r: &mut Reader) -> Result<RemoteChange, String> {
+    let tag = r.u8("change")?;
+    let user = r.str16("user", ID_BYTES_MAX)?.to_string();
+    let device = r.str16("device", ID_BYTES_MAX)?.to_string();
+    if user.is_empty() {
+        return Err("a change of the anonymous user".into());
+    }
+    Ok(match tag {
+        0 => RemoteChange::Set {
+            user,
+            device,
+            state: state_of(r.u8("state")?)?,
+        },
+        1 => RemoteChange::Unbound { user, device },
+        2 => RemoteChange::Expired { user, device },
+        t => return Err(format!("unknown change tag {t}")),
+    })
+}
+
+fn state_byte(s: PresenceState) -> u8 {
+    match s {
+        PresenceState::Online => 0,
+        PresenceState::Away => 1,
+        PresenceState::Offline => 2,
+    }
+}
+
+fn state_of(b: u8) -> Result<PresenceState, String> {
+    match b {
+        0 => Ok(PresenceState::Online),
+        1 => Ok(PresenceState::Away),
+        2 => Ok(PresenceState::Offline),
+        b => Err(format!("unknown presence state {b}")),
+    }
+}
+
+fn put_signal(s: &Signal, out: &mut Vec<u8>) -> Result<(), String> {
+    put_bounded("topic", &s.topic, TOPIC_ENCODED_BYTES_MAX, out)?;
+    put_id("sender", &s.sender, out)?;
+    put_bounded("kind", &s.kind, KIND_BYTES_MAX, out)?;
+    out.extend_from_slice(&s.at_ns.to_le_bytes());
+    check_headers(&s.headers)?;
+    out.extend_from_slice(&(s.headers.len() as u32).to_le_bytes());
+    for (name, value) in &s.headers {
+        put_bounded("header name", name, HEADERS_BYTES_MAX, out)?;
+        put_bounded("header value", value, HEADERS_BYTES_MAX, out)?;
+    }
+    if s.payload.len() > SIGNAL_PAYLOAD_BYTES_MAX {
+        return Err(format!(
+            "signal payload of {} bytes, over {SIGNAL_PAYLOAD_BYTES_MAX}",
+            s.payload.len()
+        ));
+    }
+    out.extend_from_slice(&(s.payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&s.payload);
+    Ok(())
+}
+
+fn check_headers(headers: &[(String, String)]) -> Result<(), String> {
+    let bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+    if headers.len() > HEADERS_PAIRS_MAX || bytes > HEADERS_BYTES_MAX {
+        return Err(format!(
+            "signal headers exceed {HEADERS_PAIRS_MAX} pairs or {HEADERS_BYTES_MAX} bytes"
+        ));
+    }
+    Ok(())
+}
+
+fn signal(r: &mut Reader) -> Result<Signal, String> {
+    let topic = r.str16("topic", TOPIC_ENCODED_BYTES_MAX)?.to_string();
+    let sender = r.str16("sender", ID_BYTES_MAX)?.to_string();
+    let kind = r.str16("kind", KIND_BYTES_MAX)?.to_string();
+    let at_ns = r.i64("at_ns")?;
+    let n = r.count("headers", 4)?;
+    if n > HEADERS_PAIRS_MAX {
+        return Err(format!("{n} headers, over {HEADERS_PAIRS_MAX}"));
+    }
+    let mut headers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.str16("header name", HEADERS_BYTES_MAX)?.to_string();
+        let value = r.str16("header value", HEADERS_BYTES_MAX)?.to_string();
+        headers.push((name, value));
+    }
+    check_headers(&headers)?;
+    let len = r.u32("payload")? as usize;
+    if len > SIGNAL_PAYLOAD_BYTES_MAX {
+        return Err(format!(
+            "signal payload of {len} bytes, over {SIGNAL_PAYLOAD_BYTES_MAX}"
+        ));
+    }
+    let payload = r.take(len, "payload")?.to_vec();
+    Ok(Signal {
+        topic,
+        sender,
+        kind,
+        headers,
+        payload,
+        at_ns,
+    })
+}
+
+/// What hearing from a node means for the devices it reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heard {
+    /// As before.
+    Known,
+    /// Heard for the first time, or again after it was taken for gone: ask it for all its
+    /// devices (what it reported meanwhile never arrived, or was dropped).
+    Returned,
+    /// Heard from a new process of the node: drop what the old one reported, then ask.
+    Restarted,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    boot: u64,
+    heard_ns: i64,
+    /// Taken for gone (not heard for `PEER_SILENT_MS_MAX`).
+    silent: bool,
+}
+
+/// The nodes a shard hears from, by node id. Bounded by the cluster's members (a peer is
+/// only ever a node whose link delivered a frame).
+#[derive(Debug, Default)]
+pub struct Peers {
+    known: BTreeMap<u64, Peer>,
+}
+
+impl Peers {
+    /// Notes a frame from `node` whose process drew `boot`.
+    pub fn heard(&mut self, node: u64, boot: u64, now_ns: i64) -> Heard {
+        let fresh = Peer {
+            boot,
+            heard_ns: now_ns,
+            silent: false,
+        };
+        match self.known.insert(node, fresh) {
+            None => Heard::Returned,
+            Some(p) if p.boot != boot => Heard::Restarted,
+            Some(p) if p.silent => Heard::Returned,
+            Some(_) => Heard::Known,
+        }
+    }
+
+    /// The nodes that just went silent (not heard for `PEER_SILENT_MS_MAX`): each is
+    /// reported once, until it is heard again.
+    pub fn silent(&mut self, now_ns: i64) -> Vec<u64> {
+        let limit_ns = PEER_SILENT_MS_MAX as i64 * 1_000_000;
+        let mut out = Vec::new();
+        for (node, p) in &mut self.known {
+            if !p.silent && now_ns.saturating_sub(p.heard_ns) > limit_ns {
+                p.silent = true;
+                out.push(*node);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests;

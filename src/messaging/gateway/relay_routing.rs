@@ -1,0 +1,204 @@
+//! Presence and typing between nodes (`relay.rs` has the frames and why): this shard's
+//! own presence transitions and typing signals go to the same shard of every other node;
+//! what the others send is applied here for this shard's watchers and listeners.
+
+use super::relay::{self, Heard, PeerLinks, Peers, RelayBody, RelayFrame};
+use super::GatewayCtx;
+use crate::messaging::presence::{self, Delivery, RemoteChange};
+use crate::messaging::signals::{self, Signal};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// This shard's end of the relay, once the cluster's links are up.
+pub struct Relay {
+    links: Rc<dyn PeerLinks>,
+    /// Drawn at start: tells the other nodes that this is a new process.
+    boot: u64,
+    peers: Peers,
+}
+
+impl GatewayCtx {
+    /// Relays this shard's presence and typing to the same shard of every other node from
+    /// now on (`cluster.enabled`), and tells them every `relay::ALIVE_EVERY_MS` that it is
+    /// alive.
+    pub fn set_peer_links(self: &Rc<Self>, links: Rc<dyn PeerLinks>) {
+        let relay = Relay {
+            links,
+            boot: u64::from_le_bytes(self.random_bytes()),
+            peers: Peers::default(),
+        };
+        let mut slot = self.ephemeral.relay.borrow_mut();
+        assert!(slot.is_none(), "the peer links are set once");
+        *slot = Some(relay);
+        drop(slot);
+        boltq_shards::spawn(Rc::clone(self).relay_loop()).detach();
+    }
+
+    fn relay_send(&self, to: Option<u64>, body: RelayBody) {
+        let relay = self.ephemeral.relay.borrow();
+        let Some(relay) = relay.as_ref() else {
+            return;
+        };
+        let frame = RelayFrame {
+            boot: relay.boot,
+            body,
+        };
+        match relay::encode(&frame) {
+            Ok(bytes) => {
+                relay.links.send(to, bytes);
+                self.stats.borrow_mut().relay_frames_out += 1;
+            }
+            Err(e) => log::warn!("[relay] not sent to the other nodes: {e}"),
+        }
+    }
+
+    fn relaying(&self) -> bool {
+        self.ephemeral.relay.borrow().is_some()
+    }
+
+    /// Tells the other nodes of this node's own presence transitions.
+    pub(super) fn relay_changes(&self, own: &[Delivery]) {
+        if !self.relaying() {
+            return;
+        }
+        let changes: Vec<RemoteChange> = own.iter().filter_map(RemoteChange::of).collect();
+        for page in changes.chunks(relay::CHANGES_PER_FRAME_MAX) {
+            self.relay_send(None, RelayBody::Changes(page.to_vec()));
+        }
+    }
+
+    /// Sends every device bound on this node, to `to` or to every other node: they
+    /// refresh their copies, and learn what a dropped frame kept from them.
+    fn relay_refresh(&self, to: Option<u64>) {
+        let devices = self.ephemeral.presence.borrow().local_devices();
+        let sets: Vec<RemoteChange> = devices
+            .into_iter()
+            .map(|(user, device, state)| RemoteChange::Set {
+                user,
+                device,
+                state,
+            })
+            .collect();
+        if sets.is_empty() {
+            self.relay_send(to, RelayBody::Alive);
+        }
+        for page in sets.chunks(relay::CHANGES_PER_FRAME_MAX) {
+            self.relay_send(to, RelayBody::Changes(page.to_vec()));
+        }
+    }
+
+    /// Hands a typing signal this shard routed to the other nodes' owners of its topic.
+    pub(super) fn relay_signal(&self, s: &Signal) {
+        if self.relaying() {
+            self.relay_send(None, RelayBody::Signal(s.clone()));
+        }
+    }
+
+    /// A frame the same shard of node `from` sent.
+    pub fn on_relay(&self, from: u64, bytes: bytes::Bytes) {
+        let frame = match relay::decode(&bytes) {
+            Ok(frame) => frame,
+            Err(e) => {
+                let mut stats = self.stats.borrow_mut();
+                stats.relay_refused += 1;
+                // One line per power of two: a peer sending garbage cannot flood the log.
+                if stats.relay_refused.is_power_of_two() {
+                    log::warn!("[relay] frame from node {from} refused: {e}");
+                }
+                return;
+            }
+        };
+        self.stats.borrow_mut().relay_frames_in += 1;
+        let now = boltq_io::store::now_ns();
+        let heard = match self.ephemeral.relay.borrow_mut().as_mut() {
+            Some(relay) => relay.peers.heard(from, frame.boot, now),
+            None => return,
+        };
+        match heard {
+            Heard::Known => {}
+            Heard::Returned => self.relay_send(Some(from), RelayBody::RefreshAsked),
+            Heard::Restarted => {
+                log::info!("[relay] node {from} restarted: its devices' presence is dropped");
+                self.forget_node(from, now);
+                self.relay_send(Some(from), RelayBody::RefreshAsked);
+            }
+        }
+        match frame.body {
+            RelayBody::Changes(changes) => self.apply_remote_changes(from, changes, now),
+            RelayBody::Alive => {}
+            RelayBody::RefreshAsked => self.relay_refresh(Some(from)),
+            RelayBody::Signal(s) => self.signal_from_peer(s),
+        }
+    }
+
+    fn apply_remote_changes(&self, from: u64, changes: Vec<RemoteChange>, now: i64) {
+        let shards = self.engine.shard().count();
+        let me = self.shard_id();
+        let mut out: Vec<Delivery> = Vec::new();
+        let mut dir = self.ephemeral.presence.borrow_mut();
+        for change in changes {
+            if presence::owner_of_user(change.user(), shards) != me {
+                // Another node's shard count differs (refused at start; kept out here).
+                log::warn!(
+                    "[relay] node {from} reported {}, whom shard {me} does not own",
+                    change.user()
+                );
+                continue;
+            }
+            match dir.apply_remote(from, change, now) {
+                Ok(d) => out.extend(d),
+                Err(e) => log::warn!("[relay] presence from node {from}: {e}"),
+            }
+        }
+        drop(dir);
+        self.send_deliveries(out);
+    }
+
+    fn forget_node(&self, node: u64, now: i64) {
+        let out = self.ephemeral.presence.borrow_mut().forget_node(node, now);
+        self.send_deliveries(out);
+    }
+
+    fn signal_from_peer(&self, s: Signal) {
+        let me = self.shard_id();
+        if signals::owner_of_topic(&s.topic, self.engine.shard().count()) != me {
+            log::warn!(
+                "[relay] a signal on {} reached shard {me}, not its owner",
+                s.topic
+            );
+            return;
+        }
+        self.route_signal(&s);
+    }
+
+    /// Every `relay::ALIVE_EVERY_MS`: forgets the devices of nodes gone silent, and says
+    /// this shard is alive: with all its devices every `presence.sweep_interval`, with an
+    /// empty frame otherwise.
+    async fn relay_loop(self: Rc<Self>) {
+        let mut refreshed = Instant::now();
+        loop {
+            boltq_shards::sleep(Duration::from_millis(relay::ALIVE_EVERY_MS)).await;
+            if self.closing.get() {
+                return;
+            }
+            let now = boltq_io::store::now_ns();
+            let silent = match self.ephemeral.relay.borrow_mut().as_mut() {
+                Some(relay) => relay.peers.silent(now),
+                None => return,
+            };
+            for node in silent {
+                log::info!(
+                    "[relay] node {node} silent for {} ms: its devices' presence is dropped",
+                    relay::PEER_SILENT_MS_MAX
+                );
+                self.forget_node(node, now);
+            }
+            if refreshed.elapsed() >= self.ephemeral.settings.borrow().sweep_interval {
+                refreshed = Instant::now();
+                self.relay_refresh(None);
+            } else {
+                self.relay_send(None, RelayBody::Alive);
+            }
+        }
+    }
+}
