@@ -12,7 +12,7 @@ use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
 use crate::queue::broker::{BrokerConfig, Command, Effect};
 use raft::prelude::Message;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Batches for each destination node, in order.
 pub type Batches = BTreeMap<u64, Vec<Vec<SlotMessage>>>;
@@ -48,6 +48,11 @@ pub struct Host {
     /// The member directory's wants (`directory::Directory::wants`): each leader moves its
     /// group's membership towards them on every tick. Empty: memberships are left alone.
     wants: BTreeMap<u64, Role>,
+    /// Groups that may have something to collect: stepped, proposed to, synced or told of
+    /// a snapshot since their last `collect` (`all_dirty`: every group, after a tick).
+    /// A round then collects those alone, not all 256 groups for one message.
+    dirty: BTreeSet<u16>,
+    all_dirty: bool,
 }
 
 impl Host {
@@ -79,6 +84,8 @@ impl Host {
             node_id,
             replicas,
             wants: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            all_dirty: true,
         })
     }
 
@@ -91,6 +98,7 @@ impl Host {
     }
 
     pub fn propose(&mut self, slot: u16, cmd: &Command) -> Result<ProposalId, HostRefused> {
+        self.dirty.insert(slot);
         let replica = self
             .replicas
             .get_mut(&slot)
@@ -103,6 +111,7 @@ impl Host {
         slot: u16,
         cmd: &StreamCommand,
     ) -> Result<ProposalId, HostRefused> {
+        self.dirty.insert(slot);
         let replica = self
             .replicas
             .get_mut(&slot)
@@ -115,6 +124,7 @@ impl Host {
         slot: u16,
         changes: &[super::membership::MemberChange],
     ) -> Result<ProposalId, HostRefused> {
+        self.dirty.insert(slot);
         let replica = self
             .replicas
             .get_mut(&slot)
@@ -140,12 +150,14 @@ impl Host {
         for &(slot, to) in &transfers {
             if let Some(replica) = self.replicas.get_mut(&slot) {
                 replica.transfer_leadership(to);
+                self.dirty.insert(slot);
             }
         }
         transfers.len()
     }
 
     pub fn tick(&mut self, now_ns: i64) {
+        self.all_dirty = true;
         for replica in self.replicas.values_mut() {
             replica.tick(now_ns);
             if !self.wants.is_empty() {
@@ -165,7 +177,10 @@ impl Host {
         let mut dropped = 0;
         for SlotMessage { slot, msg } in batch {
             match self.replicas.get_mut(&slot) {
-                Some(replica) if msg.to == self.node_id => replica.step(msg),
+                Some(replica) if msg.to == self.node_id => {
+                    replica.step(msg);
+                    self.dirty.insert(slot);
+                }
                 _ => dropped += 1,
             }
         }
@@ -175,13 +190,27 @@ impl Host {
     pub fn report_snapshot(&mut self, slot: u16, to: u64, delivered: bool) {
         if let Some(replica) = self.replicas.get_mut(&slot) {
             replica.report_snapshot(to, delivered);
+            self.dirty.insert(slot);
         }
     }
 
-    /// Collects every group: what to send (batched per destination), answers, effects.
+    /// Whether some group may have something to collect (the node's loop then runs a
+    /// round at once instead of waiting for a message or the next tick).
+    pub fn has_dirty(&self) -> bool {
+        self.all_dirty || !self.dirty.is_empty()
+    }
+
+    /// Collects every group that may have something (see `dirty`): what to send (batched
+    /// per destination), answers, effects.
     pub fn collect(&mut self) -> HostOutput {
         let mut out = HostOutput::default();
-        for (&slot, replica) in self.replicas.iter_mut() {
+        let dirty = std::mem::take(&mut self.dirty);
+        let all = std::mem::replace(&mut self.all_dirty, false);
+        let chosen = self
+            .replicas
+            .iter_mut()
+            .filter(|(slot, _)| all || dirty.contains(slot));
+        for (&slot, replica) in chosen {
             let installed_before = replica.snapshots_installed();
             let Output {
                 messages,
@@ -211,11 +240,17 @@ impl Host {
     }
 
     /// Every group's writes are durable (one group commit): the messages that waited.
+    /// The groups that synced are collected again: a leader's own write being durable can
+    /// commit entries.
     pub fn synced(&mut self) -> Batches {
         let mut batches = Batches::new();
         for (&slot, replica) in self.replicas.iter_mut() {
+            if !replica.needs_sync() {
+                continue;
+            }
             let messages = replica.synced();
             add_to_batches(&mut batches, slot, messages);
+            self.dirty.insert(slot);
         }
         batches
     }

@@ -748,7 +748,8 @@ impl Node {
         loop {
             let ticket = self.wake.ticket();
             let now = Instant::now();
-            if self.inbox.borrow().is_empty() && now < next_tick {
+            let idle = self.inbox.borrow().is_empty() && !self.host.borrow().has_dirty();
+            if idle && now < next_tick {
                 boltq_shards::timeout(next_tick - now, self.wake.wait(ticket)).await;
             }
             if Instant::now() >= next_tick {

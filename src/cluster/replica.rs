@@ -8,9 +8,10 @@
 //! and may retry.
 //!
 //! Only the leader proposes `Tick`s, when the broker says a timer is due. Snapshots are the
-//! broker's snapshot body (`queue::server::snapshot::encode`), taken every
-//! `snapshot_every_entries` applied entries; a follower too far behind gets one from the
-//! leader and replaces its broker with it.
+//! slot's state (`slot_snapshot`), taken once `snapshot_every_entries` entries were applied
+//! since the last one *and* their bytes reached the last snapshot's size
+//! ([`Replica::snapshot_due`]); a follower too far behind gets one from the leader and
+//! replaces its state with it.
 
 use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
@@ -112,6 +113,9 @@ pub struct Replica {
     tick_in_flight: Option<ProposalId>,
     snapshot_every_entries: u64,
     applied_since_snapshot: u64,
+    /// Bytes of the entries applied since the last snapshot, and that snapshot's size.
+    applied_bytes_since_snapshot: u64,
+    snapshot_bytes: u64,
     snapshots_installed: u64,
 }
 
@@ -132,6 +136,7 @@ impl Replica {
         let snapshot = storage.newest_snapshot();
         let applied = snapshot.get_metadata().index;
         let (broker, streams) = slot_snapshot::decode(&snapshot.data, &cfg, &streams_cfg)?;
+        let snapshot_bytes = snapshot.data.len() as u64;
         let group = Group::new(node_id, storage, applied, election)?;
         Ok(Replica {
             group,
@@ -145,6 +150,8 @@ impl Replica {
             tick_in_flight: None,
             snapshot_every_entries,
             applied_since_snapshot: 0,
+            applied_bytes_since_snapshot: 0,
+            snapshot_bytes,
             snapshots_installed: 0,
         })
     }
@@ -354,7 +361,8 @@ impl Replica {
                 self.tick_in_flight = None;
             }
             self.applied_since_snapshot += 1;
-            if self.applied_since_snapshot >= self.snapshot_every_entries {
+            self.applied_bytes_since_snapshot += entry.data.len() as u64;
+            if self.snapshot_due() {
                 self.take_snapshot(entry.term);
             }
         }
@@ -434,6 +442,8 @@ impl Replica {
         self.streams = streams;
         self.applied = index;
         self.applied_since_snapshot = 0;
+        self.applied_bytes_since_snapshot = 0;
+        self.snapshot_bytes = snapshot.data.len() as u64;
         self.snapshots_installed += 1;
         // What this replica proposed up to there may or may not be in the state now.
         let covered: Vec<u64> = self.proposals.range(..=index).map(|(i, _)| *i).collect();
@@ -447,9 +457,25 @@ impl Replica {
         self.tick_in_flight = None;
     }
 
+    /// Whether to snapshot now: `snapshot_every_entries` applied since the last snapshot,
+    /// and as many bytes of entries as that snapshot had. A snapshot costs the whole state
+    /// (a queue's backlog, every message of it); the entries since the last one cost what
+    /// was written. Waiting until the log outgrew the last snapshot (the rule of Redis's
+    /// AOF rewrite at 100 %) keeps snapshotting's cost a constant factor of what is
+    /// written, however large the state: a backlog of 30,000 messages was serialised
+    /// whole every 8,192 entries, a fifth of a 3-node cluster's CPU (docs/benchmarks.md).
+    /// The price: the log behind a snapshot holds up to the state's size again, in memory
+    /// and on disk, and a restart or a lagging follower replays it.
+    pub fn snapshot_due(&self) -> bool {
+        self.applied_since_snapshot >= self.snapshot_every_entries
+            && self.applied_bytes_since_snapshot >= self.snapshot_bytes
+    }
+
     fn take_snapshot(&mut self, term: u64) {
         let data = slot_snapshot::encode(&self.broker, &self.streams)
             .unwrap_or_else(|e| panic!("encode the slot snapshot: {e}"));
+        self.snapshot_bytes = data.len() as u64;
+        self.applied_bytes_since_snapshot = 0;
         let mut snapshot = Snapshot {
             data: data.into(),
             ..Snapshot::default()
