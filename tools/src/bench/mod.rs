@@ -339,6 +339,23 @@ fn equal_check(name: &'static str, got: u64, want: u64, what: &str) -> Check {
     }
 }
 
+/// `got` in `least..=most`: a count that sends of unknown outcome may raise past what was
+/// acknowledged, and nothing may bring below it.
+fn range_check(name: &'static str, got: u64, least: u64, most: u64, what: &str) -> Check {
+    assert!(least <= most, "{name}: an empty range");
+    let errors = if got < least {
+        least - got
+    } else {
+        got.saturating_sub(most)
+    };
+    Check {
+        name,
+        ok: errors == 0,
+        detail: format!("{what}: got {got}, expected {least}..={most}"),
+        errors,
+    }
+}
+
 fn sender_duration(common: &Common) -> Option<f64> {
     common.duration_secs.or(if common.messages.is_none() {
         Some(DEFAULT_DURATION_SECS)
@@ -825,6 +842,15 @@ fn exchange(a: cli::ExchangeArgs) -> Result<(Value, bool), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_check_counts_a_loss_and_a_surplus_and_passes_within() {
+        let c = |got| range_check("c", got, 10, 12, "deliveries");
+        assert!((c(10).ok, c(12).ok) == (true, true));
+        assert_eq!((c(9).ok, c(9).errors), (false, 1), "one lost");
+        assert_eq!((c(15).ok, c(15).errors), (false, 3), "three repeated");
+        assert_eq!(c(15).detail, "deliveries: got 15, expected 10..=12");
+    }
 
     #[test]
     fn priority_mixes() {

@@ -202,6 +202,15 @@ impl Counters {
             .sum()
     }
 
+    /// Error replies to publish requests of any kind. Against a cluster some are "outcome
+    /// unknown": the message may have been stored and delivered all the same.
+    pub fn publish_errors(&self) -> u64 {
+        OPS.iter()
+            .filter(|o| o.is_publish())
+            .map(|&o| Counters::get(&self.errors[o as usize]))
+            .sum()
+    }
+
     pub fn errors_total(&self) -> u64 {
         self.errors.iter().map(Counters::get).sum::<u64>() + Counters::get(&self.other_errors)
     }

@@ -390,17 +390,23 @@ pub fn chat(a: ChatArgs) -> Result<(Value, bool), String> {
     let g = &ran.run.counters;
     let published = f.shared.counters.published();
     let expected = published * (size as u64 - 1);
+    // A send answered with an error may still have been stored (a cluster's "outcome
+    // unknown" while a leader dies): it is then delivered like an acknowledged one. Fewer
+    // deliveries than acknowledged sends is a loss; more than all sends tried, a repeat.
+    let unknown = f.shared.counters.publish_errors();
     let mut checks = vec![
-        super::equal_check(
-            "delivered_equals_sends_times_recipients",
+        super::range_check(
+            "delivered_covers_sends_times_recipients",
             Counters::get(&f.shared.counters.delivered),
             expected,
-            "records delivered to the other members",
+            (published + unknown) * (size as u64 - 1),
+            "records delivered to the other members (acknowledged sends, up to every send answered with an error too)",
         ),
-        super::equal_check(
-            "echoes_equal_sends",
+        super::range_check(
+            "echoes_cover_sends",
             Counters::get(&g.echoes),
             published,
+            published + unknown,
             "senders' own messages back on their subscriptions",
         ),
     ];
