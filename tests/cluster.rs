@@ -1689,3 +1689,63 @@ fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
         noticed.as_millis()
     );
 }
+
+/// Issue 15's sessions across nodes: bob's laptop reconnects to another node (as behind a
+/// load balancer) with its resume token while its old socket is still open. It gets its
+/// session back (`resumed`), its subscription restored without a new `subscribe`, and the
+/// node that held the session closes the old socket with 4009. A token whose node died
+/// gets a fresh session.
+#[test]
+fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
+    let dir = TempDir::new("cluster-resume");
+    let mut members = start_cluster_with(
+        &dir,
+        Default::default(),
+        &support::gateway::messaging_toml(),
+        support::ReadyBy::PlainReadyz,
+    );
+    let mut alice_at = 0;
+    let mut alice = device_on(&members[alice_at], "alice", "phone");
+    let mut sent = Vec::new();
+    send_numbered(&members, &mut alice_at, &mut alice, 0..1, &mut sent);
+    let mut bob = device_on(&members[1], "bob", "laptop");
+    let token = bob.welcome()["token"].as_str().unwrap().to_string();
+    let from_first = serde_json::json!({"op": "subscribe", "topic": DM_TOPIC, "from_seq": 1});
+    assert_eq!(bob.request(from_first).unwrap()["op"], "ack");
+    let first = bob.records(DM_TOPIC, 1, PATIENCE).unwrap();
+    assert_eq!(first[0]["seq"], 1);
+
+    let url = |m: &Member| format!("ws://{}:{}/ws", m.place.host, m.http);
+    let bearer = support::gateway::token("bob");
+    let mut moved = boltq::client::gateway::GatewayClient::connect(
+        &url(&members[2]),
+        &bearer,
+        "laptop",
+        Some(&token),
+    )
+    .unwrap();
+    assert_eq!(moved.welcome()["resumed"], true, "{}", moved.welcome());
+    let old = bob.next_frame(|_| false, PATIENCE).unwrap_err();
+    assert!(old.contains("4009"), "the old socket is taken over: {old}");
+    // The restored subscription carries on from where the old socket was.
+    send_numbered(&members, &mut alice_at, &mut alice, 1..2, &mut sent);
+    let records = moved.records(DM_TOPIC, 1, PATIENCE).unwrap();
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs.last(), Some(&2), "{seqs:?}");
+
+    // The node now holding the session dies: its token gets a fresh session elsewhere.
+    let newest = moved.welcome()["token"].as_str().unwrap().to_string();
+    members[2].server.take().unwrap().stop(libc::SIGKILL);
+    let fresh = boltq::client::gateway::GatewayClient::connect(
+        &url(&members[0]),
+        &bearer,
+        "laptop",
+        Some(&newest),
+    )
+    .unwrap();
+    assert!(
+        fresh.welcome().get("resumed").is_none(),
+        "{}",
+        fresh.welcome()
+    );
+}

@@ -48,6 +48,28 @@ pub enum GatewayMsg {
 pub const ONLINE_QUERY_TIMEOUT_MS: u64 = 1_000;
 
 impl GatewayCtx {
+    /// Hands session `sid` over if this shard holds it and `secret` and `user` match,
+    /// closing the socket that held it (4009).
+    pub(super) fn take_here(
+        &self,
+        sid: &str,
+        secret: &str,
+        user: &str,
+    ) -> Option<session::SessionState> {
+        let window_ns = self.settings.resume_window.as_nanos() as i64;
+        let now_ns = boltq_io::store::now_ns();
+        let taken =
+            self.sessions
+                .borrow_mut()
+                .take(sid, secret.as_bytes(), user, now_ns, window_ns);
+        taken.map(|(state, conn)| {
+            if let Some(conn) = conn {
+                ops::close_taken_over(self, conn);
+            }
+            state
+        })
+    }
+
     /// Asks the other shards for a session this shard does not hold.
     pub async fn engine_take_remote(
         &self,
@@ -97,20 +119,7 @@ impl GatewayCtx {
                     },
                 token,
             } => {
-                let window_ns = self.settings.resume_window.as_nanos() as i64;
-                let taken = self.sessions.borrow_mut().take(
-                    &session,
-                    secret.as_bytes(),
-                    &user,
-                    boltq_io::store::now_ns(),
-                    window_ns,
-                );
-                let state = taken.map(|(state, conn)| {
-                    if let Some(conn) = conn {
-                        ops::close_taken_over(self, conn);
-                    }
-                    state
-                });
+                let state = self.take_here(&session, &secret, &user);
                 self.port.reply(token, GatewayMsg::Taken(state));
             }
             boltq_shards::Incoming::Request {

@@ -1,6 +1,6 @@
-//! Presence and typing between the nodes of a cluster (issue 15), sans-IO: the frames one
-//! node's shard sends the same shard of every other node, and what a shard remembers of
-//! the nodes it hears from.
+//! Presence, typing and session hand-overs between the nodes of a cluster (issue 15),
+//! sans-IO: the frames one node's shard sends the same shard of every other node, and what
+//! a shard remembers of the nodes it hears from.
 //!
 //! Presence and typing are ephemeral (docs/presence-and-typing.md): nothing of them goes
 //! through the slot groups. Each node's owner shard of a user tells the owner shard of the
@@ -11,6 +11,11 @@
 //! topic hands it to its own listeners. Lossy like the rest of the ephemeral path: a frame
 //! a link drops is repaired by the next refresh (presence) or not at all (typing).
 //!
+//! A `hello` that resumes a session this node does not hold asks the other nodes for it
+//! (take asked); the node holding it checks the secret and user, hands the session's state
+//! over (taken) and closes the socket that held it (4009). Unanswered, the device gets a
+//! fresh session, as it would after any loss of its session.
+//!
 //! ```text
 //! frame   = version:u8 (1) | boot:u64 | kind:u8 | body
 //! kind    = 1 changes: count:u32 | change*       (the sender's own transitions, in order;
@@ -20,6 +25,11 @@
 //!         | 4 signal: topic:str16 | sender:str16 | kind:str16 | at_ns:i64
 //!                     | headers: count:u32 | (name:str16 | value:str16)*
 //!                     | payload: len:u32 | bytes
+//!         | 5 take asked: id:u64 | session:str16 | secret:str16 | user:str16
+//!         | 6 taken: id:u64 | found:u8 (0 | 1) [| user:str16 | device:str16
+//!                  | positions: count:u32 | (topic:str16 | partition:u32 | next_seq:u64)*
+//!                    (strictly increasing by topic, then partition)
+//!                  | watched: count:u32 | user:str16*]
 //! change  = 0 set: user:str16 | device:str16 | state:u8 (0 online, 1 away, 2 offline)
 //!         | 1 unbound: user:str16 | device:str16
 //!         | 2 expired: user:str16 | device:str16
@@ -28,8 +38,9 @@
 //! `boot` is a random number each shard draws at start: a node heard with a new one
 //! restarted, and what its earlier process reported is dropped.
 
+use super::session::{SessionState, SESSION_SUBSCRIPTIONS_MAX};
 use crate::messaging::headers::{HEADERS_BYTES_MAX, HEADERS_PAIRS_MAX};
-use crate::messaging::presence::{PresenceState, RemoteChange};
+use crate::messaging::presence::{PresenceState, RemoteChange, WATCHED_USERS_PER_CONNECTION_MAX};
 use crate::messaging::signals::Signal;
 use crate::messaging::slot::{put_str16, Reader};
 use crate::messaging::topic::TOPIC_ENCODED_BYTES_MAX;
@@ -47,6 +58,12 @@ pub const ID_BYTES_MAX: usize = 256;
 pub const KIND_BYTES_MAX: usize = 64;
 /// Largest signal payload (the most `messaging.signals.max_payload` may be).
 pub const SIGNAL_PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
+/// Longest session id or resume secret (the gateway's `resume` is at most 256 bytes).
+pub const RESUME_PART_BYTES_MAX: usize = 256;
+/// How long a resume waits for the other nodes' answers before the device gets a fresh
+/// session (an answer takes a link's round trip; a node that died never answers, and is
+/// only taken for gone after `PEER_SILENT_MS_MAX`).
+pub const TAKE_TIMEOUT_MS: u64 = 1_000;
 /// How often a shard tells the others it is alive when it has nothing else to say.
 pub const ALIVE_EVERY_MS: u64 = 1_000;
 /// A node not heard from for this long is taken for gone: the devices it reported are
@@ -58,6 +75,8 @@ const KIND_CHANGES: u8 = 1;
 const KIND_ALIVE: u8 = 2;
 const KIND_REFRESH_ASKED: u8 = 3;
 const KIND_SIGNAL: u8 = 4;
+const KIND_TAKE_ASKED: u8 = 5;
+const KIND_TAKEN: u8 = 6;
 
 /// One relay frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +92,21 @@ pub enum RelayBody {
     Alive,
     RefreshAsked,
     Signal(Signal),
+    /// Hand session `session` over if `secret` and `user` match; answered with `Taken`.
+    TakeAsked(TakeAsked),
+    /// The answer to the `TakeAsked` with this id: the session's state, if it was here.
+    Taken {
+        id: u64,
+        state: Option<SessionState>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeAsked {
+    pub id: u64,
+    pub session: String,
+    pub secret: String,
+    pub user: String,
 }
 
 /// What the gateway sends frames through: the links to the other nodes (`cluster::serve`
@@ -106,6 +140,24 @@ pub fn encode(frame: &RelayFrame) -> Result<Vec<u8>, String> {
         RelayBody::Signal(s) => {
             out.push(KIND_SIGNAL);
             put_signal(s, &mut out)?;
+        }
+        RelayBody::TakeAsked(t) => {
+            out.push(KIND_TAKE_ASKED);
+            out.extend_from_slice(&t.id.to_le_bytes());
+            put_bounded("session", &t.session, RESUME_PART_BYTES_MAX, &mut out)?;
+            put_bounded("secret", &t.secret, RESUME_PART_BYTES_MAX, &mut out)?;
+            put_id("user", &t.user, &mut out)?;
+        }
+        RelayBody::Taken { id, state } => {
+            out.push(KIND_TAKEN);
+            out.extend_from_slice(&id.to_le_bytes());
+            match state {
+                None => out.push(0),
+                Some(state) => {
+                    out.push(1);
+                    put_session(state, &mut out)?;
+                }
+            }
         }
     }
     assert!(out.len() <= FRAME_BYTES_MAX, "bounded by the field limits");
@@ -141,6 +193,21 @@ pub fn decode(bytes: &[u8]) -> Result<RelayFrame, String> {
         KIND_ALIVE => RelayBody::Alive,
         KIND_REFRESH_ASKED => RelayBody::RefreshAsked,
         KIND_SIGNAL => RelayBody::Signal(signal(&mut r)?),
+        KIND_TAKE_ASKED => RelayBody::TakeAsked(TakeAsked {
+            id: r.u64("id")?,
+            session: r.str16("session", RESUME_PART_BYTES_MAX)?.to_string(),
+            secret: r.str16("secret", RESUME_PART_BYTES_MAX)?.to_string(),
+            user: r.str16("user", ID_BYTES_MAX)?.to_string(),
+        }),
+        KIND_TAKEN => {
+            let id = r.u64("id")?;
+            let state = match r.u8("found")? {
+                0 => None,
+                1 => Some(session(&mut r)?),
+                b => return Err(format!("found is {b}, not 0 or 1")),
+            };
+            RelayBody::Taken { id, state }
+        }
         k => return Err(format!("unknown relay frame kind {k}")),
     };
     r.finish("relay frame")?;
@@ -279,6 +346,77 @@ fn signal(r: &mut Reader) -> Result<Signal, String> {
     })
 }
 
+fn put_session(s: &SessionState, out: &mut Vec<u8>) -> Result<(), String> {
+    put_id("user", &s.user, out)?;
+    put_id("device", &s.device, out)?;
+    if s.positions.len() > SESSION_SUBSCRIPTIONS_MAX {
+        return Err(format!(
+            "{} subscriptions, over {SESSION_SUBSCRIPTIONS_MAX}",
+            s.positions.len()
+        ));
+    }
+    let mut positions: Vec<_> = s.positions.iter().collect();
+    positions.sort();
+    out.extend_from_slice(&(positions.len() as u32).to_le_bytes());
+    for ((topic, partition), next) in positions {
+        put_bounded("topic", topic, TOPIC_ENCODED_BYTES_MAX, out)?;
+        out.extend_from_slice(&partition.to_le_bytes());
+        out.extend_from_slice(&next.to_le_bytes());
+    }
+    if s.watched_users.len() > WATCHED_USERS_PER_CONNECTION_MAX {
+        return Err(format!(
+            "{} watched users, over {WATCHED_USERS_PER_CONNECTION_MAX}",
+            s.watched_users.len()
+        ));
+    }
+    out.extend_from_slice(&(s.watched_users.len() as u32).to_le_bytes());
+    for user in &s.watched_users {
+        put_id("watched user", user, out)?;
+    }
+    Ok(())
+}
+
+fn session(r: &mut Reader) -> Result<SessionState, String> {
+    let user = r.str16("user", ID_BYTES_MAX)?.to_string();
+    let device = r.str16("device", ID_BYTES_MAX)?.to_string();
+    // A position takes at least an empty topic, a partition and a seq.
+    let n = r.count("positions", 2 + 4 + 8)?;
+    if n > SESSION_SUBSCRIPTIONS_MAX {
+        return Err(format!(
+            "{n} subscriptions, over {SESSION_SUBSCRIPTIONS_MAX}"
+        ));
+    }
+    let mut positions = std::collections::HashMap::with_capacity(n);
+    let mut last: Option<(String, u32)> = None;
+    for _ in 0..n {
+        let key = (
+            r.str16("topic", TOPIC_ENCODED_BYTES_MAX)?.to_string(),
+            r.u32("partition")?,
+        );
+        if last.as_ref().is_some_and(|l| *l >= key) {
+            return Err("positions out of order or repeated".into());
+        }
+        positions.insert(key.clone(), r.u64("next_seq")?);
+        last = Some(key);
+    }
+    let n = r.count("watched users", 2)?;
+    if n > WATCHED_USERS_PER_CONNECTION_MAX {
+        return Err(format!(
+            "{n} watched users, over {WATCHED_USERS_PER_CONNECTION_MAX}"
+        ));
+    }
+    let mut watched_users = Vec::with_capacity(n);
+    for _ in 0..n {
+        watched_users.push(r.str16("watched user", ID_BYTES_MAX)?.to_string());
+    }
+    Ok(SessionState {
+        user,
+        device,
+        positions,
+        watched_users,
+    })
+}
+
 /// What hearing from a node means for the devices it reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heard {
@@ -320,6 +458,11 @@ impl Peers {
             Some(p) if p.silent => Heard::Returned,
             Some(_) => Heard::Known,
         }
+    }
+
+    /// The nodes heard from and not taken for gone: those a question waits for.
+    pub fn live(&self) -> usize {
+        self.known.values().filter(|p| !p.silent).count()
     }
 
     /// The nodes that just went silent (not heard for `PEER_SILENT_MS_MAX`): each is

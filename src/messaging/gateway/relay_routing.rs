@@ -1,13 +1,22 @@
-//! Presence and typing between nodes (`relay.rs` has the frames and why): this shard's
-//! own presence transitions and typing signals go to the same shard of every other node;
-//! what the others send is applied here for this shard's watchers and listeners.
+//! Presence, typing and session hand-overs between nodes (`relay.rs` has the frames and
+//! why): this shard's own presence transitions and typing signals go to the same shard of
+//! every other node; what the others send is applied here for this shard's watchers and
+//! listeners; a resume of a session held elsewhere asks the other nodes for it.
 
-use super::relay::{self, Heard, PeerLinks, Peers, RelayBody, RelayFrame};
+use super::relay::{self, Heard, PeerLinks, Peers, RelayBody, RelayFrame, TakeAsked};
+use super::session::SessionState;
 use super::GatewayCtx;
 use crate::messaging::presence::{self, Delivery, RemoteChange};
 use crate::messaging::signals::{self, Signal};
+use boltq_io::event::Event;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// Resumes one shard waits on the other nodes for at once; past it a resume of a session
+/// held elsewhere gets a fresh session at once.
+pub const TAKES_WAITING_MAX: usize = 4096;
 
 /// This shard's end of the relay, once the cluster's links are up.
 pub struct Relay {
@@ -15,6 +24,17 @@ pub struct Relay {
     /// Drawn at start: tells the other nodes that this is a new process.
     boot: u64,
     peers: Peers,
+    /// Resumes waiting for the other nodes' answers, by request id.
+    takes: HashMap<u64, Rc<TakeWait>>,
+    next_take: u64,
+}
+
+/// One resume's wait for the other nodes' answers.
+#[derive(Default)]
+struct TakeWait {
+    answers: Cell<usize>,
+    found: RefCell<Option<SessionState>>,
+    ready: Event,
 }
 
 impl GatewayCtx {
@@ -26,6 +46,8 @@ impl GatewayCtx {
             links,
             boot: u64::from_le_bytes(self.random_bytes()),
             peers: Peers::default(),
+            takes: HashMap::new(),
+            next_take: 0,
         };
         let mut slot = self.ephemeral.relay.borrow_mut();
         assert!(slot.is_none(), "the peer links are set once");
@@ -94,8 +116,85 @@ impl GatewayCtx {
         }
     }
 
+    /// Asks the other nodes for session `sid` (a resume this node could not serve); its
+    /// state if one of them held it, checked and handed over, within
+    /// `relay::TAKE_TIMEOUT_MS`.
+    pub(super) async fn take_from_peers(
+        &self,
+        sid: &str,
+        secret: &str,
+        user: &str,
+    ) -> Option<SessionState> {
+        let (id, wait, expected) = {
+            let mut relay = self.ephemeral.relay.borrow_mut();
+            let relay = relay.as_mut()?;
+            let expected = relay.peers.live();
+            if expected == 0 || relay.takes.len() >= TAKES_WAITING_MAX {
+                return None;
+            }
+            relay.next_take += 1;
+            let wait = Rc::new(TakeWait::default());
+            relay.takes.insert(relay.next_take, Rc::clone(&wait));
+            (relay.next_take, wait, expected)
+        };
+        let asked = TakeAsked {
+            id,
+            session: sid.to_string(),
+            secret: secret.to_string(),
+            user: user.to_string(),
+        };
+        self.relay_send(None, RelayBody::TakeAsked(asked));
+        let deadline = Instant::now() + Duration::from_millis(relay::TAKE_TIMEOUT_MS);
+        loop {
+            let ticket = wait.ready.ticket();
+            if wait.found.borrow().is_some() || wait.answers.get() >= expected {
+                break;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let _ = boltq_shards::timeout(left, wait.ready.wait(ticket)).await;
+        }
+        if let Some(relay) = self.ephemeral.relay.borrow_mut().as_mut() {
+            relay.takes.remove(&id);
+        }
+        wait.found.take()
+    }
+
+    /// Answers another node's resume: hands the session over if this node holds it.
+    async fn answer_take(self: Rc<Self>, from: u64, asked: TakeAsked) {
+        let TakeAsked {
+            id,
+            session,
+            secret,
+            user,
+        } = asked;
+        let state = match self.take_here(&session, &secret, &user) {
+            Some(state) => Some(state),
+            None => self.engine_take_remote(&session, &secret, &user).await,
+        };
+        self.relay_send(Some(from), RelayBody::Taken { id, state });
+    }
+
+    fn take_answered(&self, id: u64, state: Option<SessionState>) {
+        let wait = match self.ephemeral.relay.borrow().as_ref() {
+            Some(relay) => relay.takes.get(&id).cloned(),
+            None => None,
+        };
+        // An answer after the wait ended (or to nothing asked) is dropped.
+        let Some(wait) = wait else {
+            return;
+        };
+        wait.answers.set(wait.answers.get() + 1);
+        if state.is_some() {
+            *wait.found.borrow_mut() = state;
+        }
+        wait.ready.notify();
+    }
+
     /// A frame the same shard of node `from` sent.
-    pub fn on_relay(&self, from: u64, bytes: bytes::Bytes) {
+    pub fn on_relay(self: &Rc<Self>, from: u64, bytes: bytes::Bytes) {
         let frame = match relay::decode(&bytes) {
             Ok(frame) => frame,
             Err(e) => {
@@ -128,6 +227,10 @@ impl GatewayCtx {
             RelayBody::Alive => {}
             RelayBody::RefreshAsked => self.relay_refresh(Some(from)),
             RelayBody::Signal(s) => self.signal_from_peer(s),
+            RelayBody::TakeAsked(asked) => {
+                boltq_shards::spawn(Rc::clone(self).answer_take(from, asked)).detach();
+            }
+            RelayBody::Taken { id, state } => self.take_answered(id, state),
         }
     }
 

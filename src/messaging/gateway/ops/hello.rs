@@ -144,8 +144,12 @@ async fn take_session(
         }
         Resume::Fresh => {}
     }
-    // Another shard may hold it (the kernel picks the accepting shard).
-    let state = gw.engine_take_remote(sid, secret, user).await?;
+    // Another shard may hold it (the kernel picks the accepting shard), or, in a cluster,
+    // another node (the load balancer picks it).
+    let state = match gw.engine_take_remote(sid, secret, user).await {
+        Some(state) => state,
+        None => gw.take_from_peers(sid, secret, user).await?,
+    };
     gw.sessions
         .borrow_mut()
         .create(sid.to_string(), new_secret.as_bytes(), state.clone(), conn);

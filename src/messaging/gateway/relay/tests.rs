@@ -31,6 +31,17 @@ fn every_frame() -> Vec<RelayFrame> {
         RelayBody::Alive,
         RelayBody::RefreshAsked,
         RelayBody::Signal(signal),
+        RelayBody::TakeAsked(TakeAsked {
+            id: 7,
+            session: "7Sid7tE-an2JtTHo7WYQLA".into(),
+            secret: "s".repeat(43),
+            user: "bob".into(),
+        }),
+        RelayBody::Taken {
+            id: 7,
+            state: Some(session_state()),
+        },
+        RelayBody::Taken { id: 8, state: None },
     ]
     .into_iter()
     .enumerate()
@@ -39,6 +50,47 @@ fn every_frame() -> Vec<RelayFrame> {
         body,
     })
     .collect()
+}
+
+fn session_state() -> SessionState {
+    SessionState {
+        user: "bob".into(),
+        device: "laptop".into(),
+        positions: [
+            (("chat.direct.alice:bob".to_string(), 10), 4),
+            (("chat.inbox.bob".to_string(), 0), 6),
+            (("chat.inbox.bob".to_string(), 1), 1),
+        ]
+        .into_iter()
+        .collect(),
+        watched_users: vec!["carol".into(), "alice".into()],
+    }
+}
+
+#[test]
+fn positions_out_of_order_or_repeated_are_refused() {
+    let frame = RelayFrame {
+        boot: 1,
+        body: RelayBody::Taken {
+            id: 1,
+            state: Some(session_state()),
+        },
+    };
+    let bytes = encode(&frame).unwrap();
+    // The second and third positions share a topic; make the third's partition 0 again.
+    // From the end: two watched users (2 + 5 bytes each), their count, the third's seq.
+    let third = bytes.len() - (2 + 5) * 2 - 4 - 8 - 4;
+    assert_eq!(
+        bytes[third..third + 4],
+        1u32.to_le_bytes(),
+        "found the partition"
+    );
+    let mut repeated = bytes.clone();
+    repeated[third..third + 4].copy_from_slice(&0u32.to_le_bytes());
+    assert_eq!(
+        decode(&repeated).unwrap_err(),
+        "positions out of order or repeated"
+    );
 }
 
 #[test]
