@@ -295,7 +295,7 @@ fn pairs(labels: &[(String, String)]) -> Vec<(&str, &str)> {
 /// Gateway counters and gauges of spec §13.1 (and the improvements it asks for).
 fn gateway_series(
     g: &crate::messaging::gateway::GatewayStats,
-) -> [(&'static str, &'static str, u64); 11] {
+) -> [(&'static str, &'static str, u64); 14] {
     [
         (
             "boltq_gateway_attached",
@@ -351,6 +351,21 @@ fn gateway_series(
             "boltq_gateway_sends_total",
             "Send operations accepted by the gateway",
             g.sends,
+        ),
+        (
+            "boltq_relay_frames_sent_total",
+            "Presence, typing and session frames sent to the other nodes of the cluster",
+            g.relay_frames_out,
+        ),
+        (
+            "boltq_relay_frames_received_total",
+            "Presence, typing and session frames taken from the other nodes",
+            g.relay_frames_in,
+        ),
+        (
+            "boltq_relay_frames_refused_total",
+            "Frames from the other nodes refused as unreadable",
+            g.relay_refused,
         ),
     ]
 }
@@ -738,6 +753,7 @@ mod tests {
                 connections: 5,
                 attached: 1,
                 signals_limited: 4,
+                relay_frames_in: 9,
                 ..Default::default()
             }),
             census: Some(super::super::messaging_routes::CensusTotals {
@@ -755,6 +771,8 @@ mod tests {
         let text = String::from_utf8(render(&r, Some(&m), false).body).unwrap();
         assert!(text.contains("boltq_gateway_connections_total{node=\"n\\\"1\"} 5\n"));
         assert!(text.contains("# TYPE boltq_gateway_attached gauge\n"));
+        assert!(text.contains("# TYPE boltq_relay_frames_received_total counter\n"));
+        assert!(text.contains("boltq_relay_frames_received_total{node=\"n\\\"1\"} 9\n"));
         assert!(text.contains("# TYPE boltq_presence_sessions_local gauge\n"));
         assert!(text.contains("boltq_presence_sessions_local{node=\"n\\\"1\"} 3\n"));
         assert!(text.contains("boltq_presence_online_users{node=\"n\\\"1\"} 2\n"));
