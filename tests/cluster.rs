@@ -1366,6 +1366,21 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
     assert!(log.contains("copy filled with"), "{log}");
 }
 
+/// Three members with the messaging plane and the gateway on: `cluster_lines` go into
+/// their `[cluster]` section, `sections` after the messaging ones.
+fn start_messaging_cluster(dir: &TempDir, cluster_lines: &str, sections: &str) -> Vec<Member> {
+    let more = format!(
+        "{cluster_lines}{}{sections}",
+        support::gateway::messaging_toml()
+    );
+    start_cluster_with(
+        dir,
+        Default::default(),
+        &more,
+        support::ReadyBy::PlainReadyz,
+    )
+}
+
 /// A device of `user` on member `m`'s gateway.
 fn device_on(m: &Member, user: &str, device: &str) -> boltq::client::gateway::GatewayClient {
     let url = format!("ws://{}:{}/ws", m.place.host, m.http);
@@ -1464,16 +1479,7 @@ fn bob_reads(
 #[test]
 fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats() {
     let dir = TempDir::new("cluster-chat");
-    let more = format!(
-        "snapshot_threshold = 40\n{}",
-        support::gateway::messaging_toml()
-    );
-    let mut members = start_cluster_with(
-        &dir,
-        Default::default(),
-        &more,
-        support::ReadyBy::PlainReadyz,
-    );
+    let mut members = start_messaging_cluster(&dir, "snapshot_threshold = 40\n", "");
     let mut alice_at = 0;
     let mut alice = device_on(&members[alice_at], "alice", "phone");
     let mut sent = vec![send_as_device(
@@ -1585,16 +1591,8 @@ fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
     let dir = TempDir::new("cluster-presence");
     // No periodic refresh or expiry within the test: what it sees comes from the relayed
     // transitions, the silence limit and the refresh a returning node is asked for.
-    let more = format!(
-        "{}[messaging.presence]\nttl = \"600s\"\nsweep_interval = \"300s\"\n",
-        support::gateway::messaging_toml()
-    );
-    let mut members = start_cluster_with(
-        &dir,
-        Default::default(),
-        &more,
-        support::ReadyBy::PlainReadyz,
-    );
+    let presence = "[messaging.presence]\nttl = \"600s\"\nsweep_interval = \"300s\"\n";
+    let mut members = start_messaging_cluster(&dir, "", presence);
     let mut bob = device_on(&members[0], "bob", "laptop");
     let ack = bob
         .request(serde_json::json!({"op": "watch_presence", "users": ["alice"]}))
@@ -1698,12 +1696,7 @@ fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
 #[test]
 fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
     let dir = TempDir::new("cluster-resume");
-    let mut members = start_cluster_with(
-        &dir,
-        Default::default(),
-        &support::gateway::messaging_toml(),
-        support::ReadyBy::PlainReadyz,
-    );
+    let mut members = start_messaging_cluster(&dir, "", "");
     let mut alice_at = 0;
     let mut alice = device_on(&members[alice_at], "alice", "phone");
     let mut sent = Vec::new();
