@@ -236,6 +236,19 @@ fn metric(m: &Member, name: &str) -> u64 {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
+/// A series labelled per shard, summed.
+fn metric_sum(m: &Member, name: &str) -> u64 {
+    let (code, text) = http_get_at(&m.place.host, m.http, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    let values: Vec<u64> = text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!values.is_empty(), "{name} missing on {}:\n{text}", m.name);
+    values.iter().sum()
+}
+
 /// The member leading the most slots: the one whose loss hurts most.
 fn leading_most(members: &[Member]) -> usize {
     let status = members[0].get_json("/cluster/status");
@@ -1364,6 +1377,12 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
     );
     let log = members[2].server.as_ref().unwrap().log();
     assert!(log.contains("copy filled with"), "{log}");
+    assert!(metric_sum(&members[2], "boltq_stream_copies_filled_total") >= 1);
+    assert!(metric_sum(&members[2], "boltq_stream_records_filled_total") >= 1);
+    assert_eq!(
+        metric_sum(&members[2], "boltq_stream_partitions_incomplete"),
+        0
+    );
 }
 
 /// Three members with the messaging plane and the gateway on: `cluster_lines` go into

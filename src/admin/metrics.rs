@@ -456,7 +456,7 @@ fn push_series(
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
-) -> [(&'static str, &'static str, u64); 6] {
+) -> [(&'static str, &'static str, u64); 9] {
     [
         (
             "boltq_stream_appends_total",
@@ -487,6 +487,21 @@ fn engine_shard_series(
             "boltq_stream_tail_pending_records",
             "Records appended, not yet durable (the tail readers cannot see yet)",
             e.pending_records,
+        ),
+        (
+            "boltq_stream_partitions_incomplete",
+            "Partitions whose copy on this node has a hole and refuses reads until filled",
+            e.partitions_incomplete,
+        ),
+        (
+            "boltq_stream_copies_filled_total",
+            "Partition copies filled from peers after a snapshot caught this node up",
+            e.copies_filled,
+        ),
+        (
+            "boltq_stream_records_filled_total",
+            "Records copied from peers to fill holes",
+            e.records_filled,
         ),
     ]
 }
@@ -915,8 +930,8 @@ boltq_publish_reply_latency_us_count{shard=\"0\"} 3
 boltq_gateway_attached{node=\"n1\"} 0
 ";
         assert!(text.contains(registry), "{text}");
-        let engine = "# TYPE boltq_stream_tail_pending_records gauge
-boltq_stream_tail_pending_records{shard=\"1\"} 0
+        let engine = "# TYPE boltq_stream_records_filled_total counter
+boltq_stream_records_filled_total{shard=\"1\"} 0
 # HELP boltq_stream_topics Stream topics
 # TYPE boltq_stream_topics gauge
 boltq_stream_topics 1

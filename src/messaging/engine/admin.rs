@@ -21,6 +21,7 @@ impl Engine {
             .values()
             .map(|o| o.pending.borrow().len() as u64)
             .sum();
+        s.partitions_incomplete = self.incomplete.borrow().len() as u64;
         s
     }
 

@@ -333,6 +333,10 @@ impl Engine {
                 // No await since `target` was read: every record applied so far is here,
                 // and the log's next one continues the copy.
                 self.incomplete.borrow_mut().remove(&key);
+                let mut stats = self.stats.borrow_mut();
+                stats.copies_filled += 1;
+                stats.records_filled += filled;
+                drop(stats);
                 log::info!(
                     "[stream] {}/{}: copy filled with {filled} records from peers, whole up to {local}",
                     key.0,

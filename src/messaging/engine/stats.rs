@@ -17,6 +17,12 @@ pub struct EngineStats {
     /// Records appended to owned partitions and still waiting to become durable (the
     /// tail not yet visible to readers): a backlog here is storage falling behind.
     pub pending_records: u64,
+    /// In a cluster: partitions whose copy on this node has a hole (a snapshot caught the
+    /// node up) and refuses reads until filled from a peer; copies filled since start, and
+    /// the records that took.
+    pub partitions_incomplete: u64,
+    pub copies_filled: u64,
+    pub records_filled: u64,
 }
 
 impl EngineStats {
@@ -30,6 +36,9 @@ impl EngineStats {
         self.cursor_keys += o.cursor_keys;
         self.cursor_commits += o.cursor_commits;
         self.pending_records += o.pending_records;
+        self.partitions_incomplete += o.partitions_incomplete;
+        self.copies_filled += o.copies_filled;
+        self.records_filled += o.records_filled;
         // Every shard holds the whole catalog: take one copy, not the sum.
         self.topics = self.topics.max(o.topics);
     }
