@@ -1402,14 +1402,27 @@ fn start_messaging_cluster(dir: &TempDir, cluster_lines: &str, sections: &str) -
 
 /// A device of `user` on member `m`'s gateway.
 fn device_on(m: &Member, user: &str, device: &str) -> boltq::client::gateway::GatewayClient {
-    let url = format!("ws://{}:{}/ws", m.place.host, m.http);
+    device_resuming_on(m, user, device, None)
+}
+
+/// A device of `user` on member `m`'s gateway, presenting `resume` in its `hello`.
+fn device_resuming_on(
+    m: &Member,
+    user: &str,
+    device: &str,
+    resume: Option<&str>,
+) -> boltq::client::gateway::GatewayClient {
     boltq::client::gateway::GatewayClient::connect(
-        &url,
+        &ws_url(m),
         &support::gateway::token(user),
         device,
-        None,
+        resume,
     )
     .unwrap_or_else(|e| panic!("{user}/{device} connects to {}: {e}", m.name))
+}
+
+fn ws_url(m: &Member) -> String {
+    format!("ws://{}:{}/ws", m.place.host, m.http)
 }
 
 const DM: &str = "alice:bob";
@@ -1560,7 +1573,7 @@ fn a_chat_across_nodes_survives_the_kill_of_its_leader_without_loss_or_repeats()
         .collect();
     std::fs::write(&acked, lines).unwrap();
     for m in members.iter().filter(|m| m.server.is_some()) {
-        let url = format!("ws://{}:{}/ws", m.place.host, m.http);
+        let url = ws_url(m);
         let out = std::process::Command::new("python3")
             .arg(concat!(
                 env!("CARGO_MANIFEST_DIR"),
@@ -1727,15 +1740,7 @@ fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
     let first = bob.records(DM_TOPIC, 1, PATIENCE).unwrap();
     assert_eq!(first[0]["seq"], 1);
 
-    let url = |m: &Member| format!("ws://{}:{}/ws", m.place.host, m.http);
-    let bearer = support::gateway::token("bob");
-    let mut moved = boltq::client::gateway::GatewayClient::connect(
-        &url(&members[2]),
-        &bearer,
-        "laptop",
-        Some(&token),
-    )
-    .unwrap();
+    let mut moved = device_resuming_on(&members[2], "bob", "laptop", Some(&token));
     assert_eq!(moved.welcome()["resumed"], true, "{}", moved.welcome());
     let old = bob.next_frame(|_| false, PATIENCE).unwrap_err();
     assert!(old.contains("4009"), "the old socket is taken over: {old}");
@@ -1748,13 +1753,7 @@ fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
     // The node now holding the session dies: its token gets a fresh session elsewhere.
     let newest = moved.welcome()["token"].as_str().unwrap().to_string();
     members[2].server.take().unwrap().stop(libc::SIGKILL);
-    let fresh = boltq::client::gateway::GatewayClient::connect(
-        &url(&members[0]),
-        &bearer,
-        "laptop",
-        Some(&newest),
-    )
-    .unwrap();
+    let fresh = device_resuming_on(&members[0], "bob", "laptop", Some(&newest));
     assert!(
         fresh.welcome().get("resumed").is_none(),
         "{}",

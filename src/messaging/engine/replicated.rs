@@ -28,6 +28,7 @@ use crate::messaging::topic::Namespace;
 use boltq_io::record::Record;
 use boltq_io::store::AppendError;
 use boltq_shards::partition_slot;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -186,7 +187,7 @@ impl Engine {
     ) -> Result<(), String> {
         // Published once per partition after the batch (one push to each watching shard,
         // as a single node publishes per durable round), then the push dispatcher is told.
-        let mut newest: Vec<(PartitionKey, u64)> = Vec::new();
+        let mut newest: HashMap<PartitionKey, u64> = HashMap::new();
         let mut pointers: Vec<(PartitionKey, u64)> = Vec::new();
         for (slot, appended) in records {
             let Appended {
@@ -213,10 +214,8 @@ impl Engine {
                 // One node's push dispatcher acts on it: the slot's leader's.
                 pointers.push((key.clone(), seq));
             }
-            match newest.iter_mut().find(|(k, _)| *k == key) {
-                Some(entry) => entry.1 = seq,
-                None => newest.push((key, seq)),
-            }
+            // Records come in log order: the last one of a partition is its newest.
+            newest.insert(key, seq);
         }
         for (key, seq) in newest {
             self.publish_copied(&key, seq);

@@ -1,6 +1,6 @@
 //! Presence, typing and session hand-overs between the nodes of a cluster (issue 15),
-//! sans-IO: the frames one node's shard sends the same shard of every other node, and what
-//! a shard remembers of the nodes it hears from.
+//! sans-IO: the frames one node's shard sends the same shard of every other node, and
+//! (`peers.rs`) what a shard remembers of the nodes it hears from.
 //!
 //! Presence and typing are ephemeral (docs/presence-and-typing.md): nothing of them goes
 //! through the slot groups. Each node's owner shard of a user tells the owner shard of the
@@ -41,10 +41,9 @@
 use super::session::{SessionState, SESSION_SUBSCRIPTIONS_MAX};
 use crate::messaging::headers::{HEADERS_BYTES_MAX, HEADERS_PAIRS_MAX};
 use crate::messaging::presence::{PresenceState, RemoteChange, WATCHED_USERS_PER_CONNECTION_MAX};
-use crate::messaging::signals::Signal;
+use crate::messaging::signals::{self, Signal};
 use crate::messaging::slot::{put_str16, Reader};
 use crate::messaging::topic::TOPIC_ENCODED_BYTES_MAX;
-use std::collections::BTreeMap;
 
 pub const VERSION: u8 = 1;
 /// Largest frame: a page of changes or a signal at the largest payload the configuration
@@ -286,30 +285,14 @@ fn put_signal(s: &Signal, out: &mut Vec<u8>) -> Result<(), String> {
     put_id("sender", &s.sender, out)?;
     put_bounded("kind", &s.kind, KIND_BYTES_MAX, out)?;
     out.extend_from_slice(&s.at_ns.to_le_bytes());
-    check_headers(&s.headers)?;
+    signals::validate(s, SIGNAL_PAYLOAD_BYTES_MAX).map_err(|e| e.to_string())?;
     out.extend_from_slice(&(s.headers.len() as u32).to_le_bytes());
     for (name, value) in &s.headers {
         put_bounded("header name", name, HEADERS_BYTES_MAX, out)?;
         put_bounded("header value", value, HEADERS_BYTES_MAX, out)?;
     }
-    if s.payload.len() > SIGNAL_PAYLOAD_BYTES_MAX {
-        return Err(format!(
-            "signal payload of {} bytes, over {SIGNAL_PAYLOAD_BYTES_MAX}",
-            s.payload.len()
-        ));
-    }
     out.extend_from_slice(&(s.payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&s.payload);
-    Ok(())
-}
-
-fn check_headers(headers: &[(String, String)]) -> Result<(), String> {
-    let bytes: usize = headers.iter().map(|(n, v)| n.len() + v.len()).sum();
-    if headers.len() > HEADERS_PAIRS_MAX || bytes > HEADERS_BYTES_MAX {
-        return Err(format!(
-            "signal headers exceed {HEADERS_PAIRS_MAX} pairs or {HEADERS_BYTES_MAX} bytes"
-        ));
-    }
     Ok(())
 }
 
@@ -328,22 +311,20 @@ fn signal(r: &mut Reader) -> Result<Signal, String> {
         let value = r.str16("header value", HEADERS_BYTES_MAX)?.to_string();
         headers.push((name, value));
     }
-    check_headers(&headers)?;
+    // The frame's own bound (`FRAME_BYTES_MAX`) limits what `take` can return; the
+    // signal's caps are checked as the gateway checks a signal it routes.
     let len = r.u32("payload")? as usize;
-    if len > SIGNAL_PAYLOAD_BYTES_MAX {
-        return Err(format!(
-            "signal payload of {len} bytes, over {SIGNAL_PAYLOAD_BYTES_MAX}"
-        ));
-    }
     let payload = r.take(len, "payload")?.to_vec();
-    Ok(Signal {
+    let s = Signal {
         topic,
         sender,
         kind,
         headers,
         payload,
         at_ns,
-    })
+    };
+    signals::validate(&s, SIGNAL_PAYLOAD_BYTES_MAX).map_err(|e| e.to_string())?;
+    Ok(s)
 }
 
 fn put_session(s: &SessionState, out: &mut Vec<u8>) -> Result<(), String> {
@@ -417,68 +398,8 @@ fn session(r: &mut Reader) -> Result<SessionState, String> {
     })
 }
 
-/// What hearing from a node means for the devices it reported.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Heard {
-    /// As before.
-    Known,
-    /// Heard for the first time, or again after it was taken for gone: ask it for all its
-    /// devices (what it reported meanwhile never arrived, or was dropped).
-    Returned,
-    /// Heard from a new process of the node: drop what the old one reported, then ask.
-    Restarted,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct Peer {
-    boot: u64,
-    heard_ns: i64,
-    /// Taken for gone (not heard for `PEER_SILENT_MS_MAX`).
-    silent: bool,
-}
-
-/// The nodes a shard hears from, by node id. Bounded by the cluster's members (a peer is
-/// only ever a node whose link delivered a frame).
-#[derive(Debug, Default)]
-pub struct Peers {
-    known: BTreeMap<u64, Peer>,
-}
-
-impl Peers {
-    /// Notes a frame from `node` whose process drew `boot`.
-    pub fn heard(&mut self, node: u64, boot: u64, now_ns: i64) -> Heard {
-        let fresh = Peer {
-            boot,
-            heard_ns: now_ns,
-            silent: false,
-        };
-        match self.known.insert(node, fresh) {
-            None => Heard::Returned,
-            Some(p) if p.boot != boot => Heard::Restarted,
-            Some(p) if p.silent => Heard::Returned,
-            Some(_) => Heard::Known,
-        }
-    }
-
-    /// The nodes heard from and not taken for gone: those a question waits for.
-    pub fn live(&self) -> usize {
-        self.known.values().filter(|p| !p.silent).count()
-    }
-
-    /// The nodes that just went silent (not heard for `PEER_SILENT_MS_MAX`): each is
-    /// reported once, until it is heard again.
-    pub fn silent(&mut self, now_ns: i64) -> Vec<u64> {
-        let limit_ns = PEER_SILENT_MS_MAX as i64 * 1_000_000;
-        let mut out = Vec::new();
-        for (node, p) in &mut self.known {
-            if !p.silent && now_ns.saturating_sub(p.heard_ns) > limit_ns {
-                p.silent = true;
-                out.push(*node);
-            }
-        }
-        out
-    }
-}
+mod peers;
+pub use peers::{Heard, Peers};
 
 #[cfg(test)]
 mod tests;

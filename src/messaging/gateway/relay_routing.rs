@@ -83,9 +83,18 @@ impl GatewayCtx {
         if !self.relaying() {
             return;
         }
-        let changes: Vec<RemoteChange> = own.iter().filter_map(RemoteChange::of).collect();
-        for page in changes.chunks(relay::CHANGES_PER_FRAME_MAX) {
-            self.relay_send(None, RelayBody::Changes(page.to_vec()));
+        self.relay_pages(None, own.iter().filter_map(RemoteChange::of));
+    }
+
+    /// Sends `changes` in frames of at most `relay::CHANGES_PER_FRAME_MAX`.
+    fn relay_pages(&self, to: Option<u64>, changes: impl Iterator<Item = RemoteChange>) {
+        let mut changes = changes.peekable();
+        while changes.peek().is_some() {
+            let page = changes
+                .by_ref()
+                .take(relay::CHANGES_PER_FRAME_MAX)
+                .collect();
+            self.relay_send(to, RelayBody::Changes(page));
         }
     }
 
@@ -93,20 +102,17 @@ impl GatewayCtx {
     /// refresh their copies, and learn what a dropped frame kept from them.
     fn relay_refresh(&self, to: Option<u64>) {
         let devices = self.ephemeral.presence.borrow().local_devices();
-        let sets: Vec<RemoteChange> = devices
+        if devices.is_empty() {
+            return self.relay_send(to, RelayBody::Alive);
+        }
+        let sets = devices
             .into_iter()
             .map(|(user, device, state)| RemoteChange::Set {
                 user,
                 device,
                 state,
-            })
-            .collect();
-        if sets.is_empty() {
-            self.relay_send(to, RelayBody::Alive);
-        }
-        for page in sets.chunks(relay::CHANGES_PER_FRAME_MAX) {
-            self.relay_send(to, RelayBody::Changes(page.to_vec()));
-        }
+            });
+        self.relay_pages(to, sets);
     }
 
     /// Hands a typing signal this shard routed to the other nodes' owners of its topic.
