@@ -488,3 +488,79 @@ impl Replica {
         self.applied_since_snapshot = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::group::ELECTION_TICKS;
+    use crate::cluster::image_log::Recovered;
+
+    /// A one-voter group that leads itself, snapshotting by `snapshot_every_entries`.
+    fn leading(snapshot_every_entries: u64) -> Replica {
+        let recovered = Recovered::new_group(&[1], 1);
+        let cfg = BrokerConfig::default();
+        let streams = streams::StreamSlotConfig::default();
+        let mut r = Replica::new(
+            1,
+            recovered,
+            cfg,
+            streams,
+            snapshot_every_entries,
+            ELECTION_TICKS,
+        )
+        .unwrap();
+        for _ in 0..100 {
+            r.tick(0);
+            round(&mut r);
+            if r.group().is_leader() {
+                return r;
+            }
+        }
+        panic!("a one-voter group elects itself");
+    }
+
+    fn round(r: &mut Replica) {
+        r.collect();
+        r.synced();
+        r.collect();
+    }
+
+    fn snapshot_index(r: &Replica) -> u64 {
+        r.group().storage().newest_snapshot().get_metadata().index
+    }
+
+    /// A queue that only grows: after every 4 entries a snapshot would serialise the whole
+    /// backlog; it waits instead until the entries since the last one add up to its size,
+    /// so the snapshots taken over 64 publishes are a handful, each at least as far from
+    /// the previous as the previous snapshot was large.
+    #[test]
+    fn a_growing_state_is_snapshotted_once_the_log_outgrew_the_last_snapshot() {
+        let mut r = leading(4);
+        let mut taken = vec![snapshot_index(&r)];
+        let mut ids = crate::queue::message::IdGenerator::new([3; 7]);
+        for _ in 0..64 {
+            let mut msg = crate::queue::server::wal::tests::message("jobs");
+            msg.id = ids.next(0);
+            msg.payload = bytes::Bytes::from(vec![b'x'; 1024]);
+            r.propose(&Command::Publish { msg }).unwrap();
+            round(&mut r);
+            if snapshot_index(&r) != *taken.last().unwrap() {
+                taken.push(snapshot_index(&r));
+            }
+        }
+        assert!(taken.len() >= 3, "snapshots are still taken: {taken:?}");
+        let gaps: Vec<u64> = taken.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| *g >= 4),
+            "never before 4 entries: {gaps:?}"
+        );
+        assert!(
+            taken.len() <= 8,
+            "every 4 entries would be 16 snapshots, each of the whole queue: {taken:?}"
+        );
+        assert!(
+            gaps.windows(2).any(|w| w[1] > w[0]),
+            "the gaps grow with the state: {gaps:?}"
+        );
+    }
+}
