@@ -76,6 +76,11 @@ impl Appender {
         self.synced
     }
 
+    /// Memory the buffer holds, spare capacity included.
+    pub fn held_capacity_bytes(&self) -> usize {
+        self.buf.capacity()
+    }
+
     pub fn unwritten_bytes(&self) -> u64 {
         self.end() - self.written
     }
@@ -134,6 +139,16 @@ impl Appender {
     pub fn complete_sync(&mut self, upto: u64) {
         assert!(upto <= self.written);
         self.synced = self.synced.max(upto);
+    }
+
+    /// Gives back the buffer's spare capacity once nothing more will be appended (a sealed
+    /// segment, fully written): its bytes are on disk, so only the tail kept for readers
+    /// stays. A busy appender's buffer grows to what one checkpoint interval appends (tens
+    /// of MiB), and would otherwise stay that large for as long as the file is open.
+    pub fn release_spare_capacity(&mut self) {
+        assert!(!self.writing, "released during a write");
+        self.trim_memory();
+        self.buf.shrink_to_fit();
     }
 
     fn trim_memory(&mut self) {
@@ -235,6 +250,23 @@ mod tests {
         assert!(a.end() - a.mem_start() <= 2 * 4096 + 1024);
         assert_eq!(a.mem_slice(a.end() - 100).unwrap(), &[7u8; 100][..]);
         assert!(a.mem_slice(0).is_none());
+    }
+
+    #[test]
+    fn a_finished_appender_gives_back_its_buffer_but_keeps_the_tail_for_readers() {
+        let mut a = Appender::new(0, Vec::new(), 512, 4096);
+        a.append(&vec![3u8; 1 << 20]);
+        let job = a.plan_write().unwrap();
+        a.complete_write(job.end);
+        assert!(
+            a.held_capacity_bytes() >= 1 << 20,
+            "a busy appender keeps its buffer for the next appends"
+        );
+        a.release_spare_capacity();
+        assert!(a.held_capacity_bytes() <= 2 * 4096 + 512);
+        assert_eq!(a.mem_slice(a.end() - 4096).unwrap(), &[3u8; 4096][..]);
+        a.append(&[4u8; 10]);
+        assert_eq!(a.mem_slice(a.end() - 10).unwrap(), &[4u8; 10][..]);
     }
 
     #[test]

@@ -346,8 +346,13 @@ impl Journal {
                 let Some(job) = job else { break };
                 let end = job.run(&file).await?;
                 let mut st = self.st.borrow_mut();
+                let active_base = st.files.back().expect("active file").base;
                 let f = st.files.iter_mut().find(|f| f.base == base).expect("file");
                 f.app.complete_write(end);
+                if f.base != active_base && f.app.written() == f.app.end() {
+                    // A full file takes no more appends: keep none of its buffer.
+                    f.app.release_spare_capacity();
+                }
             }
         }
         if sync {
@@ -567,4 +572,42 @@ async fn prezeroed_file(dir: &Path, base: u64, file_bytes: u64) -> io::Result<Rc
         .map_err(|e| io::Error::other(e.to_string()))?;
     crate::log::sync_dir(dir).await?;
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::TempDir;
+
+    #[test]
+    fn a_full_journal_file_keeps_no_write_buffer() {
+        let tmp = TempDir::new("journal-unit");
+        let dir = tmp.path().join("j");
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                crate::probe::warm_iopoll(dir.parent().unwrap())
+                    .await
+                    .unwrap();
+                let journal = Journal::start(dir, JOURNAL_FILE_BYTES_MIN, Durability::Always)
+                    .await
+                    .unwrap();
+                // 3 MiB in one round: three full files and an active one.
+                let frame = vec![5u8; 16 * 1024];
+                let mut lsn = 0;
+                for _ in 0..200 {
+                    lsn = journal.append(1, "l", &frame);
+                }
+                journal.wait_durable(lsn).await.unwrap();
+                let st = journal.st.borrow();
+                let full: Vec<&JournalFile> = st.files.iter().take(st.files.len() - 1).collect();
+                assert!(full.len() >= 3, "{} full files", full.len());
+                for f in full {
+                    let held = f.app.held_capacity_bytes();
+                    assert!(held <= 4096, "full file {} holds {held} bytes", f.base);
+                }
+            })
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
 }

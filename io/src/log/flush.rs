@@ -161,6 +161,8 @@ impl Log {
             seg.data.complete_sync(d);
             seg.index_app.complete_sync(i);
             seg.sealed_durable = true;
+            seg.data.release_spare_capacity();
+            seg.index_app.release_spare_capacity();
             // Complete and durable: close both files; reads reopen on demand.
             seg.files = SegmentFiles::Closed;
         }
@@ -328,6 +330,46 @@ mod tests {
             .expect("executor")
             .join()
             .expect("join");
+    }
+
+    #[test]
+    fn a_sealed_segment_on_disk_keeps_no_write_buffer() {
+        run(|dir| {
+            Box::pin(async move {
+                crate::probe::warm_iopoll(dir.parent().unwrap())
+                    .await
+                    .unwrap();
+                let cfg = LogConfig {
+                    segment_bytes: 256 * 1024,
+                    tail_cache_bytes: 0,
+                    ..LogConfig::default()
+                };
+                let log = RefCell::new(Log::new_empty("l", dir.clone(), cfg));
+                // ~2,000 frames of ~330 bytes: two sealed segments and an active one, each
+                // buffered whole before the one flush.
+                for seq in 1..=2_000 {
+                    log.borrow_mut().append_frame(seq, 1, &frame(seq));
+                }
+                flush(&log).await.unwrap();
+                sync(&log).await.unwrap();
+                let l = log.borrow();
+                let (sealed, active) = l.segments.split_at(l.segments.len() - 1);
+                assert!(sealed.len() >= 2, "{} sealed segments", sealed.len());
+                for seg in sealed {
+                    assert!(seg.sealed_durable);
+                    let held = seg.data.held_capacity_bytes() + seg.index_app.held_capacity_bytes();
+                    assert!(
+                        held <= 2 * 4096,
+                        "sealed segment {} holds {held} bytes",
+                        seg.base_seq
+                    );
+                }
+                assert!(
+                    active[0].data.held_capacity_bytes() >= 64 * 1024,
+                    "the active segment keeps its buffer for the appends to come"
+                );
+            })
+        });
     }
 
     #[test]

@@ -422,10 +422,14 @@ struct PublishFields {
 /// Raw-JSON text for an absent payload, as Go marshals a nil `json.RawMessage`.
 const NULL_PAYLOAD: &[u8] = b"null";
 
-fn payload_bytes(raw: Vec<u8>) -> Bytes {
+/// The payload as stored: a `Bytes` keeps its `Vec`'s whole capacity, so spare room left
+/// by copying a compact object or array is given back first (a string payload is copied
+/// with exact room already).
+fn payload_bytes(mut raw: Vec<u8>) -> Bytes {
     if raw.is_empty() {
         Bytes::from_static(NULL_PAYLOAD)
     } else {
+        raw.shrink_to_fit();
         Bytes::from(raw)
     }
 }

@@ -553,6 +553,9 @@ impl<'a> Reader<'a> {
         }
         let span = (start, self.pos);
         if let Some(o) = out {
+            // Room for the closing quote as well: pushing it past the capacity would double
+            // the buffer, and a payload keeps its buffer for as long as its message lives.
+            o.reserve_exact(self.pos - copied + 1);
             o.extend_from_slice(&self.src[copied..self.pos]);
             o.push(b'"');
         }

@@ -1205,3 +1205,20 @@ fn random_and_mutated_frames_never_panic() {
         check_syntax_agrees(&body);
     }
 }
+
+/// A stored payload holds its bytes and no more: its buffer lives as long as the message,
+/// so spare capacity would cost memory per message held (it used to be ~2x the payload).
+#[test]
+fn a_parsed_payload_holds_no_spare_capacity() {
+    let long = "x".repeat(1000);
+    let list = format!("[{}]", vec!["1"; 500].join(","));
+    for payload in [format!("\"{long}\""), format!("{{\"a\":\"{long}\"}}"), list] {
+        let body = format!(r#"{{"topic":"q","payload":{payload}}}"#);
+        let Ok(Request::Publish(p)) = req(op::PUBLISH, &body) else {
+            panic!("{body} did not parse as a publish");
+        };
+        assert_eq!(p.payload, payload.as_bytes());
+        let stored = p.payload.try_into_mut().expect("the only handle");
+        assert_eq!(stored.capacity(), payload.len(), "{}", &payload[..20]);
+    }
+}
