@@ -12,12 +12,69 @@ use std::fmt;
 /// any shard. The other 15 bytes are unique per process (a random prefix chosen at start,
 /// then a counter), so ids never repeat across restarts either. v1 clients treat ids as
 /// opaque strings.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MessageId(pub [u8; 16]);
+
+/// Two words, not a 16-byte slice: [`IdHasher`] then mixes each word once, where a slice
+/// would also hash its length.
+impl std::hash::Hash for MessageId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (high, low) = self.words();
+        state.write_u64(high);
+        state.write_u64(low);
+    }
+}
+
+/// Hashes [`MessageId`]s for the id tables every publish, delivery and ACK touches.
+///
+/// The trade-off: std's SipHash resists keys chosen to collide, and cost ~6 % of a
+/// publish + consume + ACK's CPU (docs/benchmarks.md, "Where the queue path's CPU goes").
+/// That protection buys nothing here: ids are issued by this server (a slot byte, a random
+/// prefix per shard start, a counter), never chosen by a client, so no one can aim keys at
+/// one bucket. A client's ACK only looks an id up, and a lookup of any key costs one probe
+/// sequence among keys the server chose. One multiply per word spreads consecutive
+/// counters over the low bits (the table index) and mixes every bit into the high ones
+/// (the tag hashbrown keeps per entry).
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+/// The odd 64-bit constant of Fibonacci hashing (2^64 / φ): multiplying by it is a
+/// bijection that carries each input bit into the high bits.
+const ID_HASH_FACTOR: u64 = 0x9e37_79b9_7f4a_7c15;
+
+impl std::hash::Hasher for IdHasher {
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(29) ^ word).wrapping_mul(ID_HASH_FACTOR);
+    }
+
+    /// Other key types hashed with this hasher fold in a byte at a time: correct, not fast.
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The `BuildHasher` of the id tables.
+pub type IdHashing = std::hash::BuildHasherDefault<IdHasher>;
 
 impl MessageId {
     pub fn slot(&self) -> u16 {
         self.0[0] as u16
+    }
+
+    /// The slot byte and prefix, and the counter: big-endian, so consecutive ids differ in
+    /// the low bits of the second word.
+    fn words(&self) -> (u64, u64) {
+        let (high, low) = self.0.split_at(8);
+        (
+            u64::from_be_bytes(high.try_into().expect("8 bytes")),
+            u64::from_be_bytes(low.try_into().expect("8 bytes")),
+        )
     }
 
     pub fn to_hex(&self) -> String {
@@ -211,6 +268,7 @@ mod payload_serde {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn ids_carry_their_slot_and_round_trip_as_hex() {
@@ -228,6 +286,31 @@ mod tests {
         assert_eq!(MessageId::parse(&hex.to_uppercase()), Some(a));
         assert_eq!(MessageId::parse("xyz"), None);
         assert_eq!(MessageId::parse(&"g".repeat(32)), None);
+    }
+
+    /// The id tables' hash spreads what the server issues: consecutive ids of one shard
+    /// land in distinct buckets of a table of their count (the low bits), and the 7-bit
+    /// tags hashbrown compares first (the high bits) take every value.
+    #[test]
+    fn consecutive_ids_spread_over_buckets_and_tags() {
+        use std::hash::BuildHasher;
+        let hashing = IdHashing::default();
+        for (prefix, slot) in [([0u8; 7], 0), ([9, 1, 200, 3, 77, 5, 6], 255)] {
+            let mut ids = IdGenerator::new(prefix);
+            let hashes: Vec<u64> = (0..1u64 << 16)
+                .map(|_| hashing.hash_one(ids.next(slot)))
+                .collect();
+            let buckets: HashSet<u64> = hashes.iter().map(|h| h & 0xffff).collect();
+            assert_eq!(buckets.len(), 1 << 16, "bucket collisions");
+            let tags: HashSet<u64> = hashes.iter().map(|h| h >> 57).collect();
+            assert_eq!(tags.len(), 128);
+        }
+        let (a, b) = (MessageId([1; 16]), MessageId([1; 16]));
+        assert_eq!(
+            hashing.hash_one(a),
+            hashing.hash_one(b),
+            "equal ids hash alike"
+        );
     }
 
     #[test]

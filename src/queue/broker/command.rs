@@ -101,6 +101,28 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// The time the command carries, for the commands that carry one.
+    pub fn time_ns(&self) -> Option<i64> {
+        match self {
+            Command::Publish { msg } | Command::PublishTopic { msg } => Some(msg.timestamp_ns),
+            Command::Consume { now_ns, .. }
+            | Command::Ack { now_ns, .. }
+            | Command::Nack { now_ns, .. }
+            | Command::Tick { now_ns }
+            | Command::Subscribe { now_ns, .. }
+            | Command::DeadLetterRequeue { now_ns, .. } => Some(*now_ns),
+            Command::Disconnect { .. }
+            | Command::Confirm { .. }
+            | Command::DisconnectAll
+            | Command::DeclareQueue { .. }
+            | Command::Purge { .. }
+            | Command::DeadLetterPurge { .. }
+            | Command::Exchange { .. } => None,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Published,

@@ -61,7 +61,7 @@ pub use snapshot::{
 pub use stats::{BrokerCounters, BrokerStats};
 pub use timers::TimerKey;
 
-use crate::queue::message::{Message, MessageId};
+use crate::queue::message::{IdHashing, Message, MessageId};
 use dead_letter::DeadLetters;
 use pending::{Pending, PendingEntry};
 use pubsub::PubSub;
@@ -221,7 +221,7 @@ pub struct Broker {
     timers: Timers,
     /// Ids of every work-queue message held (any state, dead letters included): ids are
     /// unique within a broker, which ACK/NACK by id rely on.
-    ids: HashSet<MessageId>,
+    ids: HashSet<MessageId, IdHashing>,
     /// Payload bytes of the messages in `ids`, against `BrokerConfig::slot_bytes_max`.
     held_bytes: u64,
     counters: BrokerCounters,
@@ -294,7 +294,7 @@ impl Broker {
             pending: Pending::default(),
             pubsub: PubSub::default(),
             timers: Timers::default(),
-            ids: HashSet::new(),
+            ids: HashSet::default(),
             held_bytes: 0,
             counters: BrokerCounters::default(),
             exchanges: (0, std::sync::Arc::new(exchange::Exchanges::new())),
@@ -429,6 +429,8 @@ impl Broker {
         }
         let capacity = self.cfg.capacity_per_queue;
         let replaying = self.replaying;
+        let (held_bytes, bytes_max) = (self.held_bytes, self.cfg.slot_bytes_max);
+        let slot_full = held_bytes + msg.payload.len() as u64 > bytes_max && !replaying;
         let queue = match self.queue_or_create(&msg.topic) {
             Ok(queue) => queue,
             Err(e) => return Outcome::Error(e),
@@ -437,13 +439,13 @@ impl Broker {
             self.counters.rejected_full += 1;
             return Outcome::Error(queue_full_error(&msg.topic, capacity));
         }
-        let bytes_max = self.cfg.slot_bytes_max;
-        if self.held_bytes + msg.payload.len() as u64 > bytes_max && !replaying {
+        if slot_full {
             self.counters.rejected_full += 1;
-            return Outcome::Error(slot_full_error(&msg.topic, self.held_bytes, bytes_max));
+            return Outcome::Error(slot_full_error(&msg.topic, held_bytes, bytes_max));
         }
-        self.queue_mut(&msg.topic).hold();
-        self.hold_id(msg);
+        queue.hold();
+        let new = self.hold_id(msg);
+        assert!(new, "message {} was checked absent", msg.id);
         self.counters.published += 1;
         let publish_ns = msg.timestamp_ns;
         if msg.deliver_at_ns > publish_ns && !msg.is_expired(publish_ns) {
@@ -702,7 +704,12 @@ impl Broker {
             self.counters.queues_refused += 1;
             return Err(too_many_queues_error(self.cfg.queues_max));
         }
-        Ok(self.queues.entry(name.to_string()).or_default())
+        if !self.queues.contains_key(name) {
+            self.queues.insert(name.to_string(), WorkQueue::default());
+        }
+        // The name is copied only when the queue is new: a publish or consume of a queue
+        // that exists allocates nothing here.
+        Ok(self.queues.get_mut(name).expect("present or just inserted"))
     }
 
     fn queue_mut(&mut self, queue: &str) -> &mut WorkQueue {

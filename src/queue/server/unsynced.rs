@@ -12,7 +12,7 @@
 //! Journal positions grow with every append on a shard, so the entries are kept in append
 //! order and dropped from the front as the durable position passes them.
 
-use crate::queue::message::MessageId;
+use crate::queue::message::{IdHashing, MessageId};
 use std::collections::{HashMap, VecDeque};
 
 /// Publishes tracked at once. A shard cannot have more unsynced records than its journal
@@ -22,7 +22,7 @@ pub const PUBLISHES_UNSYNCED_MAX: usize = 1 << 20;
 
 #[derive(Default)]
 pub struct Unsynced {
-    lsn_by_id: HashMap<MessageId, u64>,
+    lsn_by_id: HashMap<MessageId, u64, IdHashing>,
     order: VecDeque<(u64, MessageId)>,
     /// Set when a publish could not be tracked (bound reached): until the durable position
     /// passes this, a delivery must wait as if its messages were all unsynced.

@@ -22,8 +22,11 @@ pub fn append(store: &Store, log: &LogRef, cmd: &Command) -> Result<(u64, u64), 
         payload: Bytes::from(payload),
         ..Default::default()
     };
+    // The record's time is the command's own where it has one: the clock is read once per
+    // request, not again here.
+    let at_ns = cmd.time_ns().unwrap_or_else(boltq_io::store::now_ns);
     store
-        .append(log, &mut record, boltq_io::store::now_ns())
+        .append(log, &mut record, at_ns)
         .map(|a| (a.lsn, bytes))
         .map_err(|e| e.to_string())
 }
