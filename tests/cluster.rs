@@ -1760,3 +1760,73 @@ fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
         fresh.welcome()
     );
 }
+
+/// The message ids of every notification the webhook got, in call order (repeats kept).
+fn notified_ids(hook: &support::webhook::Webhook) -> Vec<String> {
+    hook.calls()
+        .iter()
+        .flat_map(|c| {
+            c.json()["notifications"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .map(|n| n["message_id"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Issue 15: offline pushes are the work of the node leading the inbox's slot, and a
+/// leader change does not lose one. Bob has no device. Alice's first message reaches the
+/// webhook (which anchors bob's push cursor through his inbox's slot group); her second is
+/// appended, and the leader of bob's inbox slot is killed before the grace delay ends, so
+/// it never sends it: the new leader takes bob's inbox over from the committed cursor and
+/// does.
+#[test]
+fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
+    let dir = TempDir::new("cluster-push");
+    let hook = support::webhook::Webhook::start(&[]);
+    let push = format!(
+        "[messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
+         signing_secret = \"push-signing-secret-of-at-least-32-bytes\"\n\
+         grace_delay = \"3s\"\ntimeout = \"2s\"\n",
+        hook.url()
+    );
+    let mut members = start_messaging_cluster(&dir, "", &push);
+    let mut alice_at = 0;
+    let mut alice = device_on(&members[alice_at], "alice", "phone");
+    let first = send_as_device(&members, &mut alice_at, &mut alice, "c0", "m0");
+    let first_id = first["message_id"].as_str().unwrap().to_string();
+    eventually("the first push", || notified_ids(&hook).contains(&first_id));
+
+    let status = members[0].get_json("/replication");
+    let inbox = status["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["topic"] == "chat.inbox.bob")
+        .unwrap_or_else(|| panic!("bob's inbox in {status}"))
+        .clone();
+    let victim = members
+        .iter()
+        .position(|m| inbox["leader"] == m.name.as_str())
+        .unwrap_or_else(|| panic!("a leader of {inbox}"));
+    let second = send_as_device(&members, &mut alice_at, &mut alice, "c1", "m1");
+    let second_id = second["message_id"].as_str().unwrap().to_string();
+    members[victim].server.take().unwrap().stop(libc::SIGKILL);
+    assert!(
+        !notified_ids(&hook).contains(&second_id),
+        "sent before its grace delay"
+    );
+    let survivor = next_live(&members, victim);
+    let calls = hook.wait_for(
+        members[survivor].server.as_ref().unwrap(),
+        "the second push, from the new leader of bob's inbox",
+        |_| notified_ids(&hook).contains(&second_id),
+    );
+    let ids = notified_ids(&hook);
+    assert!(
+        ids.iter().filter(|id| **id == second_id).count() == 1,
+        "sent once: {ids:?} in {} calls",
+        calls.len()
+    );
+}

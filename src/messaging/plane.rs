@@ -26,6 +26,9 @@ pub struct MessagingPlan {
     pub engine: EngineConfig,
     pub gateway: Option<GatewaySettings>,
     pub config: crate::config::MessagingConfig,
+    /// `cluster.enabled`: the partitions will be replicated through slot groups (set up
+    /// after the engine starts).
+    pub replicated: bool,
 }
 
 impl MessagingPlan {
@@ -86,6 +89,7 @@ impl MessagingPlan {
             engine,
             gateway,
             config: m.clone(),
+            replicated: config.cluster.enabled,
         })
     }
 
@@ -103,6 +107,7 @@ impl MessagingPlan {
         let pusher = match self.config.push.enabled {
             true => Some(Pusher::start(
                 Rc::clone(&engine),
+                self.replicated,
                 &self.config.push,
                 self.outbound_tls(&engine, "push"),
             )?),

@@ -1,185 +1,18 @@
 //! Offline push end to end (spec/messaging-edge.md §10, §19 decisions 13–15;
 //! docs/offline-push.md): the real binary, devices through
 //! `boltq::client::gateway::GatewayClient`, and the operator's webhook played by the test
-//! (a std thread HTTP/1.1 server on 127.0.0.1:0 that records every request and answers
-//! each call with the next scripted status, 200 once the script is used up).
+//! (`support::webhook`).
 
 use crate::support::gateway::{connect, SECRET};
-
-use crate::support::stub::StubServer;
+use crate::support::webhook::{Call, Webhook, WAIT};
 use crate::support::Server;
 use boltq::client::gateway::GatewayClient;
 use boltq_io::testutil::TempDir;
 use serde_json::{json, Value};
-use std::collections::{HashMap, VecDeque};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const SIGNING_SECRET: &str = "push-signing-secret-of-at-least-32-bytes";
 const AUTH: &str = "Bearer hook-token";
-/// Bound on waiting for calls that must come.
-const WAIT: Duration = Duration::from_secs(15);
-
-// ---- the webhook receiver --------------------------------------------------------------
-
-/// One request the receiver got.
-#[derive(Debug, Clone)]
-struct Call {
-    at: Instant,
-    request_line: String,
-    /// Lower-case names.
-    headers: HashMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl Call {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).expect("webhook body is JSON")
-    }
-
-    fn header(&self, name: &str) -> &str {
-        self.headers.get(name).map(String::as_str).unwrap_or("")
-    }
-
-    /// The notifications' `user_id`s.
-    fn users(&self) -> Vec<String> {
-        self.json()["notifications"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|n| n["user_id"].as_str().unwrap().to_string())
-            .collect()
-    }
-}
-
-#[derive(Default)]
-struct Shared {
-    calls: Vec<Call>,
-    /// Statuses of the next calls, in order.
-    script: VecDeque<u16>,
-    /// A 200 names this user's notifications as failed (`{"failed": [ids]}`).
-    refused_user: Option<String>,
-}
-
-struct Webhook {
-    shared: Arc<Mutex<Shared>>,
-    stub: StubServer,
-}
-
-impl Webhook {
-    fn start(script: &[u16]) -> Webhook {
-        let shared = Arc::new(Mutex::new(Shared {
-            calls: Vec::new(),
-            script: script.iter().copied().collect(),
-            refused_user: None,
-        }));
-        let sh = Arc::clone(&shared);
-        Webhook {
-            shared,
-            stub: StubServer::start("webhook", move |conn| serve(conn, &sh)),
-        }
-    }
-
-    /// From now on, every 200 names `user`'s notifications as failed.
-    fn refuse_user(&self, user: &str) {
-        self.shared.lock().unwrap().refused_user = Some(user.to_string());
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}/push", self.stub.port)
-    }
-
-    fn calls(&self) -> Vec<Call> {
-        self.shared.lock().unwrap().calls.clone()
-    }
-
-    /// Waits until `done(calls)` holds; panics with the server log after [`WAIT`].
-    fn wait_for(&self, s: &Server, what: &str, done: impl Fn(&[Call]) -> bool) -> Vec<Call> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let calls = self.calls();
-            if done(&calls) {
-                return calls;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: calls so far {:?}\nserver log:\n{}",
-                calls.iter().map(|c| c.json()).collect::<Vec<_>>(),
-                s.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// Serves requests on one keep-alive connection until the client closes it.
-fn serve(conn: TcpStream, shared: &Mutex<Shared>) {
-    conn.set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let mut writer = conn.try_clone().unwrap();
-    let mut reader = BufReader::new(conn);
-    loop {
-        let mut request_line = String::new();
-        match reader.read_line(&mut request_line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let mut headers = HashMap::new();
-        loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                return;
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let (k, v) = line.split_once(':').expect("header line");
-            headers.insert(k.trim().to_ascii_lowercase(), v.trim().to_string());
-        }
-        let len: usize = headers
-            .get("content-length")
-            .map_or(0, |v| v.parse().unwrap());
-        let mut body = vec![0; len];
-        reader.read_exact(&mut body).unwrap();
-        let (status, answer) = {
-            let mut sh = shared.lock().unwrap();
-            let call = Call {
-                at: Instant::now(),
-                request_line: request_line.trim_end().to_string(),
-                headers,
-                body,
-            };
-            let failed: Vec<Value> = match &sh.refused_user {
-                Some(user) => call.json()["notifications"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|n| n["user_id"] == user.as_str())
-                    .map(|n| n["id"].clone())
-                    .collect(),
-                None => Vec::new(),
-            };
-            sh.calls.push(call);
-            let status = sh.script.pop_front().unwrap_or(200);
-            let answer = match status {
-                200 if failed.is_empty() => "{}".to_string(),
-                200 => json!({ "failed": failed }).to_string(),
-                _ => "{\"error\":\"x\"}".to_string(),
-            };
-            (status, answer)
-        };
-        let reply = format!(
-            "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{answer}",
-            answer.len()
-        );
-        if writer.write_all(reply.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
 
 // ---- the server and its clients --------------------------------------------------------
 

@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod netns;
 pub mod pki;
 pub mod stub;
+pub mod webhook;
 
 use boltq_io::testutil::TempDir;
 use std::io::{Read, Write};

@@ -98,6 +98,24 @@ impl Engine {
         self.replication.get()
     }
 
+    /// The slots this node leads now, or `None` without replication (every partition's
+    /// work is then its owning shard's alone).
+    pub fn led_slots(&self) -> Option<std::collections::BTreeSet<u16>> {
+        let replication = self.replication()?;
+        Some(
+            (0..boltq_shards::SLOTS)
+                .filter(|&slot| replication.leads(slot))
+                .collect(),
+        )
+    }
+
+    /// Whether this node acts for a partition: its slot's leader, or any node without
+    /// replication.
+    pub fn leads_partition(&self, topic: &str, partition: u32) -> bool {
+        self.replication()
+            .is_none_or(|r| r.leads(partition_slot(topic, partition)))
+    }
+
     /// A send through the partition's slot group: the dedup claim, the numbering and the
     /// append happen in one applied command on every replica.
     pub(super) async fn append_replicated(

@@ -375,6 +375,28 @@ impl Dispatcher {
         });
     }
 
+    /// Stops watching a partition (with `cluster.enabled`: this node no longer leads its
+    /// slot, and the new leader's dispatcher goes on from the committed cursor). Its
+    /// notifications waiting out their grace delay or ready for a batch are dropped; one
+    /// already in the batch in flight may still be sent, and one being checked is dropped
+    /// when settled: the new leader sends them again from the cursor, so a leader change
+    /// repeats at most those.
+    pub fn untrack(&mut self, key: &PartitionKey) {
+        if self.parts.remove(key).is_none() {
+            return;
+        }
+        self.waiting.retain(|_, c| &c.inbox != key);
+        self.ready.retain(|c| &c.inbox != key);
+        if self.ready.is_empty() {
+            self.ready_since_ns = None;
+        }
+    }
+
+    /// The partitions watched now.
+    pub fn tracked(&self) -> impl Iterator<Item = &PartitionKey> {
+        self.parts.keys()
+    }
+
     /// A pointer was appended at `seq`. False when the partition is not tracked (the driver
     /// looks its cursor up and calls [`Dispatcher::track`]).
     pub fn appended(&mut self, key: &PartitionKey, seq: u64) -> bool {
@@ -468,6 +490,9 @@ impl Dispatcher {
     pub fn settle(&mut self, c: Candidate, verdict: Verdict, now_ns: i64) {
         assert!(self.checking > 0, "settle follows take_due");
         self.checking -= 1;
+        if !self.parts.contains_key(&c.inbox) {
+            return; // untracked while it was checked: its new owner sends it
+        }
         match verdict {
             Verdict::Push => {
                 if self.ready.is_empty() {

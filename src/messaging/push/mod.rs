@@ -8,6 +8,15 @@
 //! and commits never cross shards, the work spreads over shards like users do, and one
 //! webhook call still carries the pointers of many users (all those on the shard).
 //!
+//! With `cluster.enabled` every node applies every pointer, but only the dispatcher of the
+//! node leading the inbox's slot acts on it; the cursors go through the slot's group like
+//! any other. A node that gains a slot watches its inboxes from their committed cursors,
+//! and one that loses it lets them go ([`LEADERSHIP_CHECK_MS`]), so a leader change
+//! repeats the pushes whose cursor move was not committed yet. It misses one only in this
+//! window: the first pointer ever of an inbox, whose leader died before the cursor that
+//! anchors the inbox committed (one commit round after the pointer); the inbox is then
+//! anchored at its next pointer.
+//!
 //! Positions: an inbox partition with a committed cursor resumes there (also after a
 //! restart). A partition with none is tracked from the first pointer appended after push
 //! was enabled, and that position is committed at once ("anchored") so a crash before
@@ -34,7 +43,7 @@ use dispatcher::{
     Attempt, Candidate, Dispatcher, Outcome, PushStats, Settings, Verdict, DEAD_LETTER_TOPIC,
 };
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -53,6 +62,9 @@ pub const READS_PER_TURN_MAX: usize = 32;
 pub const APPENDED_PARTITIONS_MAX: usize = 100_000;
 /// Wait after a failed read or cursor lookup before trying again.
 pub const ERROR_PAUSE_MS: u64 = 1_000;
+/// With `cluster.enabled`: how often the loop looks at which slots this node leads, so a
+/// new leader takes its inboxes over (and a deposed one lets go) within about this long.
+pub const LEADERSHIP_CHECK_MS: u64 = 500;
 /// Who creates the dead-letter topic, for the engine's per-user topic-creation quota.
 const DEAD_LETTER_WRITER: &str = "boltq-push";
 
@@ -86,8 +98,10 @@ pub struct Pusher {
 
 impl Pusher {
     /// Hooks the engine and starts this shard's dispatcher loop.
+    /// `replicated`: `cluster.enabled` (the engine's replication is set after this starts).
     pub fn start(
         engine: Rc<Engine>,
+        replicated: bool,
         cfg: &PushConfig,
         tls: TlsOptions,
     ) -> Result<Rc<Pusher>, String> {
@@ -128,7 +142,7 @@ impl Pusher {
             stats: RefCell::new(PushStats::default()),
             closing: Cell::new(false),
         });
-        boltq_shards::spawn(Rc::clone(&pusher).run(core)).detach();
+        boltq_shards::spawn(Rc::clone(&pusher).run(core, replicated)).detach();
         Ok(pusher)
     }
 
@@ -151,13 +165,18 @@ impl Pusher {
         CursorKey::new(&key.0, key.1, PUSH_DISPATCHER_GROUP, "").ok()
     }
 
-    async fn run(self: Rc<Self>, mut core: Dispatcher) {
-        self.scan(&mut core).await;
+    async fn run(self: Rc<Self>, mut core: Dispatcher, replicated: bool) {
+        // With replication: the slots led at the last look (none yet).
+        let mut led: Option<BTreeSet<u16>> = None;
+        if !replicated {
+            self.scan(&mut core, None).await;
+        }
         while !self.closing.get() {
             let ticket = self.inbox.wake.ticket();
+            self.follow_leadership(&mut core, &mut led).await;
             if self.inbox.overflowed.replace(false) {
                 log::warn!("[push] append notices overflowed; re-scanning tracked inboxes");
-                self.scan(&mut core).await;
+                self.scan(&mut core, led.as_ref()).await;
             }
             let ok = self.take_appended(&mut core).await && self.read(&mut core).await;
             self.check_due(&mut core).await;
@@ -170,6 +189,9 @@ impl Pusher {
             }
             let now = now_ns();
             let mut wait = self.scan_interval;
+            if replicated {
+                wait = wait.min(Duration::from_millis(LEADERSHIP_CHECK_MS));
+            }
             if !ok {
                 wait = wait.min(Duration::from_millis(ERROR_PAUSE_MS));
             }
@@ -184,7 +206,47 @@ impl Pusher {
 
     /// Tracks every inbox partition this shard owns that has a push cursor (start-up and
     /// after an overflow of append notices).
-    async fn scan(&self, core: &mut Dispatcher) {
+    /// With `cluster.enabled`, a partition's pointers are acted on by the dispatcher of its
+    /// slot's leader only. When this node gains slots, their inboxes are watched from their
+    /// committed `push-dispatcher` cursors: a pointer the old leader had not settled when it
+    /// died or was deposed is read again and sent (at least once: one it had sent but not
+    /// committed is sent again). When it loses slots, their inboxes are let go at once.
+    async fn follow_leadership(&self, core: &mut Dispatcher, led: &mut Option<BTreeSet<u16>>) {
+        let Some(now) = self.engine.led_slots() else {
+            return;
+        };
+        if led.as_ref() == Some(&now) {
+            return;
+        }
+        let lost: Vec<PartitionKey> = core
+            .tracked()
+            .filter(|(topic, p)| !now.contains(&boltq_shards::partition_slot(topic, *p)))
+            .cloned()
+            .collect();
+        for key in &lost {
+            core.untrack(key);
+        }
+        let gained: BTreeSet<u16> = match led.as_ref() {
+            Some(before) => now.difference(before).copied().collect(),
+            None => now.clone(),
+        };
+        if !lost.is_empty() || !gained.is_empty() {
+            log::info!(
+                "[push] leading {} slots: {} gained, {} inboxes let go",
+                now.len(),
+                gained.len(),
+                lost.len()
+            );
+        }
+        *led = Some(now);
+        if !gained.is_empty() {
+            self.scan(core, Some(&gained)).await;
+        }
+    }
+
+    /// Watches the inbox partitions this shard owns (of `slots` only, when given) that have
+    /// a committed cursor and are not watched yet.
+    async fn scan(&self, core: &mut Dispatcher, slots: Option<&BTreeSet<u16>>) {
         let me = self.engine.shard().id();
         let count = self.engine.shard().count();
         for (topic, partitions) in self.engine.topics() {
@@ -193,7 +255,11 @@ impl Pusher {
             }
             for p in 0..partitions {
                 let key = (topic.clone(), p);
-                if boltq_shards::owner_of_partition(&topic, p, count) != me || core.is_tracked(&key)
+                let in_slots =
+                    slots.is_none_or(|s| s.contains(&boltq_shards::partition_slot(&topic, p)));
+                if !in_slots
+                    || boltq_shards::owner_of_partition(&topic, p, count) != me
+                    || core.is_tracked(&key)
                 {
                     continue;
                 }
@@ -213,8 +279,8 @@ impl Pusher {
         let appended = std::mem::take(&mut *self.inbox.appended.borrow_mut());
         let mut ok = true;
         for (key, (low, seq)) in appended {
-            if core.appended(&key, seq) {
-                continue;
+            if core.appended(&key, seq) || !self.engine.leads_partition(&key.0, key.1) {
+                continue; // watched already, or led elsewhere since the pointer was applied
             }
             let Some(ck) = Self::push_key(&key) else {
                 continue;

@@ -453,3 +453,45 @@ fn answers_that_name_nothing_accept_the_whole_batch() {
         assert!(failed_in_answer(body, &items).is_empty());
     }
 }
+
+/// With `cluster.enabled`, a dispatcher whose node no longer leads a partition's slot
+/// stops at once: what waited out its grace delay, was ready, or was being checked is
+/// dropped (the new leader sends it from the committed cursor), nothing more is committed
+/// for it, and watching it again starts from the cursor handed in.
+#[test]
+fn an_untracked_partition_sends_and_commits_nothing_more() {
+    let mut d = Dispatcher::new(settings(2 * S, 5)).unwrap();
+    d.track(key("bob"), 1);
+    d.track(key("carol"), 1);
+    let bobs = [
+        pointer("bob", 1, "alice", 0),
+        pointer("bob", 2, "alice", 3 * S),
+    ];
+    d.offer(&key("bob"), &bobs, 1, 3);
+    d.offer(&key("carol"), &[pointer("carol", 1, "alice", 0)], 1, 2);
+    let due = d.take_due(2 * S);
+    assert_eq!(due.len(), 2, "bob/1 and carol/1 are being checked");
+    d.untrack(&key("bob"));
+    assert!(!d.is_tracked(&key("bob")));
+    assert_eq!(d.tracked().collect::<Vec<_>>(), vec![&key("carol")]);
+    for c in due {
+        d.settle(c, Verdict::Push, 2 * S);
+    }
+    d.check_invariants();
+    assert!(d.take_due(10 * S).is_empty(), "bob/2 waited: dropped too");
+    let a = d.next_attempt(2 * S + BATCH_WINDOW_NS).expect("a batch");
+    let body: serde_json::Value = serde_json::from_slice(&a.body).unwrap();
+    let users: Vec<&str> = body["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["user_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["carol"]);
+    assert_eq!(d.outcome(true, b"", 3 * S), Outcome::Sent(1));
+    assert_eq!(d.take_commits(), vec![(key("carol"), 2)]);
+    d.untrack(&key("bob"));
+    d.track(key("bob"), 1);
+    assert_eq!(d.to_read(10), vec![(key("bob"), 1)]);
+    d.check_invariants();
+}
