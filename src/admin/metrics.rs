@@ -160,6 +160,11 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
             r.counters.queues_refused as i64,
         ),
         (
+            "boltq_queues_forgotten_total",
+            "Queues forgotten once idle and empty (queue.idle_queue_ttl)",
+            r.counters.queues_forgotten as i64,
+        ),
+        (
             "boltq_pushes_total",
             "Pub/sub deliveries to live subscribers",
             r.counters.pushed as i64,

@@ -380,6 +380,13 @@ pub struct QueueConfig {
     /// snapshots (durable backlogs are bounded by `durable_backlog_bytes_max` each).
     /// Default 1073741824 (1 GiB), 1 MiB..=1 TiB.
     pub slot_bytes_max: u64,
+    /// A work queue a publish or CONSUME created is forgotten once it has held nothing
+    /// (no message in any state, no dead letter) and no publish or delivery used it for
+    /// this long; the next publish or CONSUME of its name creates it again. Declared
+    /// queues (BIND, `/queues` declare) are kept. `"0s"` keeps every queue (v1). Every
+    /// node of a cluster must use the same value. Default 1h, 0s or 1s..=30 days.
+    #[serde(with = "duration::as_string")]
+    pub idle_queue_ttl: Duration,
 }
 
 impl Default for QueueConfig {
@@ -396,6 +403,7 @@ impl Default for QueueConfig {
             subscriptions_per_connection_max: 1024,
             queues_per_slot_max: 1024,
             slot_bytes_max: 1 << 30,
+            idle_queue_ttl: Duration::from_secs(3600),
         }
     }
 }

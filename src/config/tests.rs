@@ -739,6 +739,8 @@ fn each_validation_error_names_its_key() {
         ("[queue]\ndurable_backlog_bytes_max = 1099511627777", "queue.durable_backlog_bytes_max"),
         ("[queue]\nslot_bytes_max = 1048575", "queue.slot_bytes_max"),
         ("[queue]\nslot_bytes_max = 1099511627777", "queue.slot_bytes_max"),
+        ("[queue]\nidle_queue_ttl = \"500ms\"", "queue.idle_queue_ttl"),
+        ("[queue]\nidle_queue_ttl = \"31days\"", "queue.idle_queue_ttl"),
         ("[queue]\nretry_backoff_base_ms = 5000\nretry_backoff_max_ms = 100", "queue.retry_backoff_max_ms"),
         ("[queue]\nretry_backoff_max_ms = 3600001", "queue.retry_backoff_max_ms"),
         ("[admin]\ncors_origins = [\"\"]", "admin.cors_origins[0]"),

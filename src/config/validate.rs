@@ -177,6 +177,14 @@ fn queue(c: &Config) -> Check {
         1 << 40,
     )?;
     range("queue.slot_bytes_max", q.slot_bytes_max, 1 << 20, 1 << 40)?;
+    if !q.idle_queue_ttl.is_zero() {
+        duration_range(
+            "queue.idle_queue_ttl",
+            q.idle_queue_ttl,
+            Duration::from_secs(1),
+            Duration::from_secs(30 * 24 * 3600),
+        )?;
+    }
     range(
         "queue.retry_backoff_max_ms",
         q.retry_backoff_max_ms,

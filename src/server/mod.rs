@@ -258,6 +258,7 @@ fn broker_config(config: &Config) -> crate::queue::broker::BrokerConfig {
         durable_kept_bytes_max: q.durable_backlog_bytes_max,
         queues_max: q.queues_per_slot_max as usize,
         slot_bytes_max: q.slot_bytes_max,
+        idle_queue_ttl_ns: q.idle_queue_ttl.as_nanos().min(i64::MAX as u128) as i64,
     }
 }
 

@@ -374,3 +374,85 @@ fn queues_past_the_per_slot_cap_are_refused_and_a_lowered_cap_keeps_what_was_acc
         assert_eq!(m.payload_json, n.to_string());
     }
 }
+
+/// The value of counter `name` on the server's `/metrics`.
+fn counter(s: &Server, name: &str) -> u64 {
+    let metrics = crate::support::get(s, "/metrics").body;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{metrics}"))
+}
+
+/// The queue names STATS lists.
+fn queue_names(c: &mut boltq::client::Client) -> Vec<String> {
+    let stats = c.stats().unwrap();
+    stats["Queues"]
+        .as_object()
+        .expect("STATS lists Queues")
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Issue 17: the queues a flood of CONSUMEs of new names created are forgotten once idle
+/// (`queue.idle_queue_ttl`, 1 s here) and counted in `boltq_queues_forgotten_total`, while
+/// a queue holding a message stays; a forgotten name is created again, empty, by its next
+/// CONSUME; and after a kill -9 and a restart the log reproduces exactly that (the creating
+/// CONSUMEs and the forgetting ticks are logged).
+#[test]
+fn queues_a_consume_flood_created_are_forgotten_once_idle_and_a_busy_one_stays() {
+    const NAMES: usize = 3_000;
+    let dir = TempDir::new("hostile-idle-queues");
+    let config = dir.path().join("boltq.toml");
+    std::fs::write(
+        &config,
+        "[queue]\nidle_queue_ttl = \"1s\"\nqueues_per_slot_max = 65536\n",
+    )
+    .unwrap();
+    let s = Server::start_restartable(&["--config", config.to_str().unwrap()]);
+    let mut c =
+        boltq::client::Client::connect(&format!("127.0.0.1:{}", s.tcp_port), Default::default())
+            .unwrap();
+    c.publish("keep", "1", None, Default::default()).unwrap();
+    for n in 0..NAMES {
+        assert_eq!(c.consume(&format!("poll-{n}")).unwrap(), None);
+    }
+    let last = format!("poll-{}", NAMES - 1);
+    assert!(
+        queue_names(&mut c).contains(&last),
+        "a CONSUME creates its queue"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while queue_names(&mut c) != ["keep"] {
+        assert!(
+            Instant::now() < deadline,
+            "{} queues left",
+            queue_names(&mut c).len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(counter(&s, "boltq_queues_forgotten_total"), NAMES as u64);
+    assert_eq!(c.consume("poll-7").unwrap(), None);
+    let mut names = queue_names(&mut c);
+    names.sort();
+    assert_eq!(names, ["keep", "poll-7"]);
+
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
+    let mut c =
+        boltq::client::Client::connect(&format!("127.0.0.1:{}", s.tcp_port), Default::default())
+            .unwrap();
+    let mut names = queue_names(&mut c);
+    names.sort();
+    assert_eq!(
+        names,
+        ["keep", "poll-7"],
+        "the log reproduces what was forgotten"
+    );
+    let kept = c
+        .consume("keep")
+        .unwrap()
+        .expect("the busy queue's message");
+    assert_eq!(kept.payload_json, "1");
+}

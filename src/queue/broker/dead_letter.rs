@@ -51,6 +51,15 @@ impl DeadLetters {
             .push_back(msg);
     }
 
+    /// Drops the (empty) dead-letter queue of a queue that is forgotten.
+    pub fn forget(&mut self, queue: &str) {
+        let dropped = self.by_queue.remove(queue);
+        assert!(
+            dropped.is_none_or(|dlq| dlq.is_empty()),
+            "dead letters of {queue:?} dropped with their queue"
+        );
+    }
+
     /// Restores a dead-letter queue that is listed with nothing in it.
     pub fn restore_empty(&mut self, queue: &str) {
         self.by_queue.entry(queue.to_string()).or_default();

@@ -14,6 +14,13 @@ impl Broker {
         let mut timers = 0;
         let mut bytes = 0u64;
         for (name, queue) in &self.queues {
+            if let Some(t) = queue.idle_timer {
+                let target = TimerTarget::IdleQueue {
+                    queue: name.clone(),
+                };
+                assert_eq!(self.timers.get(&t), Some(&target));
+                timers += 1;
+            }
             for (key, ready) in queue.iter_ready() {
                 assert_eq!(&ready.msg.topic, name);
                 assert_eq!(key.level(), ready.msg.level());

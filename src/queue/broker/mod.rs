@@ -118,6 +118,13 @@ pub struct BrokerConfig {
     /// their own cap, `durable_kept_bytes_max` per registration. ≥ 1.
     #[serde(default = "slot_bytes_max_default")]
     pub slot_bytes_max: u64,
+    /// A queue a publish or CONSUME created (not one declared) is forgotten once it held
+    /// nothing — no message in any state, no dead letter — and no publish or delivery used
+    /// it for this long; the next publish or CONSUME of its name creates it again, as it
+    /// was (a queue has nothing but its name). 0 = never (v1 lists every queue ever
+    /// polled). Every node of a cluster must use the same value. ≥ 0.
+    #[serde(default)]
+    pub idle_queue_ttl_ns: i64,
 }
 
 fn slot_bytes_max_default() -> u64 {
@@ -140,6 +147,7 @@ impl Default for BrokerConfig {
             durable_kept_bytes_max: DURABLE_KEPT_BYTES_MAX_DEFAULT,
             queues_max: QUEUES_MAX_DEFAULT,
             slot_bytes_max: SLOT_BYTES_MAX_DEFAULT,
+            idle_queue_ttl_ns: 0,
         }
     }
 }
@@ -166,6 +174,12 @@ impl BrokerConfig {
             return Err(format!(
                 "queues_max must be in 1..={QUEUES_MAX_CEILING}, not {}",
                 self.queues_max
+            ));
+        }
+        if self.idle_queue_ttl_ns < 0 {
+            return Err(format!(
+                "idle_queue_ttl_ns must be ≥ 0, not {}",
+                self.idle_queue_ttl_ns
             ));
         }
         if self.retry_backoff_base_ns < 0 {
@@ -396,14 +410,22 @@ impl Broker {
             _ => false,
         };
         let expired_before = self.counters.expired;
+        let timers_issued_before = self.timers.next_seq();
+        let timers_before = self.timers.len();
         let (outcome, effects) = self.apply(cmd);
         let logged = match (cmd, &outcome) {
-            // An empty poll that met expired messages discarded them: that is a change.
-            (Command::Consume { .. }, Outcome::Empty) => self.counters.expired != expired_before,
+            // An empty poll that met expired messages discarded them, and one that created
+            // a queue to be forgotten once idle set its timer: both are changes.
+            (Command::Consume { .. }, Outcome::Empty) => {
+                self.counters.expired != expired_before
+                    || self.timers.next_seq() != timers_issued_before
+            }
             (_, Outcome::Error(_) | Outcome::Empty | Outcome::PublishedLive) => false,
             (Command::Tick { .. }, Outcome::Ticked { changed }) => *changed,
             (Command::Confirm { .. }, Outcome::Confirmed(count)) => *count > 0,
-            (Command::DeclareQueue { .. }, Outcome::Declared { created }) => *created,
+            (Command::DeclareQueue { .. }, Outcome::Declared { created }) => {
+                *created || self.timers.len() != timers_before
+            }
             (Command::Subscribe { topic, sub_id, .. }, _) => self.pubsub.is_durable(topic, sub_id),
             (Command::Disconnect { .. } | Command::DisconnectAll, _) => ends_durable_live,
             _ => true,
@@ -431,7 +453,16 @@ impl Broker {
         let replaying = self.replaying;
         let (held_bytes, bytes_max) = (self.held_bytes, self.cfg.slot_bytes_max);
         let slot_full = held_bytes + msg.payload.len() as u64 > bytes_max && !replaying;
-        let queue = match self.queue_or_create(&msg.topic) {
+        let creates = !self.queues.contains_key(&msg.topic);
+        let may_create = replaying || self.queues.len() < self.cfg.queues_max;
+        if slot_full && creates && may_create {
+            // Refused before the queue is created: a refusal is not logged, so it must
+            // change nothing (a new queue would be state no replay reproduces). Past the
+            // queue limit, `queue_or_create` refuses first, as before.
+            self.counters.rejected_full += 1;
+            return Outcome::Error(slot_full_error(&msg.topic, held_bytes, bytes_max));
+        }
+        let queue = match self.queue_or_create(&msg.topic, Some(msg.timestamp_ns)) {
             Ok(queue) => queue,
             Err(e) => return Outcome::Error(e),
         };
@@ -444,6 +475,7 @@ impl Broker {
             return Outcome::Error(slot_full_error(&msg.topic, held_bytes, bytes_max));
         }
         queue.hold();
+        queue.touch(msg.timestamp_ns);
         let new = self.hold_id(msg);
         assert!(new, "message {} was checked absent", msg.id);
         self.counters.published += 1;
@@ -481,7 +513,7 @@ impl Broker {
             return Outcome::Error("topic is required".into());
         }
         // At the queue limit, polling a new name has nothing to deliver and creates nothing.
-        if self.queue_or_create(queue).is_err() {
+        if self.queue_or_create(queue, Some(now_ns)).is_err() {
             return Outcome::Empty;
         }
         let want = max.clamp(1, CONSUME_MESSAGES_MAX) as usize;
@@ -512,6 +544,9 @@ impl Broker {
         if delivered.is_empty() {
             Outcome::Empty
         } else {
+            // Only a delivery counts as use: an empty poll is not logged, and what decides
+            // forgetting must be in the log.
+            self.queue_mut(queue).touch(now_ns);
             Outcome::Delivered(delivered)
         }
     }
@@ -595,6 +630,7 @@ impl Broker {
                 );
                 self.discard_expired(&ready.msg);
             }
+            TimerTarget::IdleQueue { queue } => self.forget_if_idle(&queue, key, now_ns),
             TimerTarget::Pending { id } => {
                 let entry = self
                     .pending
@@ -659,6 +695,37 @@ impl Broker {
         queue.insert(key, Ready { msg, expiry });
     }
 
+    /// An undeclared queue's idle timer fired: the queue is forgotten when it holds nothing
+    /// (no message in any state, no dead letter) and no publish or delivery used it for
+    /// `idle_queue_ttl_ns`; otherwise the timer is set for when that could next hold.
+    fn forget_if_idle(&mut self, name: &str, key: TimerKey, now_ns: i64) {
+        let ttl = self.cfg.idle_queue_ttl_ns;
+        let holds_dead_letters = self.dead_letters.len(name) > 0;
+        let queue = self.queue_mut(name);
+        assert_eq!(queue.idle_timer, Some(key), "idle timer of {name}");
+        queue.idle_timer = None;
+        if ttl == 0 {
+            return; // forgetting was turned off since the timer was set
+        }
+        let idle_from_ns = queue.last_used_ns.saturating_add(ttl);
+        if queue.held() == 0 && !holds_dead_letters && idle_from_ns <= now_ns {
+            self.queues.remove(name);
+            self.dead_letters.forget(name);
+            self.counters.queues_forgotten += 1;
+            return;
+        }
+        let due_ns = if idle_from_ns > now_ns {
+            idle_from_ns
+        } else {
+            now_ns.saturating_add(ttl)
+        };
+        let target = TimerTarget::IdleQueue {
+            queue: name.to_string(),
+        };
+        let timer = self.timers.schedule(due_ns, target);
+        self.queue_mut(name).idle_timer = Some(timer);
+    }
+
     /// Parks a held message until `wake_ns` (delay or backoff).
     fn wait(&mut self, msg: Message, wake_ns: i64) {
         let timer = self
@@ -697,15 +764,30 @@ impl Broker {
         known
     }
 
-    /// The queue `name`, created if absent unless the slot holds `queues_max` already.
-    fn queue_or_create(&mut self, name: &str) -> Result<&mut WorkQueue, String> {
+    /// The queue `name`, created if absent unless the slot holds `queues_max` already. A
+    /// queue created by a command at `used_at_ns` (a publish or CONSUME, not a declare) is
+    /// forgotten once idle and empty (`idle_queue_ttl_ns`).
+    fn queue_or_create(
+        &mut self,
+        name: &str,
+        used_at_ns: Option<i64>,
+    ) -> Result<&mut WorkQueue, String> {
         let at_limit = self.queues.len() >= self.cfg.queues_max;
         if at_limit && !self.replaying && !self.queues.contains_key(name) {
             self.counters.queues_refused += 1;
             return Err(too_many_queues_error(self.cfg.queues_max));
         }
         if !self.queues.contains_key(name) {
-            self.queues.insert(name.to_string(), WorkQueue::default());
+            let mut queue = WorkQueue::default();
+            let ttl = self.cfg.idle_queue_ttl_ns;
+            if let (Some(now_ns), true) = (used_at_ns, ttl > 0) {
+                queue.last_used_ns = now_ns;
+                let target = TimerTarget::IdleQueue {
+                    queue: name.to_string(),
+                };
+                queue.idle_timer = Some(self.timers.schedule(now_ns.saturating_add(ttl), target));
+            }
+            self.queues.insert(name.to_string(), queue);
         }
         // The name is copied only when the queue is new: a publish or consume of a queue
         // that exists allocates nothing here.
@@ -772,10 +854,16 @@ impl Broker {
             return Outcome::Error("queue is required".into());
         }
         let created = !self.queues.contains_key(queue);
-        match self.queue_or_create(queue) {
-            Ok(_) => Outcome::Declared { created },
-            Err(e) => Outcome::Error(e),
+        let idle_timer = match self.queue_or_create(queue, None) {
+            Ok(q) => q.idle_timer.take(),
+            Err(e) => return Outcome::Error(e),
+        };
+        // A declared queue is kept: one that was to be forgotten once idle no longer is
+        // (a change `apply_logged` logs, as it logs a creation).
+        if let Some(timer) = idle_timer {
+            self.timers.cancel(timer);
         }
+        Outcome::Declared { created }
     }
 
     fn purge(&mut self, queue: &str) -> Outcome {

@@ -53,6 +53,13 @@ pub(super) struct WorkQueue {
     /// delayed, retry-waiting and pending. This is what the capacity limits (see the module
     /// docs of `broker`).
     held: usize,
+    /// The queue's entry in the timer index when it is forgotten once idle and empty (a
+    /// queue a publish or CONSUME created); `None` for one declared (BIND, `/queues`
+    /// declare), restored from an older snapshot, or with forgetting off.
+    pub idle_timer: Option<TimerKey>,
+    /// When a logged command last used the queue: created it, published to it, or
+    /// delivered from it.
+    pub last_used_ns: i64,
 }
 
 impl WorkQueue {
@@ -109,6 +116,12 @@ impl WorkQueue {
         self.held
     }
 
+    /// Marks a use at `now_ns` (the command's time), which keeps the queue from being
+    /// forgotten for another idle period.
+    pub fn touch(&mut self, now_ns: i64) {
+        self.last_used_ns = self.last_used_ns.max(now_ns);
+    }
+
     pub fn hold(&mut self) {
         self.held += 1;
     }
@@ -131,11 +144,13 @@ impl WorkQueue {
 
     /// An empty queue that continues numbering at `next_seq` (snapshot restore); `held` is
     /// rebuilt by the caller as it restores each message.
-    pub fn restored(next_seq: u64) -> WorkQueue {
+    pub fn restored(next_seq: u64, last_used_ns: i64) -> WorkQueue {
         WorkQueue {
             ready: OrdMap::new(),
             next_seq,
             held: 0,
+            idle_timer: None,
+            last_used_ns,
         }
     }
 }

@@ -50,6 +50,12 @@ pub struct QueueSnapshot {
     pub next_seq: u64,
     /// In delivery order.
     pub ready: Vec<ReadySnapshot>,
+    /// The queue's idle timer (see `WorkQueue::idle_timer`); absent in snapshots written
+    /// before queues were forgotten, whose queues are then kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_timer: Option<TimerKey>,
+    #[serde(default)]
+    pub last_used_ns: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -243,7 +249,14 @@ impl Broker {
                 q.name
             ));
         }
-        let mut queue = WorkQueue::restored(q.next_seq);
+        let mut queue = WorkQueue::restored(q.next_seq, q.last_used_ns);
+        if let Some(timer) = q.idle_timer {
+            let target = TimerTarget::IdleQueue {
+                queue: q.name.clone(),
+            };
+            self.timers.insert_restored(timer, target)?;
+            queue.idle_timer = Some(timer);
+        }
         for r in q.ready {
             check_ready(&q.name, q.next_seq, &r)?;
             if queue.contains_key(&r.key) {
@@ -358,6 +371,8 @@ fn queue_snapshot(name: &str, queue: &WorkQueue) -> QueueSnapshot {
                 msg: r.msg.clone(),
             })
             .collect(),
+        idle_timer: queue.idle_timer,
+        last_used_ns: queue.last_used_ns,
     }
 }
 

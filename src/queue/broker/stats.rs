@@ -74,6 +74,8 @@ pub struct BrokerCounters {
     /// Commands refused because they would have created a queue past `queues_max`
     /// (a CONSUME of an unknown name at the limit included).
     pub queues_refused: u64,
+    /// Queues forgotten once idle and empty (`idle_queue_ttl_ns`).
+    pub queues_forgotten: u64,
 }
 
 impl BrokerCounters {
@@ -94,5 +96,6 @@ impl BrokerCounters {
         self.backlog_dropped += o.backlog_dropped;
         self.pushed += o.pushed;
         self.queues_refused += o.queues_refused;
+        self.queues_forgotten += o.queues_forgotten;
     }
 }

@@ -29,6 +29,9 @@ pub(super) enum TimerTarget {
     Ready { queue: String, key: ReadyKey },
     /// The ack deadline (or TTL, whichever comes first) of a pending message.
     Pending { id: MessageId },
+    /// When an undeclared queue may have been idle and empty for `idle_queue_ttl_ns`; the
+    /// queue's `idle_timer` is this entry.
+    IdleQueue { queue: String },
 }
 
 #[derive(Default)]

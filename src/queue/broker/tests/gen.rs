@@ -96,6 +96,13 @@ pub(crate) fn random_config(rng: &mut Rng) -> BrokerConfig {
         } else {
             1 << 20
         },
+        // Drawn last, so the draws above stay what they were. Short enough that queues
+        // are forgotten (and created again) within a run.
+        idle_queue_ttl_ns: if rng.chance(50) {
+            0
+        } else {
+            rng.range(50, 3_000)
+        },
     }
 }
 

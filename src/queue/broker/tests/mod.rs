@@ -32,6 +32,7 @@ pub(super) fn cfg() -> BrokerConfig {
         durable_kept_bytes_max: 1 << 20,
         queues_max: 16,
         slot_bytes_max: 1 << 30,
+        idle_queue_ttl_ns: 0,
     }
 }
 

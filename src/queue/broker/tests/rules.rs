@@ -957,3 +957,69 @@ fn replayed_commands_change_state_but_not_the_counters() {
         "live commands count again"
     );
 }
+
+/// Issue 17: a queue a publish or CONSUME created is forgotten at the first tick at which
+/// it has held nothing and no publish or delivery used it for `idle_queue_ttl_ns`; one
+/// holding a message (in any state) or a dead letter, or declared, is kept; the next use
+/// creates it again. What decides is logged: the CONSUME that created a queue, and a
+/// declare that keeps one.
+#[test]
+fn idle_empty_queues_are_forgotten_and_busy_or_declared_ones_are_kept() {
+    const T: i64 = 1_000_000;
+    let mut b = Broker::new(BrokerConfig {
+        idle_queue_ttl_ns: T,
+        ack_timeout_ns: 100 * T,
+        ..cfg()
+    });
+    let mut f = Factory::new();
+    let poll = |b: &mut Broker, queue: &str, now_ns: i64| {
+        b.apply_logged(&Command::Consume {
+            queue: queue.into(),
+            consumer: C1,
+            max: 1,
+            now_ns,
+        })
+    };
+    assert!(poll(&mut b, "polled", 0).logged, "its creation set a timer");
+    assert!(
+        !poll(&mut b, "polled", 1).logged,
+        "an empty poll changes nothing"
+    );
+    for queue in ["busy", "drained", "dead", "declared"] {
+        assert_eq!(publish(&mut b, &f.msg(queue, 0, 0)), Outcome::Published);
+    }
+    let declared = b.apply_logged(&Command::DeclareQueue {
+        queue: "declared".into(),
+    });
+    assert_eq!(declared.outcome, Outcome::Declared { created: false });
+    assert!(declared.logged, "it is kept from now on");
+    let drained = consume(&mut b, "drained", 1, T / 2);
+    assert_eq!(ack(&mut b, drained[0].id, T / 2), Outcome::Acked);
+    let declared_msg = consume(&mut b, "declared", 1, T / 2);
+    assert_eq!(ack(&mut b, declared_msg[0].id, T / 2), Outcome::Acked);
+    while let Some(m) = consume(&mut b, "dead", 1, T / 2).pop() {
+        assert_eq!(nack(&mut b, m.id, T / 2), Outcome::Nacked);
+    }
+    assert_eq!(b.stats().dead_letters.get("dead_dead_letter"), Some(&1));
+
+    let names = |b: &Broker| b.stats().queues.keys().cloned().collect::<Vec<_>>();
+    assert!(!tick(&mut b, T - 1).0);
+    assert_eq!(names(&b).len(), 5);
+    assert_eq!(tick(&mut b, T), (true, Vec::new()));
+    assert_eq!(names(&b), ["busy", "dead", "declared", "drained"]);
+    assert_eq!(b.counters().queues_forgotten, 1);
+    // "drained" was last used at T/2: idle until 1.5 T, when its timer fires again; a
+    // restored copy holds the same timers.
+    let mut restored = Broker::restore(b.snapshot(), b.config().clone());
+    for b in [&mut b, &mut restored] {
+        assert_eq!(b.next_deadline_ns(), Some(T + T / 2));
+        assert!(tick(b, T + T / 2).0);
+        assert_eq!(names(b), ["busy", "dead", "declared"]);
+    }
+    assert_eq!(b.counters().queues_forgotten, 2);
+    assert!(consume(&mut b, "polled", 1, 2 * T).is_empty());
+    assert_eq!(names(&b), ["busy", "dead", "declared", "polled"]);
+    // Ten idle periods later the busy, dead-lettered and declared queues are all there.
+    tick(&mut b, 12 * T);
+    assert_eq!(names(&b), ["busy", "dead", "declared"]);
+}
