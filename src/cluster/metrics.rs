@@ -2,11 +2,14 @@
 //! `/metrics` with the rest of the registry; the names live with the plane's side of the
 //! seam, `queue::server::replicated`, where the admin layer can read them).
 
+use super::node::ProposeError;
+use super::replica::NotApplied;
 use super::transport::LinkCounters;
 use crate::queue::server::replicated::{
-    APPLIED_METRIC, FOLLOWER_LAG_METRIC, LEADER_CHANGES_METRIC, LINK_BATCHES_DROPPED_METRIC,
-    LINK_CONNECTS_METRIC, SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC,
-    SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC, TRANSFERS_METRIC,
+    APPLIED_METRIC, COMMANDS_REFUSED_METRIC, FOLLOWER_LAG_METRIC, LEADER_CHANGES_METRIC,
+    LINK_BATCHES_DROPPED_METRIC, LINK_CONNECTS_METRIC, SLOTS_LED_METRIC,
+    SLOTS_WITHOUT_LEADER_METRIC, SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC,
+    TRANSFERS_METRIC,
 };
 use boltq_shards::metrics::{Counter, Gauge, Registry};
 
@@ -22,6 +25,35 @@ pub struct NodeMetrics {
     pub slots_without_leader: Gauge,
     pub follower_lag: Gauge,
     pub links: LinkCounters,
+    /// `COMMANDS_REFUSED_METRIC`, one series per reason, in `REFUSAL_REASONS` order.
+    pub refused: Vec<Counter>,
+}
+
+/// The `reason` labels of `COMMANDS_REFUSED_METRIC`.
+pub const REFUSAL_REASONS: [&str; 7] = [
+    "not_leader",
+    "not_applied",
+    "outcome_unknown",
+    "timed_out",
+    "too_many",
+    "stopped",
+    "other",
+];
+
+/// The `reason` a refusal is counted under.
+pub fn refusal_reason(e: &ProposeError) -> &'static str {
+    match e {
+        ProposeError::NotLeader { .. } => "not_leader",
+        ProposeError::NotApplied(NotApplied::Superseded) => "not_applied",
+        ProposeError::NotApplied(NotApplied::Unknown) => "outcome_unknown",
+        ProposeError::TimedOut => "timed_out",
+        ProposeError::TooMany => "too_many",
+        ProposeError::Stopped(_) => "stopped",
+        ProposeError::UnknownSlot(_)
+        | ProposeError::MembershipPending
+        | ProposeError::Malformed
+        | ProposeError::MembershipRefused(_) => "other",
+    }
 }
 
 impl NodeMetrics {
@@ -35,6 +67,10 @@ impl NodeMetrics {
             slots_led: registry.gauge(SLOTS_LED_METRIC, &[]),
             slots_without_leader: registry.gauge(SLOTS_WITHOUT_LEADER_METRIC, &[]),
             follower_lag: registry.gauge(FOLLOWER_LAG_METRIC, &[]),
+            refused: REFUSAL_REASONS
+                .iter()
+                .map(|reason| registry.counter(COMMANDS_REFUSED_METRIC, &[("reason", reason)]))
+                .collect(),
             links: LinkCounters {
                 connects: registry.counter(LINK_CONNECTS_METRIC, &[]),
                 batches_dropped: registry.counter(LINK_BATCHES_DROPPED_METRIC, &[]),

@@ -513,7 +513,29 @@ impl Node {
         }
     }
 
+    /// Runs `cmd` on the slot's leader, wherever it is; a refusal is counted by why.
     async fn submit_any(
+        &self,
+        slot: u16,
+        cmd: &SlotCommand,
+        timeout: Duration,
+    ) -> Result<Applied, ProposeError> {
+        let result = self.submit_until_leader_answers(slot, cmd, timeout).await;
+        if let Err(e) = &result {
+            let reason = super::metrics::refusal_reason(e);
+            let metrics = self.metrics.borrow();
+            let at = super::metrics::REFUSAL_REASONS
+                .iter()
+                .position(|r| *r == reason)
+                .expect("every reason is listed");
+            if let Some(counter) = metrics.refused.get(at) {
+                counter.add(1);
+            }
+        }
+        result
+    }
+
+    async fn submit_until_leader_answers(
         &self,
         slot: u16,
         cmd: &SlotCommand,

@@ -9,7 +9,9 @@ use crate::cluster::tests::support::{open_store, run, store_config};
 use crate::messaging::cursor::{Commit, CursorKey};
 use crate::queue::broker::ConsumerRef;
 use crate::queue::message::{IdGenerator, Message, MessageId};
-use crate::queue::server::replicated::{FOLLOWER_LAG_METRIC, SNAPSHOTS_SENT_METRIC};
+use crate::queue::server::replicated::{
+    COMMANDS_REFUSED_METRIC, FOLLOWER_LAG_METRIC, SNAPSHOTS_SENT_METRIC,
+};
 use boltq_io::listener::SharedListener;
 use boltq_io::testutil::TempDir;
 use boltq_io::StoreConfig;
@@ -526,5 +528,43 @@ fn stream_sends_through_any_node_are_numbered_once_by_the_leader_and_reach_every
                 .collect();
             assert_eq!(records, want, "node {}", m.id);
         }
+    });
+}
+
+/// Issue 15: a command of either plane that gets no outcome is counted by why
+/// (`COMMANDS_REFUSED_METRIC`), so the refusals clients saw during a failover show. A node
+/// whose two peers never started has no leader: its publish and its send are refused as
+/// `not_leader`, after waiting out their timeout for one.
+#[test]
+fn commands_refused_for_want_of_a_leader_are_counted_by_reason() {
+    run("cluster-node-refused", || async {
+        let mut members: Vec<Member> = (1..=3).map(|id| member(id, false)).collect();
+        let addrs: BTreeMap<u64, SocketAddr> = members.iter().map(|m| (m.id, m.addr)).collect();
+        members[0].start(&addrs).await;
+        let alone = members[0].node().unwrap().clone();
+        let registry = boltq_shards::metrics::Registry::new(64);
+        alone.set_metrics(&registry);
+        let refused = |reason: &str| {
+            registry
+                .snapshot()
+                .counter(COMMANDS_REFUSED_METRIC, &[("reason", reason)])
+        };
+        assert_eq!(refused("not_leader"), Some(0));
+        let publish = Command::Publish {
+            msg: message(IdGenerator::new([3; 7]).next(0)),
+        };
+        let wait = Duration::from_millis(300);
+        let outcome = alone.submit(0, &publish, wait).await;
+        assert!(
+            matches!(outcome, Err(ProposeError::NotLeader { leader: None })),
+            "{outcome:?}"
+        );
+        let sent = alone.submit_stream(1, &send(1), wait).await;
+        assert!(
+            matches!(sent, Err(ProposeError::NotLeader { leader: None })),
+            "{sent:?}"
+        );
+        assert_eq!(refused("not_leader"), Some(2));
+        assert_eq!(refused("timed_out"), Some(0));
     });
 }

@@ -21,6 +21,12 @@ use std::collections::BTreeMap;
 
 /// Entries applied by this node's replicas.
 pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
+/// Commands (of either plane) taken by this node that got no outcome, by `reason`: no
+/// leader known (`not_leader`, elections), `not_applied` (the leader changed first),
+/// `outcome_unknown` (it changed while the command was in flight), `timed_out`,
+/// `too_many` (proposals waiting), `stopped`, `other`. What clients were refused during
+/// failovers.
+pub const COMMANDS_REFUSED_METRIC: &str = "boltq_raft_commands_refused_total";
 /// Times a replica of this node saw its group's leader change (to another node or none).
 pub const LEADER_CHANGES_METRIC: &str = "boltq_raft_leader_changes_total";
 pub const SNAPSHOTS_INSTALLED_METRIC: &str = "boltq_raft_snapshots_installed_total";
