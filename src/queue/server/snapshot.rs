@@ -284,9 +284,11 @@ pub async fn load_newest(
             last_number,
         });
     };
-    let mut body = Vec::new();
-    for chunk in g.chunks.values() {
-        body.extend_from_slice(chunk);
+    // Sized once: growing a body of a GiB by doubling copied it again at every step. Each
+    // chunk is freed once copied, so the chunks and the body are not all held at once.
+    let mut body = Vec::with_capacity(g.chunks.values().map(|c| c.len()).sum());
+    for chunk in g.chunks.into_values() {
+        body.extend_from_slice(&chunk);
     }
     let snapshot = decode(&body).map_err(|e| format!("snapshot {number} does not decode: {e}"))?;
     let broker = Broker::try_restore(snapshot, cfg.clone())?;
