@@ -24,6 +24,9 @@ use std::time::Duration;
 /// Share of `journal_backlog_bytes_max`, in percent, that background writers (snapshots)
 /// may fill; the rest stays for the clients' appends (see `Store::wait_for_background_room`).
 pub const BACKGROUND_BACKLOG_PERCENT: u64 = 25;
+/// Framing a background append adds to its payload in the journal, bounded from above: the
+/// record header, two entry headers and a log name declaration.
+const BACKGROUND_ENTRY_SLACK_BYTES: u64 = 1024;
 
 /// Room an append keeps in its journal entry beyond the record frame (the entry's own
 /// header and the declaration of the log's name).
@@ -381,10 +384,20 @@ impl Store {
     /// refused with "storage is behind" (measured: 132,672 refused publishes in a 10 s
     /// publish-only run whose growing queue was snapshotted in one burst). An append larger
     /// than the whole share waits for an empty backlog and then goes alone.
+    ///
+    /// It also waits, within `journal::BACKGROUND_SPARE_WAIT_MS_MAX`, until the append
+    /// would not make a commit round create the next journal file inline
+    /// (`Journal::wait_for_background_file_room`).
     pub async fn wait_for_background_room(&self, bytes: u64) -> io::Result<()> {
         let share = self.cfg.journal_backlog_bytes_max * BACKGROUND_BACKLOG_PERCENT / 100;
         self.wait_for_backlog(|backlog| backlog == 0 || backlog + bytes <= share)
-            .await
+            .await?;
+        // The record's and the entries' framing, and a log declaration, on top.
+        let entry_bytes = bytes + BACKGROUND_ENTRY_SLACK_BYTES;
+        self.journal
+            .wait_for_background_file_room(entry_bytes)
+            .await;
+        Ok(())
     }
 
     async fn wait_for_backlog(&self, fits: impl Fn(u64) -> bool) -> io::Result<()> {
