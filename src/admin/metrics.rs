@@ -31,7 +31,7 @@ const SECONDS_HISTOGRAMS: [&str; 2] = [SEND_DURABLE_METRIC, SEND_DELIVERED_METRI
 fn v1_counters(r: &ShardReport) -> [(&'static str, &'static str, u64); 13] {
     let c = &r.counters;
     let metric = |name: &str| r.metrics.counter(name, &[]).unwrap_or(0);
-    let snapshots = metric("boltq_snapshots_total");
+    let snapshots = metric(crate::queue::server::replicated::SNAPSHOTS_METRIC);
     [
         (
             "messages_published",
@@ -257,7 +257,7 @@ fn text_form(r: &ShardReport) -> String {
             crate::queue::server::replicated::APPLIED_METRIC,
             crate::queue::server::replicated::LEADER_CHANGES_METRIC,
         ];
-        if key.name == "boltq_snapshots_total"
+        if key.name == crate::queue::server::replicated::SNAPSHOTS_METRIC
             || key.name.starts_with("boltq_cache_")
             || v1_named.contains(&key.name.as_str())
         {

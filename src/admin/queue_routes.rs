@@ -15,7 +15,7 @@ use crate::queue::server::dispatch::{self, slot_of_name};
 use crate::queue::server::exchanges::ExchangeOp;
 use crate::queue::server::outbound::Outbound;
 use crate::queue::server::plane::now_ns;
-use crate::queue::server::replicated::{APPLIED_METRIC, LEADER_CHANGES_METRIC};
+use crate::queue::server::replicated::{APPLIED_METRIC, LEADER_CHANGES_METRIC, SNAPSHOTS_METRIC};
 use base64::Engine;
 use futures_lite::AsyncWriteExt;
 use serde_json::{json, Value};
@@ -105,7 +105,7 @@ pub async fn overview(ctx: &AdminCtx) -> Response {
                 "retry_count": c.retried,
                 "dead_letter_count": c.dead_lettered,
                 "raft_apply_count": r.metrics.counter(APPLIED_METRIC, &[]).unwrap_or(0),
-                "snapshot_count": 0,
+                "snapshot_count": r.metrics.counter(SNAPSHOTS_METRIC, &[]).unwrap_or(0),
                 "leader_changes": r.metrics.counter(LEADER_CHANGES_METRIC, &[]).unwrap_or(0),
             },
             "storage": {

@@ -628,6 +628,12 @@ fn command_log_is_compacted_behind_snapshots_and_restores() {
     );
     let snap_dir = wal_dir.with_file_name("snap");
     assert!(!segment_bases(&snap_dir).is_empty(), "a snapshot exists");
+    // Counted the same in v1's `/overview` field and on `/metrics` (it used to say 0).
+    let overview = crate::support::get(&s, "/overview").json()["metrics"]["snapshot_count"].clone();
+    assert!(overview.as_u64().is_some_and(|n| n >= 1), "{overview}");
+    let metrics = crate::support::get(&s, "/metrics").body;
+    let line = format!("boltq_snapshot_count {overview}");
+    assert!(metrics.lines().any(|l| l == line), "{line} in:\n{metrics}");
     // State after restart = snapshot + the commands after it.
     for signal in [libc::SIGTERM, libc::SIGKILL] {
         let (next, _) = s.restart(signal);

@@ -19,6 +19,8 @@ use std::collections::BTreeMap;
 // The series the groups count (`cluster::metrics`), named here, below both the cluster and
 // the admin layer, so that `/metrics` can read them without importing the cluster.
 
+/// Queue-slot snapshots written (v1's `snapshot_count`).
+pub const SNAPSHOTS_METRIC: &str = "boltq_snapshots_total";
 /// Entries applied by this node's replicas.
 pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
 /// Commands (of either plane) taken by this node that got no outcome, by `reason`: no

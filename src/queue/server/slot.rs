@@ -174,7 +174,7 @@ impl Plane {
         };
         self.shard
             .metrics()
-            .counter("boltq_snapshots_total", &[])
+            .counter(super::replicated::SNAPSHOTS_METRIC, &[])
             .inc();
         let cell = Rc::clone(cell);
         boltq_shards::spawn(async move {
