@@ -618,65 +618,14 @@ async fn prezeroed_file(dir: &Path, base: u64, file_bytes: u64) -> io::Result<Rc
 mod tests {
     use super::*;
     use crate::testutil::TempDir;
+    use std::future::Future;
 
-    /// A background append may fill up to `BACKGROUND_FILE_PERCENT` of the active file on
-    /// its own; past that it waits for the next file to be pre-zeroed, so that the
-    /// clients' commit rounds never create one inline because of it, and gives up waiting
-    /// after `BACKGROUND_SPARE_WAIT_MS_MAX`.
-    #[test]
-    fn a_background_append_past_three_quarters_of_a_file_waits_for_the_next_file() {
-        let tmp = TempDir::new("journal-background");
-        let dir = tmp.path().join("j");
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .spawn(move || async move {
-                crate::probe::warm_iopoll(dir.parent().unwrap())
-                    .await
-                    .unwrap();
-                let file_bytes = JOURNAL_FILE_BYTES_MIN;
-                let journal = Journal::start(dir, file_bytes, Durability::Never)
-                    .await
-                    .unwrap();
-                let spare_ready = |j: &Journal| j.st.borrow().spare.is_some();
-                while !spare_ready(&journal) {
-                    glommio::timer::sleep(Duration::from_millis(5)).await;
-                }
-                // Hold the next spare back, as a slow disk would.
-                {
-                    let mut st = journal.st.borrow_mut();
-                    st.spare = None;
-                    st.spare_in_progress = true;
-                }
-                let chunk = 64 * 1024;
-                assert!(journal.background_fits(file_bytes / 2));
-                let frame = vec![1u8; 16 * 1024];
-                while journal.st.borrow().files.back().unwrap().app.end() < file_bytes / 10 * 7 {
-                    journal.append(1, "l", &frame);
-                }
-                assert!(journal.background_fits(chunk / 16), "below three quarters");
-                assert!(!journal.background_fits(chunk), "past three quarters");
-                let waited = std::time::Instant::now();
-                journal.wait_for_background_file_room(chunk).await;
-                let waited = waited.elapsed();
-                assert!(
-                    waited >= Duration::from_millis(BACKGROUND_SPARE_WAIT_MS_MAX),
-                    "{waited:?}"
-                );
-                // Once the next file is zeroed, the writer goes on at once.
-                journal.st.borrow_mut().spare_in_progress = false;
-                journal.work.notify();
-                let waited = std::time::Instant::now();
-                journal.wait_for_background_file_room(chunk).await;
-                assert!(spare_ready(&journal));
-                assert!(waited.elapsed() < Duration::from_millis(BACKGROUND_SPARE_WAIT_MS_MAX));
-                assert!(journal.background_fits(file_bytes));
-            })
-            .expect("executor")
-            .join()
-            .expect("join");
-    }
-
-    #[test]
-    fn a_full_journal_file_keeps_no_write_buffer() {
+    /// Runs `test` on an executor with a journal of the smallest files in a fresh directory.
+    fn with_journal<F, Fut>(durability: Durability, test: F)
+    where
+        F: FnOnce(Rc<Journal>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
         let tmp = TempDir::new("journal-unit");
         let dir = tmp.path().join("j");
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
@@ -684,26 +633,77 @@ mod tests {
                 crate::probe::warm_iopoll(dir.parent().unwrap())
                     .await
                     .unwrap();
-                let journal = Journal::start(dir, JOURNAL_FILE_BYTES_MIN, Durability::Always)
+                let journal = Journal::start(dir, JOURNAL_FILE_BYTES_MIN, durability)
                     .await
                     .unwrap();
-                // 3 MiB in one round: three full files and an active one.
-                let frame = vec![5u8; 16 * 1024];
-                let mut lsn = 0;
-                for _ in 0..200 {
-                    lsn = journal.append(1, "l", &frame);
-                }
-                journal.wait_durable(lsn).await.unwrap();
-                let st = journal.st.borrow();
-                let full: Vec<&JournalFile> = st.files.iter().take(st.files.len() - 1).collect();
-                assert!(full.len() >= 3, "{} full files", full.len());
-                for f in full {
-                    let held = f.app.held_capacity_bytes();
-                    assert!(held <= 4096, "full file {} holds {held} bytes", f.base);
-                }
+                test(journal).await;
             })
             .expect("executor")
             .join()
             .expect("join");
+    }
+
+    /// A background append may fill up to `BACKGROUND_FILE_PERCENT` of the active file on
+    /// its own; past that it waits for the next file to be pre-zeroed, so that the
+    /// clients' commit rounds never create one inline because of it, and gives up waiting
+    /// after `BACKGROUND_SPARE_WAIT_MS_MAX`.
+    #[test]
+    fn a_background_append_past_three_quarters_of_a_file_waits_for_the_next_file() {
+        with_journal(Durability::Never, |journal| async move {
+            let file_bytes = JOURNAL_FILE_BYTES_MIN;
+            let spare_ready = |j: &Journal| j.st.borrow().spare.is_some();
+            while !spare_ready(&journal) {
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+            // Hold the next spare back, as a slow disk would.
+            {
+                let mut st = journal.st.borrow_mut();
+                st.spare = None;
+                st.spare_in_progress = true;
+            }
+            let chunk = 64 * 1024;
+            assert!(journal.background_fits(file_bytes / 2));
+            let frame = vec![1u8; 16 * 1024];
+            while journal.st.borrow().files.back().unwrap().app.end() < file_bytes / 10 * 7 {
+                journal.append(1, "l", &frame);
+            }
+            assert!(journal.background_fits(chunk / 16), "below three quarters");
+            assert!(!journal.background_fits(chunk), "past three quarters");
+            let waited = std::time::Instant::now();
+            journal.wait_for_background_file_room(chunk).await;
+            let waited = waited.elapsed();
+            assert!(
+                waited >= Duration::from_millis(BACKGROUND_SPARE_WAIT_MS_MAX),
+                "{waited:?}"
+            );
+            // Once the next file is zeroed, the writer goes on at once.
+            journal.st.borrow_mut().spare_in_progress = false;
+            journal.work.notify();
+            let waited = std::time::Instant::now();
+            journal.wait_for_background_file_room(chunk).await;
+            assert!(spare_ready(&journal));
+            assert!(waited.elapsed() < Duration::from_millis(BACKGROUND_SPARE_WAIT_MS_MAX));
+            assert!(journal.background_fits(file_bytes));
+        });
+    }
+
+    #[test]
+    fn a_full_journal_file_keeps_no_write_buffer() {
+        with_journal(Durability::Always, |journal| async move {
+            // 3 MiB in one round: three full files and an active one.
+            let frame = vec![5u8; 16 * 1024];
+            let mut lsn = 0;
+            for _ in 0..200 {
+                lsn = journal.append(1, "l", &frame);
+            }
+            journal.wait_durable(lsn).await.unwrap();
+            let st = journal.st.borrow();
+            let full: Vec<&JournalFile> = st.files.iter().take(st.files.len() - 1).collect();
+            assert!(full.len() >= 3, "{} full files", full.len());
+            for f in full {
+                let held = f.app.held_capacity_bytes();
+                assert!(held <= 4096, "full file {} holds {held} bytes", f.base);
+            }
+        });
     }
 }

@@ -326,7 +326,12 @@ mod tests {
         let tmp = TempDir::new("log-unit");
         let dir = tmp.path().join("l");
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .spawn(move || f(dir))
+            .spawn(move || async move {
+                crate::probe::warm_iopoll(dir.parent().unwrap())
+                    .await
+                    .unwrap();
+                f(dir).await
+            })
             .expect("executor")
             .join()
             .expect("join");
@@ -336,9 +341,6 @@ mod tests {
     fn a_sealed_segment_on_disk_keeps_no_write_buffer() {
         run(|dir| {
             Box::pin(async move {
-                crate::probe::warm_iopoll(dir.parent().unwrap())
-                    .await
-                    .unwrap();
                 let cfg = LogConfig {
                     segment_bytes: 256 * 1024,
                     tail_cache_bytes: 0,
@@ -376,9 +378,6 @@ mod tests {
     fn idle_files_close_only_without_pending_io_and_reopen_on_the_next_flush() {
         run(|dir| {
             Box::pin(async move {
-                crate::probe::warm_iopoll(dir.parent().unwrap())
-                    .await
-                    .unwrap();
                 let cfg = LogConfig {
                     tail_cache_bytes: 0,
                     ..LogConfig::default()
