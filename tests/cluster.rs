@@ -1830,3 +1830,54 @@ fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
         calls.len()
     );
 }
+
+/// Issue 15: a sender's typing budget holds across nodes. Each node's gateway admits a
+/// sender's signals from the devices connected there, so alice typing from a tablet on n2
+/// and a phone on n3 got twice her budget through; the topic's owner on every node now
+/// applies the budget again, per topic and sender, to everything it routes. Here (burst 5,
+/// 1/s) each device spends its node's budget at once; bob, listening on n1, gets about one
+/// budget's worth, and the rest is counted as held back.
+#[test]
+fn a_senders_typing_budget_holds_across_the_nodes_its_devices_use() {
+    let dir = TempDir::new("cluster-typing");
+    let signals = "[messaging.signals]\nrate_per_second = 1\nburst = 5\n";
+    let members = start_messaging_cluster(&dir, "", signals);
+    let mut bob = device_on(&members[0], "bob", "laptop");
+    let listen = serde_json::json!({"op": "typing", "conversation": DM, "typing": false});
+    assert_eq!(bob.request(listen).unwrap()["op"], "ack");
+    let typing = serde_json::json!({"op": "typing", "conversation": DM});
+    let mut devices = [
+        device_on(&members[1], "alice", "tablet"),
+        device_on(&members[2], "alice", "phone"),
+    ];
+    // Each device's first signal reaches bob: both relays are up (two of the five tokens).
+    for device in devices.iter_mut() {
+        assert_eq!(device.request(typing.clone()).unwrap()["op"], "ack");
+        bob.next_frame(|f| f["op"] == "signal", PATIENCE).unwrap();
+    }
+    let mut admitted = 0;
+    for device in devices.iter_mut() {
+        for _ in 0..10 {
+            let reply = device.request(typing.clone()).unwrap();
+            admitted += usize::from(reply["op"] == "ack");
+        }
+    }
+    assert!(admitted >= 8, "each node admits its own budget: {admitted}");
+    let mut delivered = 0;
+    while bob
+        .next_frame(|f| f["op"] == "signal", Duration::from_millis(1500))
+        .is_ok()
+    {
+        delivered += 1;
+    }
+    // Three tokens were left, and a few more refill while the signals travel.
+    assert!(
+        (1..=5).contains(&delivered),
+        "bob got {delivered} of the {admitted} signals the two nodes admitted"
+    );
+    let held_back: u64 = members
+        .iter()
+        .map(|m| metric_sum(m, "boltq_signals_held_back_total"))
+        .sum();
+    assert!(held_back >= 3, "held back {held_back}");
+}

@@ -623,6 +623,7 @@ pub fn signals_json(g: &GatewayStats, c: &CensusTotals) -> Value {
         "delivered": g.signals_out,
         "dropped": g.signal_drops,
         "rate_limited": g.signals_limited,
+        "held_back": g.signals_held_back,
         "topics": c.signal_topics,
         "subscribers": c.signal_listeners,
     })
@@ -967,6 +968,7 @@ mod tests {
             signals_out: 5,
             signal_drops: 1,
             signals_limited: 2,
+            signals_held_back: 4,
             ..Default::default()
         };
         let p = PushStats {
@@ -987,7 +989,7 @@ mod tests {
         assert_eq!(
             o["signals"],
             json!({"published": 3, "delivered": 5, "dropped": 1, "rate_limited": 2,
-                   "topics": 1, "subscribers": 2})
+                   "held_back": 4, "topics": 1, "subscribers": 2})
         );
         assert_eq!(o["push"]["sent"], 2);
         assert_eq!(o["push"]["lag"], 2);

@@ -380,7 +380,7 @@ fn gateway_series(
 fn presence_series(
     g: &crate::messaging::gateway::GatewayStats,
     c: &super::messaging_routes::CensusTotals,
-) -> [(&'static str, &'static str, u64); 7] {
+) -> [(&'static str, &'static str, u64); 8] {
     [
         (
             "boltq_presence_sessions_local",
@@ -416,6 +416,11 @@ fn presence_series(
             "boltq_signals_rate_limited_total",
             "Typing requests refused by the per-user rate limit",
             g.signals_limited,
+        ),
+        (
+            "boltq_signals_held_back_total",
+            "Signals a topic's owner did not deliver: their sender passed its rate on the topic across nodes",
+            g.signals_held_back,
         ),
     ]
 }

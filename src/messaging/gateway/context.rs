@@ -94,6 +94,8 @@ impl GatewayCtx {
         *e.census.borrow_mut() = PresenceCensus::default();
         *e.limiter.borrow_mut() =
             RateLimiter::new(settings.signals.rate_per_second, settings.signals.burst);
+        *e.delivery_limiter.borrow_mut() =
+            RateLimiter::new(settings.signals.rate_per_second, settings.signals.burst);
         *e.settings.borrow_mut() = settings;
     }
 

@@ -20,6 +20,11 @@ pub struct Ephemeral {
     pub presence: RefCell<PresenceDirectory>,
     pub hub: RefCell<SignalHub>,
     pub limiter: RefCell<RateLimiter>,
+    /// The same budget again, per (topic, sender), applied by the topic's owner to every
+    /// signal it routes, whichever node admitted it: each node's `limiter` only sees the
+    /// sender's devices connected there, so without it a sender on three nodes reached
+    /// listeners at three times the rate.
+    pub delivery_limiter: RefCell<RateLimiter>,
     pub watching: RefCell<HashMap<u64, BTreeSet<String>>>,
     /// Device states of the users this shard owns, for `/presence` and metrics (this
     /// node's devices only).
@@ -36,6 +41,10 @@ impl Ephemeral {
             )),
             hub: RefCell::new(SignalHub::default()),
             limiter: RefCell::new(RateLimiter::new(
+                settings.signals.rate_per_second,
+                settings.signals.burst,
+            )),
+            delivery_limiter: RefCell::new(RateLimiter::new(
                 settings.signals.rate_per_second,
                 settings.signals.burst,
             )),
@@ -65,6 +74,10 @@ impl GatewayCtx {
             let reported = self.ephemeral.presence.borrow_mut().sweep_remote(now);
             self.send_deliveries(reported);
             self.ephemeral.limiter.borrow_mut().collect_idle(now);
+            self.ephemeral
+                .delivery_limiter
+                .borrow_mut()
+                .collect_idle(now);
         }
     }
 }

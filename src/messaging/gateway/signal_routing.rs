@@ -37,8 +37,19 @@ impl GatewayCtx {
         }
     }
 
-    /// Hands `signal` to this node's listeners of its topic (this shard owns the topic).
+    /// Hands `signal` to this node's listeners of its topic (this shard owns the topic),
+    /// unless its sender already passed its rate on the topic here.
     pub(super) fn route_signal(&self, signal: &signals::Signal) {
+        let key = format!("{}\u{0}{}", signal.topic, signal.sender);
+        let admitted = self
+            .ephemeral
+            .delivery_limiter
+            .borrow_mut()
+            .take(&key, boltq_io::store::now_ns());
+        if !admitted {
+            self.stats.borrow_mut().signals_held_back += 1;
+            return;
+        }
         let routes = self.ephemeral.hub.borrow().route(signal);
         let me = self.shard_id();
         for (shard, conns) in routes {

@@ -32,6 +32,10 @@ pub struct GatewayStats {
     pub signal_drops: u64,
     /// `typing` requests refused by the per-user rate limit.
     pub signals_limited: u64,
+    /// Signals the topic's owner did not deliver because their sender passed its rate on
+    /// that topic there: a sender typing through devices on several nodes, each of which
+    /// admitted its share (`Ephemeral::delivery_limiter`).
+    pub signals_held_back: u64,
     /// Signals routed by this shard as the owner of their topic (each is fanned out to
     /// its listeners once).
     pub signals_published: u64,
@@ -64,6 +68,7 @@ impl GatewayStats {
         self.signals_out += o.signals_out;
         self.signal_drops += o.signal_drops;
         self.signals_limited += o.signals_limited;
+        self.signals_held_back += o.signals_held_back;
         self.signals_published += o.signals_published;
         self.ephemeral_mesh_drops += o.ephemeral_mesh_drops;
         self.relay_frames_out += o.relay_frames_out;
