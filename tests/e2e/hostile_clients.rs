@@ -443,12 +443,13 @@ fn queues_a_consume_flood_created_are_forgotten_once_idle_and_a_busy_one_stays()
     let mut c =
         boltq::client::Client::connect(&format!("127.0.0.1:{}", s.tcp_port), Default::default())
             .unwrap();
-    let mut names = queue_names(&mut c);
-    names.sort();
-    assert_eq!(
-        names,
-        ["keep", "poll-7"],
-        "the log reproduces what was forgotten"
+    // The forgotten names stay forgotten; "poll-7" too, once its own TTL has passed
+    // (a slow restart may take longer than that).
+    let names = queue_names(&mut c);
+    assert!(names.contains(&"keep".to_string()), "{names:?}");
+    assert!(
+        names.iter().all(|n| n == "keep" || n == "poll-7"),
+        "the log reproduces what was forgotten: {names:?}"
     );
     let kept = c
         .consume("keep")
