@@ -69,6 +69,12 @@ pub const ALIVE_EVERY_MS: u64 = 1_000;
 /// dropped (watchers see them expire) until it speaks again. Five missed alives, so a
 /// link's short reconnect (`cluster` links retry within 2 s) does not flap presence.
 pub const PEER_SILENT_MS_MAX: u64 = 5_000;
+/// For this long after a node returns (first heard, back from silence, restarted), it is
+/// asked for all its devices again every `ALIVE_EVERY_MS`: the first ask, or its answer,
+/// may be dropped by a link still reconnecting after the pause that made the node silent,
+/// and otherwise only its next full report (every `presence.sweep_interval`) would bring
+/// its devices back. The answers are idempotent (each device's state as it is).
+pub const REFRESH_ASK_WINDOW_MS: u64 = 5_000;
 
 const KIND_CHANGES: u8 = 1;
 const KIND_ALIVE: u8 = 2;

@@ -291,10 +291,13 @@ impl GatewayCtx {
                 return;
             }
             let now = boltq_io::store::now_ns();
-            let silent = match self.ephemeral.relay.borrow_mut().as_mut() {
-                Some(relay) => relay.peers.silent(now),
+            let (silent, returning) = match self.ephemeral.relay.borrow_mut().as_mut() {
+                Some(relay) => (relay.peers.silent(now), relay.peers.returning(now)),
                 None => return,
             };
+            for node in returning {
+                self.relay_send(Some(node), RelayBody::RefreshAsked);
+            }
             for node in silent {
                 log::info!(
                     "[relay] node {node} silent for {} ms: its devices' presence is dropped",

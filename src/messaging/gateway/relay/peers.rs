@@ -2,7 +2,7 @@
 //! restarted or back from silence (ask it for all its devices), and which went silent
 //! (drop what it reported).
 
-use super::PEER_SILENT_MS_MAX;
+use super::{PEER_SILENT_MS_MAX, REFRESH_ASK_WINDOW_MS};
 use std::collections::BTreeMap;
 
 /// What hearing from a node means for the devices it reported.
@@ -23,6 +23,8 @@ struct Peer {
     heard_ns: i64,
     /// Taken for gone (not heard for `PEER_SILENT_MS_MAX`).
     silent: bool,
+    /// When it last returned (see `Peers::returning`).
+    returned_ns: i64,
 }
 
 /// The nodes a shard hears from, by node id. Bounded by the cluster's members (a peer is
@@ -35,17 +37,36 @@ pub struct Peers {
 impl Peers {
     /// Notes a frame from `node` whose process drew `boot`.
     pub fn heard(&mut self, node: u64, boot: u64, now_ns: i64) -> Heard {
-        let fresh = Peer {
-            boot,
-            heard_ns: now_ns,
-            silent: false,
-        };
-        match self.known.insert(node, fresh) {
+        let before = self.known.get(&node).copied();
+        let heard = match before {
             None => Heard::Returned,
             Some(p) if p.boot != boot => Heard::Restarted,
             Some(p) if p.silent => Heard::Returned,
             Some(_) => Heard::Known,
-        }
+        };
+        let returned_ns = match (heard, before) {
+            (Heard::Known, Some(p)) => p.returned_ns,
+            _ => now_ns,
+        };
+        let fresh = Peer {
+            boot,
+            heard_ns: now_ns,
+            silent: false,
+            returned_ns,
+        };
+        self.known.insert(node, fresh);
+        heard
+    }
+
+    /// The nodes that returned within `REFRESH_ASK_WINDOW_MS` and are not silent: asked
+    /// for their devices again (`relay::REFRESH_ASK_WINDOW_MS` says why).
+    pub fn returning(&self, now_ns: i64) -> Vec<u64> {
+        let window_ns = REFRESH_ASK_WINDOW_MS as i64 * 1_000_000;
+        self.known
+            .iter()
+            .filter(|(_, p)| !p.silent && now_ns.saturating_sub(p.returned_ns) <= window_ns)
+            .map(|(node, _)| *node)
+            .collect()
     }
 
     /// The nodes heard from and not taken for gone: those a question waits for.

@@ -190,3 +190,31 @@ fn a_peer_is_asked_for_a_refresh_when_new_returned_or_restarted() {
     assert_eq!(p.heard(2, 11, late + 4), Heard::Known);
     assert_eq!(p.heard(3, 11, late + 4), Heard::Returned, "another node");
 }
+
+/// A node that returned is asked for its devices again every second for
+/// `REFRESH_ASK_WINDOW_MS` (the first ask or its answer may be lost to a link still
+/// reconnecting); a frame from a known node does not restart that, and a silent one is
+/// not asked.
+#[test]
+fn a_returned_peer_is_asked_again_for_a_few_seconds() {
+    const MS: i64 = 1_000_000;
+    let window = REFRESH_ASK_WINDOW_MS as i64 * MS;
+    let mut p = Peers::default();
+    assert_eq!(p.heard(2, 10, 0), Heard::Returned);
+    assert_eq!(p.returning(0), vec![2]);
+    assert_eq!(p.heard(2, 10, window / 2), Heard::Known);
+    assert_eq!(
+        p.returning(window),
+        vec![2],
+        "a known frame keeps the window"
+    );
+    assert!(p.returning(window + 1).is_empty());
+    let late = window + PEER_SILENT_MS_MAX as i64 * MS + MS;
+    assert_eq!(p.silent(late), vec![2]);
+    assert!(p.returning(late).is_empty(), "a silent node is not asked");
+    assert_eq!(p.heard(2, 10, late + 1), Heard::Returned);
+    assert_eq!(p.returning(late + 1 + window), vec![2]);
+    assert!(p.returning(late + 2 + window).is_empty());
+    assert_eq!(p.heard(2, 11, late + 3 * window), Heard::Restarted);
+    assert_eq!(p.returning(late + 3 * window), vec![2]);
+}
