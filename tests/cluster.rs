@@ -1763,16 +1763,7 @@ fn a_session_resumes_on_another_node_and_its_old_socket_is_taken_over() {
 
 /// The message ids of every notification the webhook got, in call order (repeats kept).
 fn notified_ids(hook: &support::webhook::Webhook) -> Vec<String> {
-    hook.calls()
-        .iter()
-        .flat_map(|c| {
-            c.json()["notifications"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-        })
-        .map(|n| n["message_id"].as_str().unwrap_or_default().to_string())
-        .collect()
+    hook.calls().iter().flat_map(|c| c.message_ids()).collect()
 }
 
 /// Issue 15: offline pushes are the work of the node leading the inbox's slot, and a

@@ -30,7 +30,7 @@ pub struct NodeMetrics {
 }
 
 /// The `reason` labels of `COMMANDS_REFUSED_METRIC`.
-pub const REFUSAL_REASONS: [&str; 7] = [
+const REFUSAL_REASONS: [&str; 7] = [
     "not_leader",
     "not_applied",
     "outcome_unknown",
@@ -41,7 +41,7 @@ pub const REFUSAL_REASONS: [&str; 7] = [
 ];
 
 /// The `reason` a refusal is counted under.
-pub fn refusal_reason(e: &ProposeError) -> &'static str {
+fn refusal_reason(e: &ProposeError) -> &'static str {
     match e {
         ProposeError::NotLeader { .. } => "not_leader",
         ProposeError::NotApplied(NotApplied::Superseded) => "not_applied",
@@ -75,6 +75,18 @@ impl NodeMetrics {
                 connects: registry.counter(LINK_CONNECTS_METRIC, &[]),
                 batches_dropped: registry.counter(LINK_BATCHES_DROPPED_METRIC, &[]),
             },
+        }
+    }
+
+    /// Counts a command that got no outcome under its reason (nowhere while detached).
+    pub fn count_refusal(&self, e: &ProposeError) {
+        let reason = refusal_reason(e);
+        let at = REFUSAL_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .expect("every reason is listed");
+        if let Some(counter) = self.refused.get(at) {
+            counter.add(1);
         }
     }
 }

@@ -522,15 +522,7 @@ impl Node {
     ) -> Result<Applied, ProposeError> {
         let result = self.submit_until_leader_answers(slot, cmd, timeout).await;
         if let Err(e) = &result {
-            let reason = super::metrics::refusal_reason(e);
-            let metrics = self.metrics.borrow();
-            let at = super::metrics::REFUSAL_REASONS
-                .iter()
-                .position(|r| *r == reason)
-                .expect("every reason is listed");
-            if let Some(counter) = metrics.refused.get(at) {
-                counter.add(1);
-            }
+            self.metrics.borrow().count_refusal(e);
         }
         result
     }

@@ -35,11 +35,20 @@ impl Call {
 
     /// The notifications' `user_id`s.
     pub fn users(&self) -> Vec<String> {
+        self.field_of_each("user_id")
+    }
+
+    /// The notifications' `message_id`s.
+    pub fn message_ids(&self) -> Vec<String> {
+        self.field_of_each("message_id")
+    }
+
+    fn field_of_each(&self, field: &str) -> Vec<String> {
         self.json()["notifications"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|n| n["user_id"].as_str().unwrap().to_string())
+            .map(|n| n[field].as_str().unwrap().to_string())
             .collect()
     }
 }
