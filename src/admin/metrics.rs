@@ -466,7 +466,7 @@ fn push_series(
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
-) -> [(&'static str, &'static str, u64); 9] {
+) -> [(&'static str, &'static str, u64); 10] {
     [
         (
             "boltq_stream_appends_total",
@@ -482,6 +482,11 @@ fn engine_shard_series(
             "boltq_stream_pointer_failures_total",
             "Inbox pointers that could not be written",
             e.pointer_failures,
+        ),
+        (
+            "boltq_stream_pointer_retries_total",
+            "Inbox pointer appends tried again after one got no outcome (a leader change)",
+            e.pointer_retries,
         ),
         (
             "boltq_stream_duplicates_total",

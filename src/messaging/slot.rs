@@ -19,8 +19,17 @@
 //! apply, so the replicated table never holds an in-flight claim, and a send retried after
 //! a failover finds the first copy's coordinates on whichever node leads next.
 //!
-//! Limits: the entries of the two tables are capped by their own caps (`CURSOR_KEYS_MAX`,
-//! the dedup `entries_max`); partitions per slot by [`PARTITIONS_PER_SLOT_MAX`]. The
+//! Inbox pointers are made idempotent the same way, in a third table ([`pointer_claims`]):
+//! a pointer whose append met a leader change (outcome unknown) is appended again under the
+//! same claim, and the copy that was committed after all answers as a duplicate. Its
+//! entries live only as long as such a retry can come ([`POINTER_CLAIM_TTL_NS`]), so the
+//! pointers of busy conversations do not shorten the window of sends.
+//!
+//! Limits: the entries of the tables are capped by their own caps (`CURSOR_KEYS_MAX`,
+//! the dedup `entries_max`, [`POINTER_CLAIMS_PER_SLOT_MAX`]); partitions per slot by
+//! [`PARTITIONS_PER_SLOT_MAX`].
+//!
+//! [`pointer_claims`]: StreamSlot::pointer_claims The
 //! configuration ([`StreamSlotConfig`]) must be the same on every node, as the queue
 //! plane's `BrokerConfig` must.
 
@@ -33,7 +42,7 @@ mod tests;
 use crate::messaging::cursor::{Commit, CursorError, CursorMap};
 use crate::messaging::dedup::{Claim, Coordinates, DedupTable};
 use boltq_io::record::{self, Record};
-pub use command::{Append, StreamCommand};
+pub use command::{Append, DedupClaim, StreamCommand};
 use std::collections::BTreeMap;
 
 /// Most partitions one slot's state tracks (about 50 B each): a topic flood is refused
@@ -43,6 +52,17 @@ pub const PARTITIONS_PER_SLOT_MAX: usize = 1_000_000;
 /// Longest message id an answer (and a dedup entry) carries: a longer `message_id` header
 /// is cut to it on a character boundary (the gateway's ids are far shorter).
 pub const MESSAGE_ID_BYTES_MAX: usize = 256;
+
+/// How long a slot remembers an inbox pointer's claim: longer than the engine retries a
+/// pointer whose outcome is unknown (`engine::pointers::POINTER_RETRY_WINDOW_MS`), with
+/// room for clock differences between the leaders that proposed the two attempts.
+pub const POINTER_CLAIM_TTL_NS: i64 = 60 * 1_000_000_000;
+
+/// Most pointer claims a slot keeps (about 300 B each; 256 slots: ~80 MB at most per
+/// node). At the cap the oldest is forgotten: a retry that comes after this many newer
+/// pointers of the slot may then store its pointer twice (a repeated entry in an inbox,
+/// with the same `message_id`), never lose it.
+pub const POINTER_CLAIMS_PER_SLOT_MAX: usize = 1024;
 
 /// The first sequence number of a partition (as a stream log numbers its records).
 pub const FIRST_SEQ: u64 = 1;
@@ -101,12 +121,14 @@ pub struct StreamSlot {
     partitions: BTreeMap<(String, u32), Position>,
     cursors: CursorMap,
     dedup: DedupTable,
+    pointer_claims: DedupTable,
 }
 
 impl StreamSlot {
     pub fn new(cfg: StreamSlotConfig) -> StreamSlot {
         StreamSlot {
             dedup: DedupTable::new(cfg.dedup_ttl_ns, cfg.dedup_entries_max),
+            pointer_claims: DedupTable::new(POINTER_CLAIM_TTL_NS, POINTER_CLAIMS_PER_SLOT_MAX),
             partitions: BTreeMap::new(),
             cursors: CursorMap::new(),
         }
@@ -132,8 +154,16 @@ impl StreamSlot {
         &self.dedup
     }
 
+    /// The claims of inbox pointers appended within the retry window.
+    pub fn pointer_claims(&self) -> &DedupTable {
+        &self.pointer_claims
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.partitions.is_empty() && self.cursors.is_empty() && self.dedup.is_empty()
+        self.partitions.is_empty()
+            && self.cursors.is_empty()
+            && self.dedup.is_empty()
+            && self.pointer_claims.is_empty()
     }
 
     /// Applies one committed command.
@@ -159,8 +189,9 @@ impl StreamSlot {
     fn append(&mut self, append: &Append) -> (StreamOutcome, Option<Appended>) {
         let now_ns = append.now_ns;
         self.dedup.sweep(now_ns);
-        if let Some(key) = &append.dedup {
-            match self.dedup.claim(key, now_ns) {
+        self.pointer_claims.sweep(now_ns);
+        if let Some(claim) = &append.dedup {
+            match self.table_of(claim).claim(claim.key(), now_ns) {
                 Claim::Fresh => {}
                 Claim::Duplicate(coords) => {
                     let outcome = StreamOutcome::Appended {
@@ -177,14 +208,15 @@ impl StreamSlot {
             }
         }
         let stored = self.store(append);
-        if let Some(key) = &append.dedup {
+        if let Some(claim) = &append.dedup {
+            let (key, table) = (claim.key(), self.table_of(claim));
             match &stored {
                 Ok((coords, _)) => {
-                    let completed = self.dedup.complete(key, coords.clone(), now_ns);
+                    let completed = table.complete(key, coords.clone(), now_ns);
                     assert!(completed, "the claim taken above is completed in place");
                 }
                 Err(_) => {
-                    self.dedup.release(key);
+                    table.release(key);
                 }
             }
         }
@@ -197,6 +229,13 @@ impl StreamSlot {
                 Some(appended),
             ),
             Err(why) => (refused(&why), None),
+        }
+    }
+
+    fn table_of(&mut self, claim: &DedupClaim) -> &mut DedupTable {
+        match claim {
+            DedupClaim::Send(_) => &mut self.dedup,
+            DedupClaim::Pointer(_) => &mut self.pointer_claims,
         }
     }
 

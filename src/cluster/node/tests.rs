@@ -411,9 +411,9 @@ fn sink_into(node: &Node, sunk: &Sunk) {
 fn send(n: u64) -> StreamCommand {
     let topic = "chat.dm.alice:bob".to_string();
     StreamCommand::Append(crate::messaging::slot::Append {
-        dedup: Some(
+        dedup: Some(crate::messaging::slot::DedupClaim::Send(
             crate::messaging::dedup::DedupKey::new("alice", &topic, &format!("c{n}")).unwrap(),
-        ),
+        )),
         topic,
         partition: 0,
         now_ns: 1_000 + n as i64,

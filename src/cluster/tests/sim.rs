@@ -4,8 +4,9 @@
 //! node) carrying each node's messages as one wire batch per destination, crashes and
 //! restarts (a node keeps its durable images and loses everything else), and clients, each
 //! on one slot, that publish, consume and ack through whichever node they believe leads it,
-//! and (the messaging plane, issue 15) send to a stream partition with a dedup id, retrying
-//! a send whose outcome they did not learn (and sometimes one they did) under the same id,
+//! and (the messaging plane, issue 15) send to a stream partition with a dedup id (a
+//! device's or an inbox pointer's claim, alternately), retrying a send whose outcome they
+//! did not learn (and sometimes one they did) under the same id,
 //! and commit a reader's cursor.
 //!
 //! Membership changes under the same faults: a fourth node boots empty at `JOIN_MS`, each
@@ -48,7 +49,9 @@ use crate::cluster::replica::{Applied, NotApplied, ProposalId, ProposalRefused, 
 use crate::cluster::wire::{self, SlotMessage};
 use crate::messaging::cursor::{Commit, CursorKey};
 use crate::messaging::dedup::{Coordinates, DedupKey};
-use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome, StreamSlotConfig};
+use crate::messaging::slot::{
+    Append, Appended, DedupClaim, StreamCommand, StreamOutcome, StreamSlotConfig,
+};
 use crate::queue::broker::{BrokerConfig, Command, ConsumerRef, Outcome};
 use crate::queue::message::{IdGenerator, Message, MessageId};
 use crate::queue::server::snapshot as body;
@@ -667,7 +670,7 @@ impl Sim {
             Request::Send(n) => {
                 let topic = stream_of(client.slot);
                 return Proposed::Stream(StreamCommand::Append(Append {
-                    dedup: Some(DedupKey::new("sender", &topic, &n.to_string()).expect("key")),
+                    dedup: Some(send_claim(&topic, *n)),
                     topic,
                     partition: 0,
                     now_ns,
@@ -1092,6 +1095,16 @@ enum Proposed {
 
 fn stream_of(slot: u16) -> String {
     format!("chat.dm.sim{slot}")
+}
+
+/// Even sends are a device's (`client_msg_id`), odd ones an inbox pointer's (the message
+/// id in the inbox): both kinds of claim must keep a retried append to one record.
+fn send_claim(topic: &str, n: u64) -> DedupClaim {
+    let key = DedupKey::new("sender", topic, &n.to_string()).expect("key");
+    match n % 2 {
+        0 => DedupClaim::Send(key),
+        _ => DedupClaim::Pointer(key),
+    }
 }
 
 fn send_payload(n: u64) -> Bytes {

@@ -8,6 +8,7 @@ use super::mirror::PartitionKey;
 use super::owned::Owned;
 use super::{now_ns, Engine};
 use crate::messaging::dedup::{Claim, Coordinates, DedupKey};
+use crate::messaging::slot::DedupClaim;
 use crate::messaging::topic::Namespace;
 use boltq_io::record::Record;
 use std::rc::Rc;
@@ -45,7 +46,8 @@ impl Engine {
             None => None,
         };
         if let Some(replication) = self.replication() {
-            let ok = self.append_replicated(replication, &req, dedup_key).await?;
+            let claim = dedup_key.map(DedupClaim::Send);
+            let ok = self.append_replicated(replication, &req, claim).await?;
             let mut stats = self.stats.borrow_mut();
             match ok.duplicate {
                 true => stats.duplicates += 1,

@@ -22,8 +22,9 @@ use super::mirror::PartitionKey;
 use super::owned::Owned;
 use super::Engine;
 use crate::messaging::cursor::CursorKey;
-use crate::messaging::dedup::DedupKey;
-use crate::messaging::slot::{Append, Appended, StreamCommand, StreamOutcome, StreamSlot};
+use crate::messaging::slot::{
+    Append, Appended, DedupClaim, StreamCommand, StreamOutcome, StreamSlot,
+};
 use crate::messaging::topic::Namespace;
 use boltq_io::record::Record;
 use boltq_io::store::AppendError;
@@ -122,7 +123,7 @@ impl Engine {
         &self,
         replication: &Rc<dyn StreamReplication>,
         req: &AppendReq,
-        dedup: Option<DedupKey>,
+        dedup: Option<DedupClaim>,
     ) -> Result<AppendOk, StreamError> {
         let cmd = StreamCommand::Append(Append {
             topic: req.topic.clone(),

@@ -10,6 +10,8 @@ pub struct EngineStats {
     pub appends: u64,
     pub pointer_appends: u64,
     pub pointer_failures: u64,
+    /// In a cluster: pointer appends tried again after an attempt got no outcome.
+    pub pointer_retries: u64,
     pub duplicates: u64,
     pub cursor_keys: u64,
     pub cursor_commits: u64,
@@ -32,6 +34,7 @@ impl EngineStats {
         self.appends += o.appends;
         self.pointer_appends += o.pointer_appends;
         self.pointer_failures += o.pointer_failures;
+        self.pointer_retries += o.pointer_retries;
         self.duplicates += o.duplicates;
         self.cursor_keys += o.cursor_keys;
         self.cursor_commits += o.cursor_commits;

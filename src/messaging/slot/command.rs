@@ -7,7 +7,7 @@
 //!
 //! | tag | command | fields after the tag |
 //! |---|---|---|
-//! | `0x40` | `Append` | `now_ns` i64, `partition` u32, `topic` str16, dedup flag u8 (0 or 1; when 1: `sender`, `conversation`, `client_msg_id`, each str16), then the record frame (`boltq_io::record`, its `seq`, `timestamp_ns`, `flags` and `epoch` all 0: the apply sets them) to the end |
+//! | `0x40` | `Append` | `now_ns` i64, `partition` u32, `topic` str16, dedup flag u8 (0: none, 1: a send's claim, 2: an inbox pointer's claim; when 1 or 2: `sender`, `conversation`, `client_msg_id`, each str16), then the record frame (`boltq_io::record`, its `seq`, `timestamp_ns`, `flags` and `epoch` all 0: the apply sets them) to the end |
 //! | `0x41` | `Commit` | a cursor commit record (`messaging::cursor::encode_commit`) to the end |
 //!
 //! Integers little-endian; `str16` = `u16` byte length + UTF-8. Decoding is strict and
@@ -34,6 +34,32 @@ pub fn is_stream_command(entry: &[u8]) -> bool {
     entry.first().is_some_and(|b| TAGS.contains(b))
 }
 
+/// What makes an append idempotent, and which of the slot's tables remembers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DedupClaim {
+    /// A client's send (`client_msg_id`): kept for `messaging.dedup.ttl`.
+    Send(DedupKey),
+    /// An inbox pointer (the message's id and the member's inbox): kept for the pointer
+    /// retry window only (`slot::POINTER_CLAIM_TTL_NS`), in a table of its own, so the
+    /// pointers of busy conversations never evict the claims of sends.
+    Pointer(DedupKey),
+}
+
+impl DedupClaim {
+    pub fn key(&self) -> &DedupKey {
+        match self {
+            DedupClaim::Send(k) | DedupClaim::Pointer(k) => k,
+        }
+    }
+
+    fn flag(&self) -> u8 {
+        match self {
+            DedupClaim::Send(_) => 1,
+            DedupClaim::Pointer(_) => 2,
+        }
+    }
+}
+
 /// One record to append to a partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Append {
@@ -41,8 +67,8 @@ pub struct Append {
     pub partition: u32,
     /// The proposer's clock: the record's timestamp and the dedup window's "now".
     pub now_ns: i64,
-    /// Set when the send is idempotent.
-    pub dedup: Option<DedupKey>,
+    /// Set when the append is idempotent.
+    pub dedup: Option<DedupClaim>,
     pub key: Bytes,
     /// Stored sorted by name (the record frame sorts them).
     pub headers: Vec<(Bytes, Bytes)>,
@@ -80,7 +106,7 @@ fn encode_append(a: &Append, out: &mut Vec<u8>) -> Result<(), String> {
     if a.topic.len() > TOPIC_ENCODED_BYTES_MAX {
         return Err(format!("topic over {TOPIC_ENCODED_BYTES_MAX} bytes"));
     }
-    if a.dedup.as_ref().is_some_and(|k| !k.within_limits()) {
+    if a.dedup.as_ref().is_some_and(|c| !c.key().within_limits()) {
         return Err("dedup key past its limits".into());
     }
     let record = Record {
@@ -97,8 +123,9 @@ fn encode_append(a: &Append, out: &mut Vec<u8>) -> Result<(), String> {
     put_str16(&a.topic, out);
     match &a.dedup {
         None => out.push(0),
-        Some(k) => {
-            out.push(1);
+        Some(claim) => {
+            out.push(claim.flag());
+            let k = claim.key();
             put_str16(&k.sender, out);
             put_str16(&k.conversation, out);
             put_str16(&k.client_msg_id, out);
@@ -129,13 +156,9 @@ fn decode_append(r: &mut Reader<'_>) -> Result<Append, String> {
     validate_topic(&topic).map_err(|e| format!("topic: {e}"))?;
     let dedup = match r.u8("dedup flag")? {
         0 => None,
-        1 => {
-            let sender = r.str16("sender", SENDER_BYTES_MAX)?;
-            let conversation = r.str16("conversation", CONVERSATION_BYTES_MAX)?;
-            let id = r.str16("client_msg_id", CLIENT_MSG_ID_BYTES_MAX)?;
-            Some(DedupKey::new(sender, conversation, id).map_err(|e| format!("dedup key: {e}"))?)
-        }
-        flag => return Err(format!("dedup flag {flag} is neither 0 nor 1")),
+        1 => Some(DedupClaim::Send(decode_dedup_key(r)?)),
+        2 => Some(DedupClaim::Pointer(decode_dedup_key(r)?)),
+        flag => return Err(format!("dedup flag {flag} is not 0, 1 or 2")),
     };
     let rest = r.take(r.left(), "record")?;
     let (view, frame_len) = record::decode(rest).map_err(|e| format!("record: {e}"))?;
@@ -155,4 +178,11 @@ fn decode_append(r: &mut Reader<'_>) -> Result<Append, String> {
         headers: record.headers,
         payload: record.payload,
     })
+}
+
+fn decode_dedup_key(r: &mut Reader<'_>) -> Result<DedupKey, String> {
+    let sender = r.str16("sender", SENDER_BYTES_MAX)?;
+    let conversation = r.str16("conversation", CONVERSATION_BYTES_MAX)?;
+    let id = r.str16("client_msg_id", CLIENT_MSG_ID_BYTES_MAX)?;
+    DedupKey::new(sender, conversation, id).map_err(|e| format!("dedup key: {e}"))
 }

@@ -1,13 +1,17 @@
 //! A [`StreamSlot`]'s state as bytes: the messaging part of a slot's Raft snapshot.
 //!
 //! ```text
-//! version u8 (1)
+//! version u8 (2)
 //! partitions: count u32, then each: topic str16, partition u32, next_seq u64, digest u32
 //! cursors:    count u32, then each: body_len u16, a cursor commit record body
 //! dedup:      count u32, then each, oldest first: sender, conversation, client_msg_id,
 //!             message_id, topic (str16 each), partition u32, seq u64, timestamp_ns i64,
 //!             expires_ns i64
+//! pointer claims: as dedup
 //! ```
+//!
+//! Version 1 (before pointer claims) has no last section; it is still read, with no
+//! pointer claims.
 //!
 //! Everything in a deterministic order (partitions and cursors by key, dedup entries by
 //! age), so equal states encode to equal bytes: the simulator compares replicas this way.
@@ -19,11 +23,14 @@ use super::{
 };
 use crate::messaging::cursor::{self, CURSOR_RECORD_BYTES_MAX};
 use crate::messaging::dedup::{
-    Coordinates, DedupKey, CLIENT_MSG_ID_BYTES_MAX, CONVERSATION_BYTES_MAX, SENDER_BYTES_MAX,
+    Coordinates, DedupKey, DedupTable, CLIENT_MSG_ID_BYTES_MAX, CONVERSATION_BYTES_MAX,
+    SENDER_BYTES_MAX,
 };
 use crate::messaging::topic::{validate_topic, TOPIC_ENCODED_BYTES_MAX};
 
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// The version without pointer claims, still read.
+pub const VERSION_WITHOUT_POINTER_CLAIMS: u8 = 1;
 
 /// Smallest encoded partition, cursor and dedup entry: what bounds each count.
 const PARTITION_BYTES_MIN: usize = 2 + 1 + 4 + 8 + 4;
@@ -49,30 +56,23 @@ impl StreamSlot {
             out.extend_from_slice(&len.to_le_bytes());
             out.extend_from_slice(&body);
         }
-        put_count(self.dedup.len(), out);
-        for (key, c, expires_ns) in self.dedup.completed_by_age() {
-            put_str16(&key.sender, out);
-            put_str16(&key.conversation, out);
-            put_str16(&key.client_msg_id, out);
-            put_str16(&c.message_id, out);
-            put_str16(&c.topic, out);
-            out.extend_from_slice(&c.partition.to_le_bytes());
-            out.extend_from_slice(&c.seq.to_le_bytes());
-            out.extend_from_slice(&c.timestamp_ns.to_le_bytes());
-            out.extend_from_slice(&expires_ns.to_le_bytes());
-        }
+        encode_dedup(&self.dedup, out);
+        encode_dedup(&self.pointer_claims, out);
     }
 
     pub fn decode_snapshot(bytes: &[u8], cfg: StreamSlotConfig) -> Result<StreamSlot, String> {
         let mut r = Reader::new(bytes);
         let version = r.u8("version")?;
-        if version != VERSION {
+        if version != VERSION && version != VERSION_WITHOUT_POINTER_CLAIMS {
             return Err(format!("messaging slot snapshot version {version} unknown"));
         }
         let mut slot = StreamSlot::new(cfg);
         decode_partitions(&mut r, &mut slot)?;
         decode_cursors(&mut r, &mut slot)?;
-        decode_dedup(&mut r, &mut slot)?;
+        decode_dedup(&mut r, "dedup", &mut slot.dedup)?;
+        if version == VERSION {
+            decode_dedup(&mut r, "pointer claim", &mut slot.pointer_claims)?;
+        }
         r.finish("messaging slot snapshot")?;
         Ok(slot)
     }
@@ -135,12 +135,27 @@ fn decode_cursors(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), Strin
     Ok(())
 }
 
-fn decode_dedup(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String> {
-    let n = r.count("dedup count", DEDUP_BYTES_MIN)?;
-    if n > slot.dedup.entries_max() {
+fn encode_dedup(table: &DedupTable, out: &mut Vec<u8>) {
+    put_count(table.len(), out);
+    for (key, c, expires_ns) in table.completed_by_age() {
+        put_str16(&key.sender, out);
+        put_str16(&key.conversation, out);
+        put_str16(&key.client_msg_id, out);
+        put_str16(&c.message_id, out);
+        put_str16(&c.topic, out);
+        out.extend_from_slice(&c.partition.to_le_bytes());
+        out.extend_from_slice(&c.seq.to_le_bytes());
+        out.extend_from_slice(&c.timestamp_ns.to_le_bytes());
+        out.extend_from_slice(&expires_ns.to_le_bytes());
+    }
+}
+
+fn decode_dedup(r: &mut Reader<'_>, what: &str, table: &mut DedupTable) -> Result<(), String> {
+    let n = r.count(&format!("{what} count"), DEDUP_BYTES_MIN)?;
+    if n > table.entries_max() {
         return Err(format!(
-            "{n} dedup entries, over this node's cap of {}",
-            slot.dedup.entries_max()
+            "{n} {what} entries, over this node's cap of {}",
+            table.entries_max()
         ));
     }
     let mut last_expiry = i64::MIN;
@@ -160,11 +175,11 @@ fn decode_dedup(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String>
         };
         let expires_ns = r.i64("expires_ns")?;
         if expires_ns < last_expiry {
-            return Err("dedup entries out of age order".into());
+            return Err(format!("{what} entries out of age order"));
         }
         last_expiry = expires_ns;
-        if !slot.dedup.restore_completed(key, coords, expires_ns) {
-            return Err("a dedup key is repeated".into());
+        if !table.restore_completed(key, coords, expires_ns) {
+            return Err(format!("a {what} key is repeated"));
         }
     }
     Ok(())

@@ -1,4 +1,4 @@
-use super::command::{self, Append, StreamCommand};
+use super::command::{self, Append, DedupClaim, StreamCommand};
 use super::*;
 use crate::messaging::cursor::{Commit, CursorKey};
 use crate::messaging::dedup::DedupKey;
@@ -12,7 +12,7 @@ fn append(topic: &str, partition: u32, now_ns: i64, dedup: Option<&str>, body: &
         topic: topic.into(),
         partition,
         now_ns,
-        dedup: dedup.map(|id| DedupKey::new("alice", topic, id).expect("valid key")),
+        dedup: dedup.map(|id| DedupClaim::Send(DedupKey::new("alice", topic, id).expect("key"))),
         key: Bytes::from_static(b"k"),
         headers: vec![(
             Bytes::from_static(b"message_id"),
@@ -178,7 +178,108 @@ fn random_command(rng: &mut Rng, now_ns: &mut i64) -> StreamCommand {
     let id = format!("c{}", rng.below(40));
     let dedup = (rng.below(2) == 0).then_some(id.as_str());
     let body = format!("b{}", rng.below(1000));
-    StreamCommand::Append(append(topic, partition, *now_ns, dedup, &body))
+    let mut a = append(topic, partition, *now_ns, dedup, &body);
+    if rng.below(2) == 0 {
+        a.dedup = a.dedup.map(|c| DedupClaim::Pointer(c.key().clone()));
+    }
+    StreamCommand::Append(a)
+}
+
+/// An inbox pointer's append carrying its claim (the message id in the inbox).
+fn pointer(now_ns: i64, message_id: &str) -> Append {
+    let mut a = append("chat.inbox.bob", 0, now_ns, None, message_id);
+    let key = DedupKey::new("alice", "chat.inbox.bob", message_id).expect("key");
+    a.dedup = Some(DedupClaim::Pointer(key));
+    a
+}
+
+/// Issue 15: a pointer appended again after its outcome was unknown is stored once, within
+/// the retry window; its claim lives in a table of its own, so pointers never evict the
+/// claims of sends (whose window is far longer), and sends never evict pointers'.
+#[test]
+fn a_retried_pointer_is_stored_once_and_its_claim_is_kept_apart_from_sends() {
+    let cfg = StreamSlotConfig {
+        dedup_ttl_ns: 600 * SECOND_NS,
+        dedup_entries_max: 2,
+    };
+    let mut slot = StreamSlot::new(cfg);
+    let (first, effect) = apply_append(&mut slot, pointer(SECOND_NS, "m1"));
+    assert!(effect.is_some(), "{first:?}");
+    let (again, effect) = apply_append(&mut slot, pointer(2 * SECOND_NS, "m1"));
+    assert!(effect.is_none(), "stored twice: {again:?}");
+    assert!(
+        matches!(again, StreamOutcome::Appended { duplicate: true, coords } if coords.seq == 1)
+    );
+    assert_eq!(slot.position("chat.inbox.bob", 0).next_seq, 2);
+    assert_eq!((slot.pointer_claims().len(), slot.dedup().len()), (1, 0));
+
+    // Sends fill their table past its cap: the pointer's claim stays.
+    for id in ["c1", "c2", "c3"] {
+        let _ = apply_append(
+            &mut slot,
+            append("chat.dm.a", 0, 3 * SECOND_NS, Some(id), "x"),
+        );
+    }
+    assert_eq!(slot.dedup().len(), 2);
+    let (still, _) = apply_append(&mut slot, pointer(4 * SECOND_NS, "m1"));
+    assert!(matches!(
+        still,
+        StreamOutcome::Appended {
+            duplicate: true,
+            ..
+        }
+    ));
+
+    // Pointers fill theirs past its cap: the sends' claims stay.
+    for n in 0..POINTER_CLAIMS_PER_SLOT_MAX {
+        let _ = apply_append(&mut slot, pointer(5 * SECOND_NS, &format!("p{n}")));
+    }
+    assert_eq!(slot.pointer_claims().len(), POINTER_CLAIMS_PER_SLOT_MAX);
+    let (send, _) = apply_append(
+        &mut slot,
+        append("chat.dm.a", 0, 6 * SECOND_NS, Some("c3"), "x"),
+    );
+    assert!(matches!(
+        send,
+        StreamOutcome::Appended {
+            duplicate: true,
+            ..
+        }
+    ));
+
+    // Past the pointer window the claim is gone (the send's window is longer).
+    let late = 6 * SECOND_NS + POINTER_CLAIM_TTL_NS;
+    let (expired, effect) = apply_append(&mut slot, pointer(late, "p0"));
+    assert!(effect.is_some(), "{expired:?}");
+    let (send, _) = apply_append(&mut slot, append("chat.dm.a", 0, late, Some("c3"), "x"));
+    assert!(matches!(
+        send,
+        StreamOutcome::Appended {
+            duplicate: true,
+            ..
+        }
+    ));
+}
+
+/// A snapshot written before pointer claims existed (version 1, no last section) is read.
+#[test]
+fn a_snapshot_without_pointer_claims_is_still_read() {
+    let cfg = StreamSlotConfig::default();
+    let mut slot = StreamSlot::new(cfg.clone());
+    let _ = apply_append(
+        &mut slot,
+        append("chat.dm.a", 0, SECOND_NS, Some("c1"), "x"),
+    );
+    let bytes = snapshot_bytes(&slot);
+    let no_pointer_claims = 0u32.to_le_bytes();
+    assert!(bytes.ends_with(&no_pointer_claims));
+    let mut old = bytes[..bytes.len() - no_pointer_claims.len()].to_vec();
+    old[0] = super::snapshot::VERSION_WITHOUT_POINTER_CLAIMS;
+    let read = StreamSlot::decode_snapshot(&old, cfg.clone()).expect("a version 1 snapshot");
+    assert_eq!(snapshot_bytes(&read), bytes);
+    // The current version must carry the section.
+    old[0] = VERSION_BYTE;
+    assert!(StreamSlot::decode_snapshot(&old, cfg).is_err());
 }
 
 #[test]
@@ -221,6 +322,7 @@ fn replicas_that_apply_the_same_commands_agree_and_a_snapshot_resumes_exactly() 
             "seed {seed}"
         );
         assert!(straight.dedup().len() <= 16);
+        assert!(straight.pointer_claims().len() <= POINTER_CLAIMS_PER_SLOT_MAX);
     }
 }
 
