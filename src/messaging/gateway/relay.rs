@@ -22,6 +22,7 @@
 //!                                                  a refresh is a page of sets)
 //!         | 2 alive (empty)                       (nothing new; every ALIVE_EVERY_MS)
 //!         | 3 refresh asked (empty)               (send me all your devices now)
+//!         | 7 refreshed (empty)                   (every device went before this frame)
 //!         | 4 signal: topic:str16 | sender:str16 | kind:str16 | at_ns:i64
 //!                     | headers: count:u32 | (name:str16 | value:str16)*
 //!                     | payload: len:u32 | bytes
@@ -69,12 +70,13 @@ pub const ALIVE_EVERY_MS: u64 = 1_000;
 /// dropped (watchers see them expire) until it speaks again. Five missed alives, so a
 /// link's short reconnect (`cluster` links retry within 2 s) does not flap presence.
 pub const PEER_SILENT_MS_MAX: u64 = 5_000;
-/// For this long after a node returns (first heard, back from silence, restarted), it is
-/// asked for all its devices again every `ALIVE_EVERY_MS`: the first ask, or its answer,
-/// may be dropped by a link still reconnecting after the pause that made the node silent,
-/// and otherwise only its next full report (every `presence.sweep_interval`) would bring
-/// its devices back. The answers are idempotent (each device's state as it is).
-pub const REFRESH_ASK_WINDOW_MS: u64 = 5_000;
+/// A node that returns (first heard, back from silence, restarted) is asked for all its
+/// devices every `ALIVE_EVERY_MS` until its answer ends (`refreshed`), for at most this
+/// long: the first asks, or their answers, may be dropped by links still reconnecting
+/// after the pause that made the node silent, and otherwise only its next full report
+/// (every `presence.sweep_interval`) would bring its devices back. The answers are
+/// idempotent (each device's state as it is); the bound covers a node that never ends one.
+pub const REFRESH_ASK_WINDOW_MS: u64 = 60_000;
 
 const KIND_CHANGES: u8 = 1;
 const KIND_ALIVE: u8 = 2;
@@ -82,6 +84,7 @@ const KIND_REFRESH_ASKED: u8 = 3;
 const KIND_SIGNAL: u8 = 4;
 const KIND_TAKE_ASKED: u8 = 5;
 const KIND_TAKEN: u8 = 6;
+const KIND_REFRESHED: u8 = 7;
 
 /// One relay frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +99,8 @@ pub enum RelayBody {
     Changes(Vec<RemoteChange>),
     Alive,
     RefreshAsked,
+    /// Ends the answer to a `RefreshAsked`: the frames before it held every device.
+    Refreshed,
     Signal(Signal),
     /// Hand session `session` over if `secret` and `user` match; answered with `Taken`.
     TakeAsked(TakeAsked),
@@ -142,6 +147,7 @@ pub fn encode(frame: &RelayFrame) -> Result<Vec<u8>, String> {
         }
         RelayBody::Alive => out.push(KIND_ALIVE),
         RelayBody::RefreshAsked => out.push(KIND_REFRESH_ASKED),
+        RelayBody::Refreshed => out.push(KIND_REFRESHED),
         RelayBody::Signal(s) => {
             out.push(KIND_SIGNAL);
             put_signal(s, &mut out)?;
@@ -197,6 +203,7 @@ pub fn decode(bytes: &[u8]) -> Result<RelayFrame, String> {
         }
         KIND_ALIVE => RelayBody::Alive,
         KIND_REFRESH_ASKED => RelayBody::RefreshAsked,
+        KIND_REFRESHED => RelayBody::Refreshed,
         KIND_SIGNAL => RelayBody::Signal(signal(&mut r)?),
         KIND_TAKE_ASKED => RelayBody::TakeAsked(TakeAsked {
             id: r.u64("id")?,

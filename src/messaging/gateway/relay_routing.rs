@@ -101,9 +101,23 @@ impl GatewayCtx {
     /// Sends every device bound on this node, to `to` or to every other node: they
     /// refresh their copies, and learn what a dropped frame kept from them.
     fn relay_refresh(&self, to: Option<u64>) {
+        if !self.relay_devices(to) {
+            self.relay_send(to, RelayBody::Alive);
+        }
+    }
+
+    /// Answers node `to`'s refresh ask: every device bound here, then the end of the
+    /// answer (the asker stops asking once it has it).
+    fn answer_refresh(&self, to: u64) {
+        self.relay_devices(Some(to));
+        self.relay_send(Some(to), RelayBody::Refreshed);
+    }
+
+    /// Sends a set per device bound on this node; false when there is none.
+    fn relay_devices(&self, to: Option<u64>) -> bool {
         let devices = self.ephemeral.presence.borrow().local_devices();
         if devices.is_empty() {
-            return self.relay_send(to, RelayBody::Alive);
+            return false;
         }
         let sets = devices
             .into_iter()
@@ -113,6 +127,7 @@ impl GatewayCtx {
                 state,
             });
         self.relay_pages(to, sets);
+        true
     }
 
     /// Hands a typing signal this shard routed to the other nodes' owners of its topic.
@@ -231,7 +246,12 @@ impl GatewayCtx {
         match frame.body {
             RelayBody::Changes(changes) => self.apply_remote_changes(from, changes, now),
             RelayBody::Alive => {}
-            RelayBody::RefreshAsked => self.relay_refresh(Some(from)),
+            RelayBody::RefreshAsked => self.answer_refresh(from),
+            RelayBody::Refreshed => {
+                if let Some(relay) = self.ephemeral.relay.borrow_mut().as_mut() {
+                    relay.peers.refreshed(from, heard);
+                }
+            }
             RelayBody::Signal(s) => self.signal_from_peer(s),
             RelayBody::TakeAsked(asked) => {
                 boltq_shards::spawn(Rc::clone(self).answer_take(from, asked)).detach();

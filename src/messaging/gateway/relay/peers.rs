@@ -1,6 +1,6 @@
 //! What a shard remembers of the nodes it hears relay frames from: whether each is new,
-//! restarted or back from silence (ask it for all its devices), and which went silent
-//! (drop what it reported).
+//! restarted or back from silence (ask it for all its devices until its answer ends), and
+//! which went silent (drop what it reported).
 
 use super::{PEER_SILENT_MS_MAX, REFRESH_ASK_WINDOW_MS};
 use std::collections::BTreeMap;
@@ -25,6 +25,8 @@ struct Peer {
     silent: bool,
     /// When it last returned (see `Peers::returning`).
     returned_ns: i64,
+    /// Its answer to this shard's refresh ask came in full since it last returned.
+    refreshed: bool,
 }
 
 /// The nodes a shard hears from, by node id. Bounded by the cluster's members (a peer is
@@ -44,27 +46,44 @@ impl Peers {
             Some(p) if p.silent => Heard::Returned,
             Some(_) => Heard::Known,
         };
-        let returned_ns = match (heard, before) {
-            (Heard::Known, Some(p)) => p.returned_ns,
-            _ => now_ns,
+        let (returned_ns, refreshed) = match (heard, before) {
+            (Heard::Known, Some(p)) => (p.returned_ns, p.refreshed),
+            _ => (now_ns, false),
         };
         let fresh = Peer {
             boot,
             heard_ns: now_ns,
             silent: false,
             returned_ns,
+            refreshed,
         };
         self.known.insert(node, fresh);
         heard
     }
 
-    /// The nodes that returned within `REFRESH_ASK_WINDOW_MS` and are not silent: asked
-    /// for their devices again (`relay::REFRESH_ASK_WINDOW_MS` says why).
+    /// Notes that `node` ended its answer to a refresh ask (`relay::RelayBody::Refreshed`)
+    /// in a frame `heard` says was not the one it returned with: an answer that arrives as
+    /// the first frame after a silence came before it (what it held was then dropped), so
+    /// it does not count.
+    pub fn refreshed(&mut self, node: u64, heard: Heard) {
+        if heard != Heard::Known {
+            return;
+        }
+        if let Some(p) = self.known.get_mut(&node) {
+            p.refreshed = true;
+        }
+    }
+
+    /// The nodes that returned, have not answered a refresh ask in full yet, are not
+    /// silent and returned within `REFRESH_ASK_WINDOW_MS`: asked for their devices again
+    /// (`relay::REFRESH_ASK_WINDOW_MS` says why).
     pub fn returning(&self, now_ns: i64) -> Vec<u64> {
         let window_ns = REFRESH_ASK_WINDOW_MS as i64 * 1_000_000;
         self.known
             .iter()
-            .filter(|(_, p)| !p.silent && now_ns.saturating_sub(p.returned_ns) <= window_ns)
+            .filter(|(_, p)| {
+                !p.silent && !p.refreshed && now_ns.saturating_sub(p.returned_ns) <= window_ns
+            })
             .map(|(node, _)| *node)
             .collect()
     }
