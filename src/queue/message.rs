@@ -214,7 +214,7 @@ impl Message {
 /// always the case for validated JSON text — is written as a string rather than as an array
 /// of numbers (4× smaller); anything else is written as bytes. Reading accepts a string,
 /// bytes or a sequence of numbers, so either form round-trips.
-mod payload_serde {
+pub(crate) mod payload_serde {
     use bytes::Bytes;
     use serde::de::{self, SeqAccess, Visitor};
     use serde::{Deserializer, Serializer};

@@ -7,6 +7,12 @@
 //! replayed after the snapshot behave as they did originally; recovery applies
 //! `Command::DisconnectAll` after the replay. Live non-durable subscriptions are not kept. Counters are process
 //! metrics and start again from zero.
+//!
+//! A topic publish gives each durable registration a copy sharing one payload buffer; the
+//! snapshot writes such a payload once (`shared_payloads`) and the copies refer to it, so a
+//! publish to 4,096 durable subscribers costs its payload once in a snapshot, not 4,096
+//! times, and the restored copies share one buffer again, as before the restart (issue 13
+//! item 6). Snapshots written before this have every copy's payload inline and still load.
 
 use super::dead_letter::DeadLetters;
 use super::exchange::{Exchanges, ExchangesSnapshot};
@@ -17,8 +23,9 @@ use super::queue::{Ready, ReadyKey, WorkQueue};
 use super::timers::{TimerKey, TimerTarget, Timers};
 use super::waiting::Waiting;
 use super::{queue_or_create_restored, Broker, BrokerConfig, ConsumerRef};
-use crate::queue::message::Message;
+use crate::queue::message::{Message, MessageId};
 use serde::{Deserialize, Serialize};
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
 
 pub const BROKER_SNAPSHOT_VERSION: u32 = 1;
@@ -42,6 +49,22 @@ pub struct BrokerSnapshot {
     /// has seen. Absent in every other snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exchanges: Option<(u64, ExchangesSnapshot)>,
+    /// Payloads shared by more than one durable copy, each once; copies refer to them by
+    /// index (`DurableSnapshot::backlog_shared`, `unconfirmed_shared`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_payloads: Vec<SharedPayload>,
+}
+
+/// One payload several durable copies share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedPayload(#[serde(with = "crate::queue::message::payload_serde")] pub bytes::Bytes);
+
+/// A durable copy whose payload is `BrokerSnapshot::shared_payloads[payload]`: the copy at
+/// position `at` of its list, written with an empty payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedRef {
+    pub at: u32,
+    pub payload: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -111,6 +134,12 @@ pub struct DurableSnapshot {
     /// Delivery number of the newest copy ever pushed (see `pubsub::Subscription`).
     #[serde(default)]
     pub delivery_seq: u64,
+    /// The copies of `backlog` and of `unconfirmed` whose payload is shared, by position
+    /// (increasing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backlog_shared: Vec<SharedRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unconfirmed_shared: Vec<SharedRef>,
 }
 
 /// A broker's durable state at one moment, copied in O(1): its maps are persistent and
@@ -151,6 +180,7 @@ impl Broker {
 impl Frozen {
     /// The state as one serde value: O(state), meant for off the shard.
     pub fn snapshot(&self) -> BrokerSnapshot {
+        let mut shared = SharedPayloads::counted(&self.registrations);
         BrokerSnapshot {
             version: BROKER_SNAPSHOT_VERSION,
             next_timer_seq: self.next_timer_seq,
@@ -177,21 +207,100 @@ impl Frozen {
                 })
                 .collect(),
             durable_subscriptions: all(&self.registrations)
-                .map(|(topic, sub_id, sub)| DurableSnapshot {
-                    topic: topic.clone(),
-                    sub_id: sub_id.clone(),
-                    durable: sub.durable,
-                    live: sub.live,
-                    backlog: sub.backlog.iter().cloned().collect(),
-                    unconfirmed: sub.unconfirmed.iter().cloned().collect(),
-                    delivery_seq: sub.delivery_seq,
+                .map(|(topic, sub_id, sub)| {
+                    let (backlog, backlog_shared) = shared.copies(&sub.backlog);
+                    let (unconfirmed, unconfirmed_shared) = shared.copies(&sub.unconfirmed);
+                    DurableSnapshot {
+                        topic: topic.clone(),
+                        sub_id: sub_id.clone(),
+                        durable: sub.durable,
+                        live: sub.live,
+                        backlog,
+                        unconfirmed,
+                        delivery_seq: sub.delivery_seq,
+                        backlog_shared,
+                        unconfirmed_shared,
+                    }
                 })
                 .collect(),
             exchanges: match &self.exchanges {
                 (0, _) => None,
                 (version, table) => Some((*version, table.snapshot())),
             },
+            shared_payloads: shared.table,
         }
+    }
+}
+
+/// Which durable copies share a payload: the copies of one topic publish, found by their
+/// message id (each registration's copy keeps the publish's id) and equal payload bytes.
+/// Keyed by what the state holds, not by where its buffers are, so equal states write
+/// equal snapshots (replicas and replays are compared that way).
+struct SharedPayloads {
+    /// Per message id: its payload and how many copies hold exactly it; `None` once two
+    /// copies of one id disagree (never for copies of one publish: those are written
+    /// inline then, to be safe).
+    counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>>,
+    /// Table index per message id, in order of first use.
+    index: HashMap<MessageId, u32>,
+    table: Vec<SharedPayload>,
+}
+
+impl SharedPayloads {
+    fn counted(registrations: &Registrations) -> SharedPayloads {
+        let mut counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>> = HashMap::new();
+        for (_, _, sub) in all(registrations) {
+            for msg in sub.backlog.iter().chain(sub.unconfirmed.iter()) {
+                if msg.payload.is_empty() {
+                    continue;
+                }
+                match counts.entry(msg.id) {
+                    Entry::Vacant(e) => {
+                        e.insert(Some((msg.payload.clone(), 1)));
+                    }
+                    Entry::Occupied(mut e) => {
+                        let agrees = matches!(e.get(), Some((p, _)) if *p == msg.payload);
+                        match e.get_mut() {
+                            Some((_, n)) if agrees => *n += 1,
+                            slot => *slot = None,
+                        }
+                    }
+                }
+            }
+        }
+        counts.retain(|_, c| matches!(c, Some((_, n)) if *n > 1));
+        SharedPayloads {
+            counts,
+            index: HashMap::new(),
+            table: Vec::new(),
+        }
+    }
+
+    /// The copies of one list, shared payloads taken out, and where they were.
+    fn copies(&mut self, list: &imbl::Vector<Message>) -> (Vec<Message>, Vec<SharedRef>) {
+        let mut refs = Vec::new();
+        let copies = list
+            .iter()
+            .enumerate()
+            .map(|(at, msg)| {
+                let shared = match self.counts.get(&msg.id) {
+                    Some(Some((payload, _))) if !msg.payload.is_empty() => payload,
+                    _ => return msg.clone(),
+                };
+                let table = &mut self.table;
+                let payload = *self.index.entry(msg.id).or_insert_with(|| {
+                    table.push(SharedPayload(shared.clone()));
+                    u32::try_from(table.len() - 1).expect("fewer payloads than 2^32")
+                });
+                let at = u32::try_from(at).expect("a backlog is capped far below 2^32");
+                refs.push(SharedRef { at, payload });
+                Message {
+                    payload: bytes::Bytes::new(),
+                    ..msg.clone()
+                }
+            })
+            .collect();
+        (copies, refs)
     }
 }
 
@@ -233,7 +342,7 @@ impl Broker {
             broker.restore_dead_letters(d)?;
         }
         for s in snapshot.durable_subscriptions {
-            broker.restore_durable(s)?;
+            broker.restore_durable(s, &snapshot.shared_payloads)?;
         }
         if let Some((version, table)) = snapshot.exchanges {
             broker.exchanges = (version, Arc::new(Exchanges::restore(table)?));
@@ -346,10 +455,22 @@ impl Broker {
         Ok(())
     }
 
-    fn restore_durable(&mut self, s: DurableSnapshot) -> Result<(), String> {
+    fn restore_durable(
+        &mut self,
+        mut s: DurableSnapshot,
+        shared: &[SharedPayload],
+    ) -> Result<(), String> {
         if s.topic.is_empty() || s.sub_id.is_empty() {
             return Err("durable subscription with an empty topic or id".into());
         }
+        let what = |list| format!("{list} of {}/{}", s.topic, s.sub_id);
+        share_payloads(&mut s.backlog, &s.backlog_shared, shared, &what("backlog"))?;
+        share_payloads(
+            &mut s.unconfirmed,
+            &s.unconfirmed_shared,
+            shared,
+            &what("unconfirmed"),
+        )?;
         let mut sub = Subscription::new(s.durable, s.live);
         sub.backlog = imbl::Vector::from(s.backlog);
         sub.unconfirmed = imbl::Vector::from(s.unconfirmed);
@@ -357,6 +478,34 @@ impl Broker {
         sub.count_kept_bytes();
         self.pubsub.restore_subscription(&s.topic, &s.sub_id, sub)
     }
+}
+
+/// Gives the copies `refs` names their shared payloads back (a clone of one buffer each);
+/// refuses a reference out of range, out of order, or to a copy that has a payload.
+fn share_payloads(
+    copies: &mut [Message],
+    refs: &[SharedRef],
+    shared: &[SharedPayload],
+    what: &str,
+) -> Result<(), String> {
+    let mut next_at = 0usize;
+    for r in refs {
+        let at = r.at as usize;
+        let payload = shared
+            .get(r.payload as usize)
+            .ok_or_else(|| format!("{what}: shared payload {} of {}", r.payload, shared.len()))?;
+        if at < next_at || at >= copies.len() {
+            return Err(format!("{what}: shared copy at {at} out of order or range"));
+        }
+        if !copies[at].payload.is_empty() {
+            return Err(format!(
+                "{what}: copy at {at} has a payload and a shared one"
+            ));
+        }
+        copies[at].payload = payload.0.clone();
+        next_at = at + 1;
+    }
+    Ok(())
 }
 
 fn queue_snapshot(name: &str, queue: &WorkQueue) -> QueueSnapshot {

@@ -411,3 +411,105 @@ fn a_durable_registration_keeps_at_most_its_byte_cap() {
         "room again: 40 + 60 kept"
     );
 }
+
+/// Issue 13 item 6: a publish to many offline durable subscribers held one payload buffer
+/// in memory but was written once per copy in every snapshot (4,096 subscribers × 64 KiB =
+/// 256 MiB per publish), and a restart then held a buffer per copy. The snapshot writes a
+/// shared payload once, and the restored copies share one buffer again; live and
+/// unconfirmed copies alike.
+#[test]
+fn a_payload_shared_by_durable_copies_is_written_once_and_shared_again_after_restore() {
+    const SUBSCRIBERS: usize = 64;
+    const PAYLOAD_BYTES: usize = 64 * 1024;
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    for i in 0..SUBSCRIBERS {
+        subscribe(&mut b, "news", &format!("d{i}"), true, C1);
+    }
+    run(&mut b, Command::Disconnect { consumer: C1 });
+    subscribe(&mut b, "news", "d0", true, C2); // one live, its copies unconfirmed
+    let mut big = f.msg("news", 0, 0);
+    big.payload = bytes::Bytes::from(format!("\"{}\"", "x".repeat(PAYLOAD_BYTES - 2)));
+    let small = f.msg("news", 0, 0);
+    publish_topic(&mut b, &big);
+    publish_topic(&mut b, &small);
+
+    let body = crate::queue::server::snapshot::encode(&b.snapshot()).expect("encodes");
+    assert!(
+        body.len() < 2 * PAYLOAD_BYTES,
+        "{} bytes for one {PAYLOAD_BYTES}-byte payload held by {SUBSCRIBERS} copies",
+        body.len()
+    );
+    let decoded = crate::queue::server::snapshot::decode(&body).expect("decodes");
+    assert_eq!(
+        decoded.shared_payloads.len(),
+        2,
+        "each publish's payload once"
+    );
+    let inline = decoded
+        .durable_subscriptions
+        .iter()
+        .flat_map(|s| s.backlog.iter().chain(&s.unconfirmed))
+        .filter(|m| !m.payload.is_empty())
+        .count();
+    assert_eq!(inline, 0, "no copy carries its payload inline");
+    let r = Broker::restore(decoded, cfg());
+    let mut buffers = std::collections::BTreeSet::new();
+    let mut copies = 0;
+    for i in 0..SUBSCRIBERS {
+        let sub = &r.pubsub.registrations()["news"][&format!("d{i}")];
+        for m in sub.backlog.iter().chain(sub.unconfirmed.iter()) {
+            if m.id == big.id {
+                assert_eq!(m.payload, big.payload);
+                buffers.insert(m.payload.as_ptr() as usize);
+                copies += 1;
+            } else {
+                assert_eq!(m, &small);
+            }
+        }
+    }
+    assert_eq!(
+        (copies, buffers.len()),
+        (SUBSCRIBERS, 1),
+        "one buffer again"
+    );
+    assert_eq!(
+        crate::queue::server::snapshot::encode(&r.snapshot()).unwrap(),
+        body,
+        "the restored state writes the same snapshot"
+    );
+}
+
+/// A snapshot whose shared payload references are out of range, out of order, or name a
+/// copy that has its own payload is refused with the reason, never half restored.
+#[test]
+fn shared_payload_references_that_do_not_fit_are_refused() {
+    let mut b = Broker::new(cfg());
+    let mut f = Factory::new();
+    for id in ["d0", "d1"] {
+        subscribe(&mut b, "news", id, true, C1);
+    }
+    run(&mut b, Command::Disconnect { consumer: C1 });
+    publish_topic(&mut b, &f.msg("news", 0, 0));
+    let good = b.snapshot();
+    assert_eq!(good.durable_subscriptions[0].backlog_shared.len(), 1);
+    let broken = |change: &dyn Fn(&mut crate::queue::broker::snapshot::BrokerSnapshot)| {
+        let mut s = good.clone();
+        change(&mut s);
+        Broker::try_restore(s, cfg()).expect_err("refused")
+    };
+    let err = broken(&|s| s.durable_subscriptions[0].backlog_shared[0].payload = 7);
+    assert!(err.contains("shared payload 7 of 1"), "{err}");
+    let err = broken(&|s| s.durable_subscriptions[0].backlog_shared[0].at = 1);
+    assert!(err.contains("out of order or range"), "{err}");
+    let err = broken(&|s| {
+        let refs = &mut s.durable_subscriptions[0].backlog_shared;
+        refs.push(refs[0]);
+    });
+    assert!(err.contains("out of order or range"), "{err}");
+    let err = broken(&|s| {
+        s.durable_subscriptions[0].backlog[0].payload = bytes::Bytes::from_static(b"1");
+    });
+    assert!(err.contains("has a payload and a shared one"), "{err}");
+    assert!(Broker::try_restore(good, cfg()).is_ok());
+}
