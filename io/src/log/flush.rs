@@ -337,6 +337,48 @@ mod tests {
             .expect("join");
     }
 
+    /// A snapshot is stored as 1 MiB chunk records and recovery reads them in bulk: one
+    /// step fetches several whole chunks. With steps capped at 1 MiB no chunk fitted one,
+    /// so each was fetched three times over (startup of a 1,000,000 × 1 KiB queue read its
+    /// 731 MB snapshot in 1.1–1.7 s; 0.7 s since).
+    #[test]
+    fn a_bulk_read_fetches_several_snapshot_chunks_per_step() {
+        run(|dir| {
+            Box::pin(async move {
+                const CHUNK_BYTES: usize = 1024 * 1024;
+                let log = RefCell::new(Log::new_empty("l", dir.clone(), LogConfig::default()));
+                for seq in 1..=12 {
+                    let rec = Record {
+                        seq,
+                        timestamp_ns: 1,
+                        payload: bytes::Bytes::from(vec![seq as u8; CHUNK_BYTES]),
+                        ..Default::default()
+                    };
+                    let mut frame = Vec::new();
+                    record::encode(&rec, &mut frame).unwrap();
+                    log.borrow_mut().append_frame(seq, 1, &frame);
+                }
+                flush(&log).await.unwrap();
+                sync(&log).await.unwrap();
+                log.borrow_mut().release_files();
+                let reopened = open_log("l", dir, LogConfig::default()).await.unwrap();
+                let ReadStep::File { file, pos, len, .. } =
+                    reopened.plan_read(1, usize::MAX, usize::MAX, 0).unwrap()
+                else {
+                    panic!("read from the file");
+                };
+                let buf = file.read(pos, len).await.unwrap();
+                let recs = decode_records(&buf, 1, 13, usize::MAX, usize::MAX).unwrap();
+                assert!(
+                    recs.len() >= 4,
+                    "{} whole chunks in a {len}-byte step",
+                    recs.len()
+                );
+                assert_eq!(recs[3].payload.len(), CHUNK_BYTES);
+            })
+        });
+    }
+
     #[test]
     fn a_sealed_segment_on_disk_keeps_no_write_buffer() {
         run(|dir| {

@@ -85,6 +85,13 @@ impl FileSource {
     }
 }
 
+/// Least and most one step of a read fetches from a segment file. The most matters for
+/// bulk reads (recovery's replay, a snapshot's chunks of 1 MiB each): at 1 MiB a chunk
+/// never fitted one read, so each was fetched three times (1 MiB that held no whole record,
+/// then 2 MiB), and every step waited for the disk alone; 8 MiB holds seven chunks.
+pub const FILE_READ_BYTES_MIN: u64 = 64 * 1024;
+pub const FILE_READ_BYTES_MAX: u64 = 8 * 1024 * 1024;
+
 impl Log {
     /// The next step of reading from `from`, returning at most `max_records` records and
     /// stopping once `max_bytes` of key+payload have been gathered. `hint_bytes` is how much
@@ -127,7 +134,7 @@ impl Log {
         };
         let want = (max_bytes as u64)
             .saturating_add(self.cfg.index_interval_bytes)
-            .clamp(64 * 1024, 1024 * 1024)
+            .clamp(FILE_READ_BYTES_MIN, FILE_READ_BYTES_MAX)
             .max(hint_bytes as u64);
         // The file holds [0, written) and memory holds [mem_start, end) with
         // mem_start <= written: read the file up to mem_start and take the rest from
