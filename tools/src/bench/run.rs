@@ -287,13 +287,16 @@ fn progress_line<C>(
 ) {
     let secs = (now.at_ns - prev.at_ns) as f64 / 1e9;
     let rate = (now.primary(plan.primary) - prev.primary(plan.primary)) as f64 / secs;
-    let p99 = {
+    // The max beside the p99: a second whose max jumps held a stall (the histogram is
+    // cumulative, so a short one barely moves the p99).
+    let (p99, max) = {
         let h = shared.hists.lock().unwrap();
         let h = h.get(plan.headline);
         if h.is_empty() {
-            "-".to_string()
+            ("-".to_string(), "-".to_string())
         } else {
-            format!("{:.3} ms", h.value_at_quantile(0.99) as f64 / 1e6)
+            let ms = |ns: u64| format!("{:.3} ms", ns as f64 / 1e6);
+            (ms(h.value_at_quantile(0.99)), ms(h.max()))
         }
     };
     let phase = if now.at_ns < warmup_end {
@@ -302,12 +305,13 @@ fn progress_line<C>(
         ""
     };
     eprintln!(
-        "[{:>6.1}s] {}: {} msg/s  {} p99 so far {}  errors {}{}",
+        "[{:>6.1}s] {}: {} msg/s  {} p99 so far {}, max {}  errors {}{}",
         (now.at_ns - start) as f64 / 1e9,
         plan.label,
         thousands(rate as u64),
         plan.headline.name(),
         p99,
+        max,
         shared.counters.errors_total(),
         phase
     );
