@@ -5,7 +5,8 @@
 #
 #   tools/publish-half-load.sh BOLTQ_BIN BENCH_BIN [SECS]
 #
-# Server: fresh temporary data dir, defaults (fsync = "always"), --shards 1, pinned to CPU 0.
+# Server: fresh temporary data dir, defaults (fsync = "always") but a queue capacity of 4 Mi,
+# --shards 1, pinned to CPU 0.
 # boltq-bench: publish, 1 connection, 64 in flight, 100 B, on CPU 1 — first SECS closed loop
 # for the maximum, then SECS open loop at half of it. Prints the maximum and p50/p99/max.
 set -euo pipefail
@@ -15,8 +16,11 @@ pid=""
 trap '[ -n "$pid" ] && kill $pid 2>/dev/null && wait $pid 2>/dev/null; rm -rf "$W"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tcp=$(port); http=$(port)
-taskset -c 0 "$BIN" --data-dir "$W/data" --host 127.0.0.1 --tcp-port "$tcp" --http-port "$http" \
-  --shards 1 >"$W/log" 2>&1 &
+# Room for 4 Mi messages: the closed-loop phase alone passes the default capacity (1 Mi) at
+# today's rates, and refusals would be measured instead of publishes.
+printf '[queue]\ncapacity = 4194304\n' >"$W/boltq.toml"
+taskset -c 0 "$BIN" --config "$W/boltq.toml" --data-dir "$W/data" --host 127.0.0.1 \
+  --tcp-port "$tcp" --http-port "$http" --shards 1 >"$W/log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && break; sleep 0.1; done
 run() { taskset -c 1 "$BENCH" publish --connections 1 --depth 64 --size 100 --addr "127.0.0.1:$tcp" \
