@@ -103,6 +103,11 @@ impl Engine {
                         pointer_headers: Vec::new(),
                     };
                     let attempt = || async {
+                        if self.closing.get() {
+                            // Shutting down: a retry could not finish; the pointer is lost
+                            // as any in flight at a stop (counted below).
+                            return Err(StreamError::Internal("shutting down".into()));
+                        }
                         let claim = claim.clone();
                         let result = self.append_replicated(replication, &req, claim).await;
                         if matches!(result, Err(StreamError::Limited(_))) {
