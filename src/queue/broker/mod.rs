@@ -719,11 +719,16 @@ impl Broker {
         } else {
             now_ns.saturating_add(ttl)
         };
+        let timer = self.schedule_idle_check(name, due_ns);
+        self.queue_mut(name).idle_timer = Some(timer);
+    }
+
+    /// Sets the timer that looks at queue `name` again at `due_ns` (`forget_if_idle`).
+    fn schedule_idle_check(&mut self, name: &str, due_ns: i64) -> TimerKey {
         let target = TimerTarget::IdleQueue {
             queue: name.to_string(),
         };
-        let timer = self.timers.schedule(due_ns, target);
-        self.queue_mut(name).idle_timer = Some(timer);
+        self.timers.schedule(due_ns, target)
     }
 
     /// Parks a held message until `wake_ns` (delay or backoff).
@@ -782,10 +787,7 @@ impl Broker {
             let ttl = self.cfg.idle_queue_ttl_ns;
             if let (Some(now_ns), true) = (used_at_ns, ttl > 0) {
                 queue.last_used_ns = now_ns;
-                let target = TimerTarget::IdleQueue {
-                    queue: name.to_string(),
-                };
-                queue.idle_timer = Some(self.timers.schedule(now_ns.saturating_add(ttl), target));
+                queue.idle_timer = Some(self.schedule_idle_check(name, now_ns.saturating_add(ttl)));
             }
             self.queues.insert(name.to_string(), queue);
         }

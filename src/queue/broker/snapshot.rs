@@ -23,7 +23,7 @@ use super::queue::{Ready, ReadyKey, WorkQueue};
 use super::timers::{TimerKey, TimerTarget, Timers};
 use super::waiting::Waiting;
 use super::{queue_or_create_restored, Broker, BrokerConfig, ConsumerRef};
-use crate::queue::message::{Message, MessageId};
+use crate::queue::message::{IdHashing, Message, MessageId};
 use serde::{Deserialize, Serialize};
 use std::collections::hash_map::{Entry, HashMap};
 use std::sync::Arc;
@@ -240,15 +240,16 @@ struct SharedPayloads {
     /// Per message id: its payload and how many copies hold exactly it; `None` once two
     /// copies of one id disagree (never for copies of one publish: those are written
     /// inline then, to be safe).
-    counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>>,
+    counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>, IdHashing>,
     /// Table index per message id, in order of first use.
-    index: HashMap<MessageId, u32>,
+    index: HashMap<MessageId, u32, IdHashing>,
     table: Vec<SharedPayload>,
 }
 
 impl SharedPayloads {
     fn counted(registrations: &Registrations) -> SharedPayloads {
-        let mut counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>> = HashMap::new();
+        let mut counts: HashMap<MessageId, Option<(bytes::Bytes, u32)>, IdHashing> =
+            HashMap::default();
         for (_, _, sub) in all(registrations) {
             for msg in sub.backlog.iter().chain(sub.unconfirmed.iter()) {
                 if msg.payload.is_empty() {
@@ -271,7 +272,7 @@ impl SharedPayloads {
         counts.retain(|_, c| matches!(c, Some((_, n)) if *n > 1));
         SharedPayloads {
             counts,
-            index: HashMap::new(),
+            index: HashMap::default(),
             table: Vec::new(),
         }
     }
