@@ -815,6 +815,17 @@ fn consumers_and_subscribers_on_one_node_get_what_another_node_publishes() {
         .map(|_| back.next_push(10_000).unwrap().expect("catch-up push").id)
         .collect();
     assert_eq!(caught_up, ids);
+    // Received, so confirmed through the slot's group once the peer's TCP acknowledged
+    // them (polled every 10 ms, then committed): a later subscribe, on another node, gets
+    // nothing again.
+    std::thread::sleep(Duration::from_millis(1_000));
+    drop(back);
+    let mut again = members[1].client();
+    again.subscribe("alerts", "d1", true).unwrap();
+    assert!(again.next_push(500).unwrap().is_none());
+    for m in &members {
+        assert_eq!(m.get_json("/stats")["Topics"]["alerts"], 1);
+    }
 }
 
 #[test]

@@ -189,10 +189,13 @@ impl Plane {
                 delivery,
             };
             let owner = self.owner_of(slot);
-            if owner == self.shard.id() {
-                let _ = self.apply_local(slot, cmd);
-            } else {
+            if owner != self.shard.id() {
                 self.send_without_loss(owner, super::mesh::QueueMsg::Confirm { slot, cmd });
+            } else if let Some(replication) = self.replication.get() {
+                // Clustered, the slot's state changes only through its group.
+                replication.submit(slot, cmd, Box::new(|_, _| {}));
+            } else {
+                let _ = self.apply_local(slot, cmd);
             }
         }
     }
