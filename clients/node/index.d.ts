@@ -107,7 +107,8 @@ export class BoltQClient extends EventEmitter {
   subscribe(
     topic: string,
     id: string,
-    options?: { durable?: boolean },
+    /** `ack`: durable only; pushes count as received once `ack(message.id)` names them. */
+    options?: { durable?: boolean; ack?: boolean },
     onMessage?: (message: Push) => void,
   ): Promise<{ status: 'subscribed' }>;
 

@@ -261,6 +261,21 @@ impl Client {
         self.ok_call(op::CONSUME, &body).map(drop)
     }
 
+    /// SUBSCRIBE durably with acknowledged pushes (a BoltQ addition, not in v1): a push
+    /// counts as received only once [`Client::ack`] names its id, so pushes this client
+    /// read but never acknowledged (it crashed, or closed) come again on its next
+    /// subscribe. Acknowledge every push; the server holds at most 65,536 unacknowledged
+    /// per connection and closes it past that.
+    pub fn subscribe_acked(&mut self, topic: &str, subscriber_id: &str) -> Result<()> {
+        let body = Body::new()
+            .bool("ack", true)
+            .bool("durable", true)
+            .str("id", subscriber_id)
+            .str("topic", topic)
+            .finish();
+        self.ok_call(op::CONSUME, &body).map(drop)
+    }
+
     // ---- exchanges -----------------------------------------------------------------------
 
     /// EXCHANGE_DECLARE (0x14); `kind` is `direct`, `fanout`, `topic` or `headers`.

@@ -282,3 +282,83 @@ fn pushes_a_stalled_durable_subscriber_never_acknowledged_come_back_after_its_re
         &missing[..missing.len().min(20)]
     );
 }
+
+/// Subscribes `(news, reader)` on `c` with acknowledged pushes and reads the reply.
+fn subscribe_acking(c: &mut std::net::TcpStream) {
+    let body = r#"{"topic":"news","id":"reader","durable":true,"ack":true}"#;
+    send(c, op::CONSUME, body);
+    assert_eq!(recv(c).unwrap().1, r#"{"status":"subscribed"}"#);
+}
+
+fn push_ids(pushes: &[String]) -> Vec<String> {
+    pushes
+        .iter()
+        .map(|p| {
+            let v: serde_json::Value = serde_json::from_str(p).unwrap();
+            v["id"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+fn ack_push(c: &mut std::net::TcpStream, id: &str) {
+    send(c, op::ACK, &format!(r#"{{"id":"{id}"}}"#));
+    assert_eq!(recv(c).unwrap().1, r#"{"status":"acked"}"#);
+}
+
+/// A subscriber with acknowledged pushes (`"ack": true`, a BoltQ addition) read six pushes
+/// (its TCP acknowledged every byte) but acknowledged only the first, second and fourth
+/// before it went away: a re-subscribe gets the third onwards again, the fourth included
+/// (only the acknowledged front is confirmed), where TCP confirmation alone would have
+/// taken all six as received. One that acknowledges everything leaves nothing behind.
+#[test]
+fn pushes_an_acking_subscriber_read_but_did_not_acknowledge_come_back() {
+    let s = Server::start(&[]);
+    let mut sub = raw(&s);
+    subscribe_acking(&mut sub);
+    let mut p = client(&s);
+    let published: Vec<String> = (0..6)
+        .map(|i| {
+            p.publish_topic("news", &format!("{i}"), None, 0)
+                .unwrap()
+                .id
+        })
+        .collect();
+    let mut pushes = Vec::new();
+    drain(&mut sub, Duration::from_millis(500), &mut pushes);
+    assert_eq!(push_ids(&pushes), published);
+    for i in [0, 1, 3] {
+        ack_push(&mut sub, &published[i]);
+    }
+    // Long past the server's polls of what the peer's TCP acknowledged (every 10 ms).
+    std::thread::sleep(Duration::from_millis(300));
+    drop(sub);
+
+    let mut again = raw(&s);
+    subscribe_acking(&mut again);
+    let mut pushes = Vec::new();
+    drain(&mut again, Duration::from_millis(500), &mut pushes);
+    assert_eq!(push_ids(&pushes), published[2..].to_vec());
+    for id in &published[2..] {
+        ack_push(&mut again, id);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    drop(again);
+
+    let mut third = raw(&s);
+    subscribe_acking(&mut third);
+    let mut pushes = Vec::new();
+    drain(&mut third, Duration::from_millis(500), &mut pushes);
+    assert!(
+        pushes.is_empty(),
+        "acknowledged pushes came again: {pushes:?}"
+    );
+    // An ACK of a push that is not this connection's is a work-queue ACK, as in v1.
+    send(
+        &mut third,
+        op::ACK,
+        &format!(r#"{{"id":"{}"}}"#, published[0]),
+    );
+    let (code, body) = recv(&mut third).unwrap();
+    assert_ne!(code, 0x00, "{body}");
+    assert!(body.contains("not found in pending"), "{body}");
+}

@@ -42,6 +42,9 @@ export class BoltQError extends Error {
 
 const subscriptionKey = (topic, id) => `${topic}\u0000${id}`;
 
+/** The SUBSCRIBE body; `ack` only when asked for, so v1 servers see v1's fields. */
+const subscribeBody = (topic, id, durable, ack) => (ack ? { topic, id, durable, ack } : { topic, id, durable });
+
 function nanos(name, ms) {
   if (ms === undefined || ms === null || ms === 0) return 0;
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > DURATION_MS_MAX) {
@@ -185,13 +188,19 @@ export class BoltQClient extends EventEmitter {
    * `message`, `message:<topic>` and `message:<topic>:<id>`. The handler is in place
    * before the request leaves, so a durable subscriber's catch-up reaches it. The
    * subscription is sent again after every reconnect.
+   *
+   * `ack: true` (durable only; a BoltQ server addition, not in v1) makes a push count as
+   * received only once `ack(message.id)` names it: pushes the handler got but never
+   * acknowledged, because the process died or the connection dropped, come again on the
+   * next subscribe. Acknowledge every push; the server closes a connection holding more
+   * than 65,536 unacknowledged ones.
    */
-  async subscribe(topic, id, { durable = false } = {}, onMessage = () => {}) {
+  async subscribe(topic, id, { durable = false, ack = false } = {}, onMessage = () => {}) {
     const key = subscriptionKey(topic, id);
     const previous = this.subscriptions.get(key);
-    this.subscriptions.set(key, { topic, id, durable, onMessage });
+    this.subscriptions.set(key, { topic, id, durable, ack, onMessage });
     try {
-      return await this.request(Op.CONSUME, { topic, id, durable });
+      return await this.request(Op.CONSUME, subscribeBody(topic, id, durable, ack));
     } catch (e) {
       if (previous) this.subscriptions.set(key, previous);
       else this.subscriptions.delete(key);
@@ -442,7 +451,7 @@ export class BoltQClient extends EventEmitter {
     try {
       await this.open();
       for (const s of this.subscriptions.values()) {
-        await this.request(Op.CONSUME, { topic: s.topic, id: s.id, durable: s.durable });
+        await this.request(Op.CONSUME, subscribeBody(s.topic, s.id, s.durable, s.ack));
       }
       this.nextReconnectMs = this.reconnectInterval;
       this.emit('reconnect');

@@ -107,6 +107,28 @@ test('a durable catch-up after offline publishes reaches the handler, which is i
   await pub.close();
 });
 
+test('with ack: true, pushes the handler got but did not acknowledge come again', { skip }, async () => {
+  const topic = name('acked');
+  const first = await client();
+  const got = [];
+  await first.subscribe(topic, 'worker', { durable: true, ack: true }, (m) => got.push(m));
+  const pub = await client();
+  for (let i = 0; i < 4; i++) await pub.publishTopic(topic, i);
+  await until(() => got.length === 4, 5_000, 'four pushes');
+  await first.ack(got[0].id);
+  await first.ack(got[1].id);
+  await sleep(200);
+  await first.close();
+  const again = await client();
+  const redelivered = [];
+  await again.subscribe(topic, 'worker', { durable: true, ack: true }, (m) => redelivered.push(m));
+  await until(() => redelivered.length === 2, 5_000, 'the two unacknowledged pushes');
+  assert.deepEqual(redelivered.map((m) => m.payload), [2, 3]);
+  for (const m of redelivered) await again.ack(m.id);
+  await again.close();
+  await pub.close();
+});
+
 test('five concurrent polling consumers take 100 messages exactly once', { skip }, async () => {
   const q = name('workers');
   const pub = await client();

@@ -173,6 +173,9 @@ pub struct Subscribe {
     pub topic: String,
     pub id: String,
     pub durable: bool,
+    /// BoltQ addition: the subscriber ACKs each push by its message id, and a push counts
+    /// as received only then (durable subscriptions only; see `server/push_acks.rs`).
+    pub ack: bool,
 }
 
 /// The `id` of an ACK/NACK, kept as sent: v1's error text echoes it
@@ -483,7 +486,7 @@ fn parse_publish_topic(payload: &[u8]) -> Result<Request, RequestError> {
 }
 
 fn parse_consume(payload: &[u8]) -> Result<Request, RequestError> {
-    let (mut topic, mut id, mut durable) = (String::new(), String::new(), false);
+    let (mut topic, mut id, mut durable, mut ack) = (String::new(), String::new(), false, false);
     let (mut wait_ms, mut max) = (0i128, None::<i128>);
     decode(payload, "consumeRequest", |r, key| {
         Some(if key_matches(key, "topic") {
@@ -492,6 +495,8 @@ fn parse_consume(payload: &[u8]) -> Result<Request, RequestError> {
             r.read_str("id", &mut id)
         } else if key_matches(key, "durable") {
             r.read_bool("durable", &mut durable)
+        } else if key_matches(key, "ack") {
+            r.read_bool("ack", &mut ack)
         } else if key_matches(key, "wait_ms") {
             r.read_int("wait_ms", IntType::Uint64, &mut wait_ms)
         } else if key_matches(key, "max") {
@@ -507,7 +512,18 @@ fn parse_consume(payload: &[u8]) -> Result<Request, RequestError> {
     check_name("topic", &topic)?;
     if !id.is_empty() {
         check_name("id", &id)?;
-        return Ok(Request::Subscribe(Subscribe { topic, id, durable }));
+        if ack && !durable {
+            return Err(RequestError::Invalid(
+                "ack needs durable: only a durable subscription keeps pushes until they are acknowledged"
+                    .to_string(),
+            ));
+        }
+        return Ok(Request::Subscribe(Subscribe {
+            topic,
+            id,
+            durable,
+            ack,
+        }));
     }
     let max = match max {
         None => None,

@@ -17,6 +17,7 @@ use super::dispatch::{self, ConnState, Pending};
 use super::extra::ExtraCommands;
 use super::outbound::{Outbound, PUSH_BYTES_MAX};
 use super::plane::Plane;
+use super::push_acks::PUSHES_AWAITING_ACK_MAX;
 use crate::queue::protocol::frame::{self, op, FrameError};
 use boltq_io::listener::Conn;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -120,14 +121,17 @@ pub async fn serve(
     let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut outbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
-    let mut confirms = Confirmations::default();
     let mut tracked: Vec<Tracked> = Vec::new();
     'serve: loop {
         if out.overrun() {
             log::info!("closing a durable subscriber holding {PUSH_BYTES_MAX} bytes of unread pushes; it gets them again when it subscribes again");
             break;
         }
-        confirms.confirm(&conn, &plane, me);
+        if state.confirms.acks.over_limit() {
+            log::info!("closing a subscriber holding more than {PUSHES_AWAITING_ACK_MAX} pushes it has not acknowledged; it gets them again when it subscribes again");
+            break;
+        }
+        state.confirms.confirm(&conn, &plane, me);
         let ticket = out.push_event.ticket();
         if out.has_pushes() {
             outbuf.clear();
@@ -135,7 +139,8 @@ pub async fn serve(
             if conn.write_all(&outbuf).await.is_err() {
                 break;
             }
-            confirms
+            state
+                .confirms
                 .written(&mut conn, std::mem::take(&mut tracked))
                 .await;
             continue;
@@ -166,7 +171,7 @@ pub async fn serve(
                             Wake::Stop
                         },
                         async {
-                            match next_timer(&confirms, deadline) {
+                            match next_timer(&state.confirms, deadline) {
                                 Some(at) => {
                                     boltq_shards::sleep(
                                         at.saturating_duration_since(Instant::now()),
@@ -266,7 +271,8 @@ pub async fn serve(
                 if conn.write_all(&frames).await.is_err() {
                     break 'serve;
                 }
-                confirms
+                state
+                    .confirms
                     .written(&mut conn, std::mem::take(&mut tracked))
                     .await;
             }
@@ -277,6 +283,6 @@ pub async fn serve(
     }
     let _ = conn.flush().await;
     // A client that closed cleanly may have acknowledged pushes since the last look.
-    confirms.confirm(&conn, &plane, me);
+    state.confirms.confirm(&conn, &plane, me);
     plane.unregister_conn(me);
 }

@@ -5,14 +5,15 @@
 //! returned: a write into a socket the peer has just reset succeeds, and its bytes are gone.
 //!
 //! Trade-off: a client that took the bytes into its kernel and then crashed before reading
-//! them loses them (the peer's TCP acknowledged); an application-level ack would close
-//! that, at the price of a v1 protocol change every client would need. Confirming costs one
-//! `getsockopt` per connection and loop iteration while pushes wait, and one logged record
-//! per registration per confirmation round.
+//! them loses them (the peer's TCP acknowledged). v1 clients have no way to say more; a
+//! client that subscribes with `"ack": true` confirms by its own ACKs instead
+//! (`push_acks.rs`). Confirming costs one `getsockopt` per connection and loop iteration
+//! while pushes wait, and one logged record per registration per confirmation round.
 
 use super::plane::Plane;
+use super::push_acks::PushAcks;
 use crate::queue::broker::{Command, ConsumerRef};
-use crate::queue::message::Message;
+use crate::queue::message::{Message, MessageId};
 use crate::queue::protocol::reply;
 use boltq_io::listener::Conn;
 use futures_lite::AsyncWriteExt;
@@ -28,6 +29,10 @@ pub struct Tracked {
     pub topic: String,
     pub sub_id: String,
     pub delivery: u64,
+    /// The pushed message, which a subscriber in ack mode acknowledges by.
+    pub id: MessageId,
+    /// False when the push could not be encoded (too large for a frame): never sent.
+    pub sent: bool,
 }
 
 /// The durable pushes one connection wrote, waiting for the peer's acknowledgement.
@@ -37,15 +42,29 @@ pub struct Confirmations {
     awaiting: VecDeque<(u64, Vec<Tracked>)>,
     /// The socket stopped being established: nothing more is confirmed.
     broken: bool,
+    /// Pushes of registrations whose subscriber acknowledges them itself: confirmed by its
+    /// ACKs, not by TCP.
+    pub acks: PushAcks,
 }
 
 impl Confirmations {
     /// `batch` was just written to `conn` (the caller awaited the write): flush it and
     /// remember where it ends. On a socket no longer established nothing is remembered: the
     /// disconnect hands those pushes out again.
-    pub async fn written(&mut self, conn: &mut Conn, batch: Vec<Tracked>) {
+    pub async fn written(&mut self, conn: &mut Conn, mut batch: Vec<Tracked>) {
         if batch.is_empty() || self.broken {
             return;
+        }
+        if batch.iter().any(|t| self.acks.takes(t)) {
+            let (acked_by_client, by_tcp): (Vec<Tracked>, Vec<Tracked>) =
+                batch.into_iter().partition(|t| self.acks.takes(t));
+            for t in acked_by_client {
+                self.acks.track(t);
+            }
+            batch = by_tcp;
+            if batch.is_empty() {
+                return;
+            }
         }
         if conn.flush().await.is_err() {
             self.broken = true;
@@ -68,8 +87,13 @@ impl Confirmations {
         !self.awaiting.is_empty() && !self.broken
     }
 
-    /// Confirms, to their slots, every push `conn`'s peer has acknowledged.
+    /// Confirms, to their slots, every push `conn`'s peer has acknowledged, and the
+    /// acknowledged front of the pushes its client acknowledges itself.
     pub fn confirm(&mut self, conn: &Conn, plane: &Plane, me: ConsumerRef) {
+        let acked = self.acks.take_confirmable();
+        if !acked.is_empty() {
+            plane.confirm_deliveries(me, acked);
+        }
         if !self.waiting() {
             return;
         }
@@ -153,7 +177,8 @@ impl CatchUp {
     ) {
         let start = frames.len();
         while let Some(m) = self.messages.pop_front() {
-            if reply::push(&m, &self.sub_id, frames).is_err() {
+            let sent = reply::push(&m, &self.sub_id, frames).is_ok();
+            if !sent {
                 log::warn!("catch-up message {} too large for a frame", m.id);
             }
             if let Some(delivery) = self.next_delivery {
@@ -161,6 +186,8 @@ impl CatchUp {
                     topic: self.topic.clone(),
                     sub_id: self.sub_id.clone(),
                     delivery,
+                    id: m.id,
+                    sent,
                 });
                 self.next_delivery = Some(delivery + 1);
             }
@@ -210,6 +237,8 @@ mod tests {
             topic: topic.into(),
             sub_id: "s".into(),
             delivery,
+            id: crate::queue::message::IdGenerator::new([1; 7]).next(0),
+            sent: true,
         }
     }
 

@@ -4,7 +4,7 @@
 //! answered at once, slot commands are applied (or sent to their owner) at once. `resolve`
 //! then awaits each reply in request order and encodes it.
 
-use super::delivery::CatchUp;
+use super::delivery::{CatchUp, Confirmations};
 use super::exchanges::ExchangeOp;
 use super::extra::{ExtraCommands, ExtraReply};
 use super::outbound::Outbound;
@@ -41,6 +41,8 @@ pub struct ConnState {
     /// handler only once the `subscribed` reply resolves, so pushes read together with
     /// that reply are emitted before anyone listens.
     pub catch_up: std::collections::VecDeque<CatchUp>,
+    /// Durable pushes written to this connection and not yet confirmed to their slots.
+    pub confirms: Confirmations,
     /// (topic, subscriber id) pairs this connection subscribed, counted when the SUBSCRIBE
     /// is dispatched (a refused or taken-over one keeps its place: the count errs high).
     subscriptions: std::collections::BTreeSet<(String, String)>,
@@ -59,6 +61,7 @@ impl ConnState {
             seq_no: 0,
             extra: None,
             catch_up: std::collections::VecDeque::new(),
+            confirms: Confirmations::default(),
             subscriptions: std::collections::BTreeSet::new(),
             subscriptions_max: usize::MAX,
         }
@@ -365,6 +368,7 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
                 );
                 return Pending::Ready(out);
             }
+            st.confirms.acks.set_mode(&s.topic, &s.id, s.ack);
             let slot = slot_of_name(&s.topic);
             let cmd = Command::Subscribe {
                 topic: s.topic.clone(),
@@ -386,7 +390,16 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             );
             Pending::Ready(out)
         }
-        Request::Ack(target) => ack(plane, &target, false),
+        Request::Ack(target) => {
+            let id = target.message_id().expect("checked above");
+            if st.confirms.acks.ack(id) {
+                // A push of an acknowledging subscription: confirmed to its slot with the
+                // connection's next round of confirmations (see `push_acks.rs`).
+                reply::acked(&mut out);
+                return Pending::Ready(out);
+            }
+            ack(plane, &target, false)
+        }
         Request::Nack(target) => ack(plane, &target, true),
         Request::Ping => {
             reply::pong(&mut out);

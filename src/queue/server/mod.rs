@@ -12,6 +12,7 @@ mod long_poll;
 pub mod mesh;
 pub mod outbound;
 pub mod plane;
+pub mod push_acks;
 pub mod replicated;
 mod slot;
 pub mod snapshot;

@@ -67,7 +67,7 @@ impl Outbound {
     /// (too large for a frame) can never be delivered: it is confirmed with the next write,
     /// loudly, rather than block its registration. One that finds no room marks the
     /// connection overrun: it must close, since confirming later pushes would skip this one.
-    pub fn push_durable(&self, tracked: Tracked, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
+    pub fn push_durable(&self, mut tracked: Tracked, encode: impl FnOnce(&mut Vec<u8>) -> bool) {
         match self.queue_frame(encode) {
             // Closed: the disconnect hands it out again.
             Err(Refused::Closed) => return,
@@ -76,7 +76,8 @@ impl Outbound {
                 self.push_event.notify();
                 return;
             }
-            Ok(()) | Err(Refused::NotEncoded) => {}
+            Ok(()) => {}
+            Err(Refused::NotEncoded) => tracked.sent = false,
         }
         let mut t = self.tracked.borrow_mut();
         t.push(tracked);
@@ -211,6 +212,8 @@ mod tests {
             topic: "t".into(),
             sub_id: "s".into(),
             delivery: n,
+            id: crate::queue::message::IdGenerator::new([1; 7]).next(0),
+            sent: true,
         }
     }
 

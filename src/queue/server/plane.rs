@@ -377,6 +377,8 @@ impl Plane {
                             topic: msg.topic.clone(),
                             sub_id: sub_id.clone(),
                             delivery,
+                            id: msg.id,
+                            sent: true,
                         };
                         out.push_durable(tracked, encode);
                     }

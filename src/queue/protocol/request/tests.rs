@@ -590,13 +590,32 @@ fn consume_wait_and_batch_fields() {
         );
     }
     assert!(err_text(op::CONSUME, r#"{"topic":"q","max":"5"}"#).starts_with("invalid json: "));
+    // `ack` (a BoltQ addition) asks for acknowledged pushes, on durable subscriptions only.
+    assert_eq!(
+        req(
+            op::CONSUME,
+            r#"{"topic":"t","id":"s","durable":true,"ack":true}"#
+        ),
+        Ok(Request::Subscribe(Subscribe {
+            topic: "t".into(),
+            id: "s".into(),
+            durable: true,
+            ack: true,
+        }))
+    );
+    assert!(
+        err_text(op::CONSUME, r#"{"topic":"t","id":"s","ack":true}"#)
+            .starts_with("ack needs durable")
+    );
+    assert!(err_text(op::CONSUME, r#"{"topic":"t","id":"s","ack":1}"#).contains("ack"));
     // Subscribe ignores them (even out-of-range ones).
     assert_eq!(
         req(op::CONSUME, r#"{"topic":"t","id":"s","max":0,"wait_ms":5}"#),
         Ok(Request::Subscribe(Subscribe {
             topic: "t".into(),
             id: "s".into(),
-            durable: false
+            durable: false,
+            ack: false,
         }))
     );
 }
@@ -803,6 +822,7 @@ fn go_sdk_bodies() {
                 topic: "news".into(),
                 id: "s1".into(),
                 durable: false,
+                ack: false,
             }),
         ),
         (
@@ -812,6 +832,7 @@ fn go_sdk_bodies() {
                 topic: "news".into(),
                 id: "s1".into(),
                 durable: true,
+                ack: false,
             }),
         ),
         (
@@ -903,6 +924,7 @@ fn node_sdk_bodies() {
                 topic: "news".into(),
                 id: "s1".into(),
                 durable: true,
+                ack: false,
             }),
         ),
         (
@@ -912,6 +934,7 @@ fn node_sdk_bodies() {
                 topic: "news".into(),
                 id: "s1".into(),
                 durable: false,
+                ack: false,
             }),
         ),
         (op::CONFIRM_SELECT, "{}", Request::ConfirmSelect),
