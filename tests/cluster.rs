@@ -1958,3 +1958,127 @@ fn a_senders_typing_budget_holds_across_the_nodes_its_devices_use() {
         .sum();
     assert!(held_back >= 3, "held back {held_back}");
 }
+
+/// What `packaging/kubernetes/boltq.yaml` gives pod `pod`: the ConfigMap's `boltq.toml`,
+/// the container's literal environment with `$(POD_NAME)` filled in, and the Secret's API
+/// key as `BOLTQ_API_KEY`. Each pod's DNS name `boltq-N.boltq-peers` becomes the loopback
+/// address 127.0.0.(N + 2), where the test runs that pod.
+fn manifest_for(manifest: &str, pod: usize) -> (String, Vec<(String, String)>) {
+    let lines: Vec<&str> = manifest.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim() == "boltq.toml: |")
+        .expect("the ConfigMap's boltq.toml");
+    let toml: String = lines[start + 1..]
+        .iter()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.get(4..).unwrap_or("")))
+        .collect();
+    let field = |line: &str, key: &str| {
+        line.trim()
+            .strip_prefix(key)
+            .map(|v| v.trim().trim_matches('"').to_string())
+    };
+    let key = lines
+        .iter()
+        .find_map(|l| field(l, "api-key:"))
+        .expect("the Secret's api-key");
+    let pod_name = format!("boltq-{pod}");
+    let loopback = |v: String| {
+        (0..3).fold(v, |v, n| {
+            v.replace(
+                &format!("boltq-{n}.boltq-peers"),
+                &format!("127.0.0.{}", n + 2),
+            )
+        })
+    };
+    let mut env = vec![("BOLTQ_API_KEY".to_string(), key)];
+    for (i, line) in lines.iter().enumerate() {
+        let Some(name) = field(line, "- name:").filter(|n| n.starts_with("BOLTQ_")) else {
+            continue;
+        };
+        if let Some(value) = lines.get(i + 1).and_then(|l| field(l, "value:")) {
+            env.push((name, loopback(value.replace("$(POD_NAME)", &pod_name))));
+        }
+    }
+    (toml, env)
+}
+
+/// The Kubernetes manifest's configuration, as its three pods get it, forms a cluster that
+/// serves: the same ConfigMap and environment for every pod (one list of all members as
+/// peers), the manifest's ports, each pod on its own address as its own DNS name would give
+/// it, all started at once (`podManagementPolicy: Parallel`); every pod becomes ready,
+/// and a publish through one is consumed through another.
+#[test]
+fn the_kubernetes_manifest_forms_a_cluster_that_serves() {
+    let manifest = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/kubernetes/boltq.yaml"),
+    )
+    .unwrap();
+    let dir = TempDir::new("cluster-kubernetes");
+    let mut members: Vec<Member> = (0..3)
+        .map(|pod| {
+            let (toml, env) = manifest_for(&manifest, pod);
+            assert!(toml.contains("shards = 2"), "{toml}");
+            let cfg = dir.path().join(format!("boltq-{pod}.toml"));
+            std::fs::write(&cfg, &toml).unwrap();
+            let data = dir.path().join(format!("boltq-{pod}"));
+            let place = Place {
+                host: format!("127.0.0.{}", pod + 2),
+                netns_pid: None,
+                env,
+            };
+            Member {
+                name: format!("boltq-{pod}"),
+                place,
+                raft: 9100,
+                tcp: 9091,
+                http: 9090,
+                args: vec![
+                    "--config".into(),
+                    cfg.to_str().unwrap().into(),
+                    "--data-dir".into(),
+                    data.to_str().unwrap().into(),
+                ],
+                data,
+                server: None,
+            }
+        })
+        .collect();
+    std::thread::scope(|s| {
+        for m in members.iter_mut() {
+            s.spawn(|| m.start());
+        }
+    });
+    let key = members[0].place.env[0].1.clone();
+    let (code, body) = support::http_get_keyed(
+        &members[0].place.host,
+        members[0].http,
+        "/cluster/status",
+        Some(&key),
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap();
+    let names: BTreeSet<&str> = status["cluster"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["boltq-0", "boltq-1", "boltq-2"]));
+    let connect = |m: &Member| {
+        let opts = ClientOptions {
+            api_key: Some(key.clone()),
+            timeout_ms: 15_000,
+            ..ClientOptions::default()
+        };
+        Client::connect(&format!("{}:{}", m.place.host, m.tcp), opts).unwrap()
+    };
+    let id = connect(&members[0])
+        .publish("k8s-jobs", "\"hello\"", None, PublishOptions::default())
+        .unwrap()
+        .id;
+    let got = connect(&members[2]).consume("k8s-jobs").unwrap().unwrap();
+    assert_eq!(got.id, id);
+}

@@ -620,7 +620,9 @@ impl Config {
     }
 
     /// Canonical form after layering: seed lists trimmed and de-duplicated
-    /// keeping the first (highest-priority) occurrence.
+    /// keeping the first (highest-priority) occurrence, and this node's own entry taken
+    /// out of `cluster.peers` when it names `cluster.raft_addr` (so one list of every
+    /// member serves every node, as a Kubernetes StatefulSet's shared environment needs).
     fn normalize(&mut self) {
         fn dedup(list: &mut Vec<String>) {
             let mut seen = std::collections::HashSet::new();
@@ -634,6 +636,11 @@ impl Config {
         }
         dedup(&mut self.cluster.seeds);
         dedup(&mut self.cluster.peers);
+        let cl = &mut self.cluster;
+        if !cl.node_id.is_empty() {
+            let me = (cl.node_id.as_str(), cl.raft_addr.as_str());
+            cl.peers.retain(|p| split_peer(p) != Some(me));
+        }
     }
 
     /// The HTTP admin port: `server.http_port` if set anywhere, else

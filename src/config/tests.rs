@@ -973,3 +973,36 @@ fn help_and_version_exit_zero() {
     let err = Config::load(args(&["--tcp-port", "x"]), &no_env).unwrap_err();
     assert_eq!(err.exit_code(), 2);
 }
+
+/// One list of every member serves every node (a StatefulSet's shared environment): a
+/// node's own entry, with its own raft address, is taken out of its peers; with another
+/// address it is refused.
+#[test]
+fn peers_may_name_this_node_with_its_own_raft_address() {
+    let all = "boltq-0@boltq-0.boltq-peers:9100,boltq-1@boltq-1.boltq-peers:9100,boltq-2@boltq-2.boltq-peers:9100";
+    for (i, me) in ["boltq-0", "boltq-1", "boltq-2"].iter().enumerate() {
+        let raft = format!("{me}.boltq-peers:9100");
+        let env = env_of(&[
+            ("BOLTQ_CLUSTER_ENABLED", "true"),
+            ("BOLTQ_NODE_ID", me),
+            ("BOLTQ_RAFT_ADDR", &raft),
+            ("BOLTQ_CLUSTER_PEERS", all),
+        ]);
+        let c = Config::load(args(&[]), &env).unwrap_or_else(|e| panic!("{e}"));
+        let others: Vec<String> = all
+            .split(',')
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, p)| p.to_string())
+            .collect();
+        assert_eq!(c.cluster.peers, others, "node {me}");
+    }
+    let env = env_of(&[
+        ("BOLTQ_CLUSTER_ENABLED", "true"),
+        ("BOLTQ_NODE_ID", "boltq-0"),
+        ("BOLTQ_RAFT_ADDR", "boltq-0.elsewhere:9100"),
+        ("BOLTQ_CLUSTER_PEERS", all),
+    ]);
+    let err = Config::load(args(&[]), &env).unwrap_err().to_string();
+    assert!(err.contains("cluster.peers[0]"), "{err}");
+}

@@ -322,7 +322,7 @@ fn cluster_membership(c: &Config) -> Check {
             return Err(ConfigError::invalid(
                 &key,
                 format!("{peer:?}"),
-                "names a node id twice (or this node's own cluster.node_id)",
+                "names a node id twice (or this node's own cluster.node_id with another address than cluster.raft_addr)",
             ));
         }
     }

@@ -84,6 +84,8 @@ pub struct Place {
     /// A process whose network namespace the server joins (`nsenter -t <pid> -n`); `None`:
     /// the test's own.
     pub netns_pid: Option<u32>,
+    /// More environment for the server (after `BOLTQ_HOST`).
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for Place {
@@ -91,6 +93,7 @@ impl Default for Place {
         Place {
             host: "127.0.0.1".to_string(),
             netns_pid: None,
+            env: Vec::new(),
         }
     }
 }
@@ -184,6 +187,7 @@ impl Server {
         let child = command
             .args(args)
             .env("BOLTQ_HOST", &place.host)
+            .envs(place.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -344,11 +348,24 @@ pub fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
 
 /// [`http_get`] to `host`.
 pub fn http_get_at(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    http_get_keyed(host, port, path, None)
+}
+
+/// [`http_get_at`] with the admin API key (`X-API-Key`) when given.
+pub fn http_get_keyed(
+    host: &str,
+    port: u16,
+    path: &str,
+    api_key: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect((host, port))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let key = api_key
+        .map(|k| format!("X-API-Key: {k}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\n{key}Connection: close\r\n\r\n"
     )?;
     let mut resp = String::new();
     s.read_to_string(&mut resp)?;

@@ -40,6 +40,7 @@ impl Host {
         Place {
             host: self.addr.clone(),
             netns_pid: Some(self.holder.id()),
+            env: Vec::new(),
         }
     }
 
