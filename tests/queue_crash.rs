@@ -40,6 +40,10 @@
 //!   must reach the subscriber at least once — live, or in a catch-up after a restart, or
 //!   in the final catch-up (duplicates are allowed: a push whose TCP acknowledgement had
 //!   not been confirmed when the server died is handed out again).
+//! - A second durable subscriber of the same topic acknowledges its pushes (`"ack": true`)
+//!   and now and then "crashes" itself: it drops its connection with pushes its kernel and
+//!   its client had taken but it had not handled. Every acknowledged topic publish must be
+//!   handled by it at least once all the same (TCP confirmation alone would lose those).
 //!
 //! Set `BOLTQ_CRASH_SEED` to replay a run's random choices (kill moments, batch sizes,
 //! queues); the seed is printed.
@@ -87,8 +91,13 @@ const NEWS_SUBSCRIBER: &str = "crash-sub";
 /// The durable pub/sub load: a topic, its durable subscriber, and their worker indices.
 const STREAM: &str = "crash-stream";
 const STREAM_READER: &str = "crash-reader";
+/// The subscriber of `STREAM` that acknowledges its pushes.
+const STREAM_ACKER: &str = "crash-acker";
 const TOPIC_PUBLISHER_WORKER: usize = PUBLISHERS + 1;
 const READER_WORKER: usize = PUBLISHERS + 2;
+const ACKER_WORKER: usize = PUBLISHERS + 3;
+/// The acking subscriber drops its connection unread after about one push in this many.
+const ACKER_CRASH_ONE_IN: u64 = 300;
 
 /// A message of the load: (publisher, sequence number).
 type Key = (u32, u64);
@@ -128,12 +137,15 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     // The durable registration exists before the first topic publish (one made before any
     // subscribe goes nowhere, by design).
     Client::connect(&addr(port), ClientOptions::default())
-        .and_then(|mut c| c.subscribe(STREAM, STREAM_READER, true))
-        .expect("register the durable subscriber");
+        .and_then(|mut c| {
+            c.subscribe(STREAM, STREAM_READER, true)?;
+            c.subscribe_acked(STREAM, STREAM_ACKER)
+        })
+        .expect("register the durable subscribers");
 
     let stop = Arc::new(AtomicBool::new(false));
     let reader_stop = Arc::new(AtomicBool::new(false));
-    let progress = Arc::new(Progress::new(PUBLISHERS + 3));
+    let progress = Arc::new(Progress::new(PUBLISHERS + 4));
     let publishers: Vec<JoinHandle<PublisherLog>> = (0..PUBLISHERS)
         .map(|p| {
             let (stop, progress) = (Arc::clone(&stop), Arc::clone(&progress));
@@ -153,7 +165,14 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     };
     let reader = {
         let (stop, progress) = (Arc::clone(&reader_stop), Arc::clone(&progress));
-        std::thread::spawn(move || run_durable_reader(port, &stop, &progress))
+        std::thread::spawn(move || run_durable_reader(port, Reader::TcpConfirmed, &stop, &progress))
+    };
+    let acker = {
+        let (stop, progress) = (Arc::clone(&reader_stop), Arc::clone(&progress));
+        let reader = Reader::Acking {
+            seed: seed.rotate_left(29),
+        };
+        std::thread::spawn(move || run_durable_reader(port, reader, &stop, &progress))
     };
 
     let mut kills = 0;
@@ -186,6 +205,7 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     // The reader reads on until the pushes stop, so what it was sent it has read.
     reader_stop.store(true, Ordering::SeqCst);
     let mut reader_log = reader.join().expect("durable reader thread");
+    let mut acker_log = acker.join().expect("acking reader thread");
 
     // One more kill with everything quiet: the drain reads what recovery rebuilt.
     server = server.restart_when_ports_free(libc::SIGKILL).0;
@@ -200,7 +220,29 @@ fn sigkill_under_load_loses_no_acknowledged_message_and_keeps_metadata() {
     kills += 1;
     check_durable_metadata(port, kills, &mut metadata_acked);
     verify_final_state(port, &mut ledger, &mut report, &consumer_log);
-    verify_topic_deliveries(port, &topic_log, &mut reader_log, &mut ledger.violations);
+    verify_topic_deliveries(
+        port,
+        Reader::TcpConfirmed,
+        &topic_log,
+        &mut reader_log,
+        &mut ledger.violations,
+    );
+    verify_topic_deliveries(
+        port,
+        Reader::Acking { seed: 0 },
+        &topic_log,
+        &mut acker_log,
+        &mut ledger.violations,
+    );
+    println!(
+        "queue crash test: acking subscriber: {} handled ({} more than once), {} subscribes, \
+         {} connections dropped with pushes unhandled, {} in the final catch-up",
+        acker_log.seen.len(),
+        acker_log.seen.values().filter(|n| **n > 1).count(),
+        acker_log.subscribes,
+        acker_log.crashes,
+        acker_log.final_catch_up,
+    );
     println!(
         "queue crash test: durable pub/sub: {} topic publishes acknowledged ({} unanswered), \
          {} delivered ({} more than once), {} subscribes (one per server generation and \
@@ -543,6 +585,39 @@ fn run_topic_publisher(port: u16, seed: u64, stop: &AtomicBool, progress: &Progr
     log
 }
 
+/// How a durable subscriber of the pub/sub load confirms what it got.
+#[derive(Clone, Copy, Debug)]
+enum Reader {
+    /// A v1 subscriber: its TCP's acknowledgement confirms a push.
+    TcpConfirmed,
+    /// Subscribed with `"ack": true`: it handles a push (notes it), then ACKs its id, and
+    /// now and then drops its connection without handling what its client and kernel hold.
+    Acking { seed: u64 },
+}
+
+impl Reader {
+    fn id(self) -> &'static str {
+        match self {
+            Reader::TcpConfirmed => STREAM_READER,
+            Reader::Acking { .. } => STREAM_ACKER,
+        }
+    }
+
+    fn worker(self) -> usize {
+        match self {
+            Reader::TcpConfirmed => READER_WORKER,
+            Reader::Acking { .. } => ACKER_WORKER,
+        }
+    }
+
+    fn subscribe(self, c: &mut Client) -> Result<(), ClientError> {
+        match self {
+            Reader::TcpConfirmed => c.subscribe(STREAM, STREAM_READER, true),
+            Reader::Acking { .. } => c.subscribe_acked(STREAM, STREAM_ACKER),
+        }
+    }
+}
+
 /// What the durable subscriber received: how often each topic publish arrived.
 #[derive(Debug, Default)]
 struct ReaderLog {
@@ -551,19 +626,39 @@ struct ReaderLog {
     final_catch_up: u64,
     /// Connections that turned out to go to the new server when a restart was announced.
     kept_across_restart: u64,
+    /// Connections the acking reader dropped with pushes unhandled.
+    crashes: u64,
     errors: Vec<String>,
 }
 
 impl ReaderLog {
     /// Reads the pushes that already arrived (and any that follow within 20 ms of each
     /// other, for at most a second); a failed connection just ends it.
-    fn drain_until_quiet(&mut self, c: &mut Client) {
+    fn drain_until_quiet(&mut self, c: &mut Client, reader: Reader) {
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(1) {
             match c.next_push(20) {
-                Ok(Some(push)) => self.note(&push),
+                Ok(Some(push)) => {
+                    if self.handle(c, reader, &push).is_err() {
+                        break;
+                    }
+                }
                 Ok(None) | Err(_) => break,
             }
+        }
+    }
+
+    /// Notes `push` and, for an acking reader, acknowledges it.
+    fn handle(
+        &mut self,
+        c: &mut Client,
+        reader: Reader,
+        push: &boltq::client::Push,
+    ) -> Result<(), ClientError> {
+        self.note(push);
+        match reader {
+            Reader::TcpConfirmed => Ok(()),
+            Reader::Acking { .. } => c.ack(&push.id),
         }
     }
 
@@ -592,7 +687,16 @@ impl ReaderLog {
 /// Subscribes durable to `STREAM` and reads its pushes; after every kill it reconnects and
 /// subscribes again (getting the catch-up). Once `stop` is set it reads on until no push
 /// came for a second, so everything the server handed it has been read.
-fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> ReaderLog {
+fn run_durable_reader(
+    port: u16,
+    reader: Reader,
+    stop: &AtomicBool,
+    progress: &Progress,
+) -> ReaderLog {
+    let mut rng = match reader {
+        Reader::Acking { seed } => Some(Rng::new(seed)),
+        Reader::TcpConfirmed => None,
+    };
     let mut log = ReaderLog::default();
     let mut conn = Conn::new();
     let never = AtomicBool::new(false);
@@ -612,12 +716,12 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
             // announced). Dropping a live connection would throw away pushes its kernel
             // has acknowledged, which the server rightly counts as delivered: read what
             // arrived, then keep the connection if the server still answers.
-            log.drain_until_quiet(c);
+            log.drain_until_quiet(c, reader);
             if c.ping().is_ok() {
                 conn.generation = generation;
                 log.kept_across_restart += 1;
             } else {
-                log.drain_until_quiet(c);
+                log.drain_until_quiet(c, reader);
                 log.note_dropped(c);
                 conn.broken();
                 subscribed = false;
@@ -628,21 +732,36 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
         };
         if !subscribed {
             let sent_us = progress.now_us();
-            if let Err(e) = c.subscribe(STREAM, STREAM_READER, true) {
+            if let Err(e) = reader.subscribe(c) {
                 // Printed now: a refused re-subscribe stalls the whole test, and this
                 // line is what explains the stall.
-                eprintln!("durable reader: subscribe failed: {e}");
+                eprintln!("durable reader {}: subscribe failed: {e}", reader.id());
                 conn.closed_by_server(progress);
                 continue;
             }
-            progress.mark(READER_WORKER, sent_us);
+            progress.mark(reader.worker(), sent_us);
             log.subscribes += 1;
             subscribed = true;
         }
         match c.next_push(100) {
             Ok(Some(push)) => {
-                log.note(&push);
                 quiet_since = Instant::now();
+                if rng
+                    .as_mut()
+                    .is_some_and(|r| r.below(ACKER_CRASH_ONE_IN) == 0)
+                {
+                    // Gone before handling this push and whatever else its client and
+                    // kernel took: all of it must come again.
+                    log.crashes += 1;
+                    conn.closed_by_server(progress);
+                    subscribed = false;
+                    continue;
+                }
+                if let Err(e) = log.handle(c, reader, &push) {
+                    eprintln!("durable reader {}: ack failed: {e}", reader.id());
+                    conn.closed_by_server(progress);
+                    subscribed = false;
+                }
             }
             Ok(None) => {
                 if stop.load(Ordering::SeqCst) && quiet_since.elapsed() > Duration::from_secs(1) {
@@ -651,7 +770,7 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
                 }
             }
             Err(e) => {
-                eprintln!("durable reader: connection ended: {e}");
+                eprintln!("durable reader {}: connection ended: {e}", reader.id());
                 conn.closed_by_server(progress);
                 subscribed = false;
             }
@@ -663,14 +782,15 @@ fn run_durable_reader(port: u16, stop: &AtomicBool, progress: &Progress) -> Read
 /// acknowledged topic publish reached the subscriber at least once.
 fn verify_topic_deliveries(
     port: u16,
+    reader: Reader,
     topic_log: &TopicLog,
     reader_log: &mut ReaderLog,
     violations: &mut Vec<String>,
 ) {
     let mut c = Client::connect(&addr(port), ClientOptions::default()).expect("connect");
-    c.subscribe(STREAM, STREAM_READER, true).expect("subscribe");
+    reader.subscribe(&mut c).expect("subscribe");
     while let Some(push) = c.next_push(1_000).expect("catch-up") {
-        reader_log.note(&push);
+        reader_log.handle(&mut c, reader, &push).expect("ack");
         reader_log.final_catch_up += 1;
     }
     violations.extend(topic_log.errors.iter().cloned());
@@ -678,7 +798,8 @@ fn verify_topic_deliveries(
     for (t, acked) in topic_log.acked.iter().enumerate() {
         if *acked && !reader_log.seen.contains_key(&(t as u64)) {
             violations.push(format!(
-                "topic publish {t} was acknowledged and never reached its durable subscriber"
+                "topic publish {t} was acknowledged and never reached its durable subscriber {}",
+                reader.id()
             ));
         }
     }
