@@ -1815,6 +1815,14 @@ fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
 
     let (_, inbox_leader) = partition_at(&members[0], "chat.inbox.bob").expect("bob's inbox");
     let victim = members.iter().position(|m| m.name == inbox_leader).unwrap();
+    // Alice sends through another node: the pointer is appended by the sender's node after
+    // the `sent` reply, and a sender's node that dies in between loses it (a known gap,
+    // STATUS.md). Through the victim, the kill below raced that append and, on a busy
+    // machine, won (1 run in ~5 under load).
+    if alice_at == victim {
+        alice_at = next_live(&members, victim);
+        alice = device_on(&members[alice_at], "alice", "phone");
+    }
     let second = send_as_device(&members, &mut alice_at, &mut alice, "c1", "m1");
     let second_id = second["message_id"].as_str().unwrap().to_string();
     // Killed right after the reply: the inbox pointer, appended after it, may meet the
