@@ -98,6 +98,9 @@ export class BoltQClient extends EventEmitter {
   consumeWait(topic: string, options?: { waitMs?: number; max?: number }): Promise<Message[]>;
   ack(id: string): Promise<{ status: 'acked' }>;
   nack(id: string): Promise<{ status: 'nacked' }>;
+  /** BoltQ servers only: several ids (1..=1000) in one request. */
+  ackMany(ids: string[]): Promise<{ status: 'acked'; count: number; failed?: { id: string; error: string }[] }>;
+  nackMany(ids: string[]): Promise<{ status: 'nacked'; count: number; failed?: { id: string; error: string }[] }>;
   setPrefetch(count: number): Promise<{ status: 'ok' }>;
   enableConfirm(): Promise<{ status: 'ok' }>;
   ping(): Promise<{ status: 'pong' }>;

@@ -98,6 +98,74 @@ fn publish_consume_ack_round_trip_and_errors() {
     );
 }
 
+/// ACK and NACK with `ids` (a BoltQ addition): one request settles a batch, messages of
+/// every slot (both shards), and the reply lists what it could not settle; the prefetch
+/// window opens by the number acknowledged.
+#[test]
+fn one_ack_settles_many_messages_and_names_those_it_could_not() {
+    let (s, _cfg) = server("");
+    let mut c = client(&s);
+    let queues = ["batch-a", "batch-b", "batch-c", "batch-d"];
+    for i in 0..40 {
+        c.publish(
+            queues[i % 4],
+            &format!("{i}"),
+            None,
+            PublishOptions::default(),
+        )
+        .unwrap();
+    }
+    c.set_prefetch(40).unwrap();
+    let mut taken = Vec::new();
+    for q in queues {
+        taken.extend(c.consume_wait(q, 0, 10).unwrap());
+    }
+    assert_eq!(taken.len(), 40);
+    match c.consume_wait("batch-a", 0, 1) {
+        Err(ClientError::Server(e)) => assert_eq!(e, "prefetch limit reached"),
+        other => panic!("past the prefetch window: {other:?}"),
+    }
+    let (acked, nacked) = taken.split_at(30);
+    let mut ids: Vec<&str> = acked.iter().map(|m| m.id.as_str()).collect();
+    ids.push("0123456789abcdef0123456789abcdef");
+    ids.push("not-an-id");
+    let reply = c.ack_many(&ids).unwrap();
+    assert_eq!(reply.count, 30);
+    assert_eq!(
+        reply
+            .failed
+            .iter()
+            .map(|(id, _)| id.as_str())
+            .collect::<Vec<_>>(),
+        ["0123456789abcdef0123456789abcdef", "not-an-id"]
+    );
+    assert!(
+        reply.failed[0].1.contains("not found in pending"),
+        "{reply:?}"
+    );
+    // Acknowledged for good: a second ACK finds nothing.
+    assert_eq!(c.ack_many(&ids[..2]).unwrap().failed.len(), 2);
+    let nack_ids: Vec<&str> = nacked.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(
+        c.nack_many(&nack_ids).unwrap(),
+        boltq::client::AckedMany {
+            count: 10,
+            failed: vec![]
+        }
+    );
+    // Those ten are ready again (no retry backoff in this config), and the window is open.
+    let mut again = Vec::new();
+    for q in queues {
+        again.extend(c.consume_wait(q, 0, 10).unwrap());
+    }
+    let mut again_ids: Vec<String> = again.iter().map(|m| m.id.clone()).collect();
+    let mut want: Vec<String> = nack_ids.iter().map(|s| s.to_string()).collect();
+    again_ids.sort();
+    want.sort();
+    assert_eq!(again_ids, want);
+    assert!(again.iter().all(|m| m.retry == 1));
+}
+
 #[test]
 fn priorities_high_first_fifo_within_a_level() {
     let (s, _cfg) = server("");

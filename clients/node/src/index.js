@@ -153,6 +153,20 @@ export class BoltQClient extends EventEmitter {
     return this.request(Op.NACK, { id });
   }
 
+  /**
+   * ACK of several messages in one request (`ids`, 1..=1000; a BoltQ server addition, not
+   * in v1). Resolves `{status, count, failed?}`: `failed` lists `{id, error}` for the ids
+   * that were not acknowledged.
+   */
+  ackMany(ids) {
+    return this.request(Op.ACK, { ids });
+  }
+
+  /** NACK of several messages in one request (see `ackMany`). */
+  nackMany(ids) {
+    return this.request(Op.NACK, { ids });
+  }
+
   /** PREFETCH: at most `count` unacked messages for this connection (0 = no limit). */
   setPrefetch(count) {
     return this.request(Op.PREFETCH, { count });

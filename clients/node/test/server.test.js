@@ -129,6 +129,19 @@ test('with ack: true, pushes the handler got but did not acknowledge come again'
   await pub.close();
 });
 
+test('ackMany settles a batch in one request and names the ids it could not', { skip }, async () => {
+  const c = await client();
+  const q = name('ackmany');
+  for (let i = 0; i < 20; i++) await c.publish(q, i);
+  const batch = await c.consumeWait(q, { max: 20 });
+  assert.equal(batch.length, 20);
+  const reply = await c.ackMany([...batch.map((m) => m.id), '0123456789abcdef0123456789abcdef']);
+  assert.equal(reply.count, 20);
+  assert.deepEqual(reply.failed.map((f) => f.id), ['0123456789abcdef0123456789abcdef']);
+  assert.equal(await c.consume(q), null);
+  await c.close();
+});
+
 test('five concurrent polling consumers take 100 messages exactly once', { skip }, async () => {
   const q = name('workers');
   const pub = await client();

@@ -357,6 +357,32 @@ pub fn nacked(out: &mut Vec<u8>) {
     status("nacked", out);
 }
 
+/// The reply to an ACK/NACK with `ids` (a BoltQ addition): OK
+/// `{"status":"acked"|"nacked","count":<done>}`, with
+/// `"failed":[{"id":…,"error":…},…]` for the ids that were not (not pending, or refused).
+pub fn acked_many(status: &str, count: usize, failed: &[(String, String)], out: &mut Vec<u8>) {
+    framed_or_error(out, status::OK, |out| {
+        out.extend_from_slice(b"{\"status\":");
+        put_str(out, status);
+        out.extend_from_slice(format!(",\"count\":{count}").as_bytes());
+        if !failed.is_empty() {
+            out.extend_from_slice(b",\"failed\":[");
+            for (i, (id, error)) in failed.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(b"{\"id\":");
+                put_str(out, id);
+                out.extend_from_slice(b",\"error\":");
+                put_str(out, error);
+                out.push(b'}');
+            }
+            out.push(b']');
+        }
+        out.push(b'}');
+    });
+}
+
 pub fn pong(out: &mut Vec<u8>) {
     status("pong", out);
 }

@@ -99,6 +99,10 @@ pub enum Request {
     Ack(AckTarget),
     /// 0x05.
     Nack(AckTarget),
+    /// 0x04 with `ids` (a BoltQ addition): several messages in one request.
+    AckMany(Vec<AckTarget>),
+    /// 0x05 with `ids`.
+    NackMany(Vec<AckTarget>),
     /// 0x06.
     Ping,
     /// 0x07.
@@ -256,8 +260,8 @@ impl Request {
             Request::Publish(_) => op::PUBLISH,
             Request::PublishTopic(_) => op::PUBLISH_TOPIC,
             Request::Consume(_) | Request::Subscribe(_) => op::CONSUME,
-            Request::Ack(_) => op::ACK,
-            Request::Nack(_) => op::NACK,
+            Request::Ack(_) | Request::AckMany(_) => op::ACK,
+            Request::Nack(_) | Request::NackMany(_) => op::NACK,
             Request::Ping => op::PING,
             Request::Stats => op::STATS,
             Request::Auth { .. } => op::AUTH,
@@ -345,8 +349,14 @@ pub fn parse(frame: Frame<'_>) -> Result<Request, RequestError> {
         op::PUBLISH => parse_publish(p).map(Request::Publish),
         op::PUBLISH_TOPIC => parse_publish_topic(p),
         op::CONSUME => parse_consume(p),
-        op::ACK => parse_ack(p).map(Request::Ack),
-        op::NACK => parse_ack(p).map(Request::Nack),
+        op::ACK => parse_ack(p).map(|a| match a {
+            Acks::One(t) => Request::Ack(t),
+            Acks::Many(ts) => Request::AckMany(ts),
+        }),
+        op::NACK => parse_ack(p).map(|a| match a {
+            Acks::One(t) => Request::Nack(t),
+            Acks::Many(ts) => Request::NackMany(ts),
+        }),
         op::PING => Ok(Request::Ping),
         op::STATS => Ok(Request::Stats),
         op::AUTH => Ok(Request::Auth {
@@ -554,17 +564,85 @@ pub fn read_optional_int(
     Ok(())
 }
 
-fn parse_ack(payload: &[u8]) -> Result<AckTarget, RequestError> {
+/// Most ids in one ACK/NACK with `ids` (as many as one batch CONSUME hands out).
+pub const ACK_IDS_MAX: usize = BATCH_MAX as usize;
+
+/// What an ACK or NACK names: v1's one `id`, or (a BoltQ addition) several `ids`.
+enum Acks {
+    One(AckTarget),
+    Many(Vec<AckTarget>),
+}
+
+fn parse_ack(payload: &[u8]) -> Result<Acks, RequestError> {
     let mut id = String::new();
+    let mut ids_raw = Vec::new();
     decode(payload, "ackRequest", |r, key| {
-        key_matches(key, "id").then(|| r.read_str("id", &mut id))
+        if key_matches(key, "id") {
+            Some(r.read_str("id", &mut id))
+        } else if key_matches(key, "ids") {
+            ids_raw.clear();
+            Some(r.read_raw(&mut ids_raw))
+        } else {
+            None
+        }
     })
     .map_err(|_| RequestError::InvalidJsonNoDetail)?;
-    if id.is_empty() {
-        return Err(ID_REQUIRED);
+    if ids_raw.is_empty() || ids_raw == b"null" {
+        if id.is_empty() {
+            return Err(ID_REQUIRED);
+        }
+        check_name("id", &id)?;
+        return Ok(Acks::One(AckTarget { id }));
     }
-    check_name("id", &id)?;
-    Ok(AckTarget { id })
+    if !id.is_empty() {
+        return Err(RequestError::Invalid(
+            "give either id or ids, not both".to_string(),
+        ));
+    }
+    let ids = parse_ids(&ids_raw)?;
+    for id in &ids {
+        check_name("ids[]", id)?;
+    }
+    Ok(Acks::Many(
+        ids.into_iter().map(|id| AckTarget { id }).collect(),
+    ))
+}
+
+/// `ids`: a JSON array of 1 to [`ACK_IDS_MAX`] non-empty strings. Counted while read, so a
+/// long array is refused before it is held.
+fn parse_ids(raw: &[u8]) -> Result<Vec<String>, RequestError> {
+    struct Ids;
+    impl<'de> serde::de::Visitor<'de> for Ids {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "an array of at most {ACK_IDS_MAX} message ids")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Vec<String>, A::Error> {
+            let mut ids = Vec::new();
+            while let Some(id) = seq.next_element::<String>()? {
+                if ids.len() == ACK_IDS_MAX {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {ACK_IDS_MAX} ids"
+                    )));
+                }
+                ids.push(id);
+            }
+            Ok(ids)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(raw);
+    let ids = serde::Deserializer::deserialize_seq(&mut de, Ids)
+        .map_err(|e| RequestError::Invalid(format!("ids: {e}")))?;
+    if ids.is_empty() {
+        return Err(RequestError::Invalid("ids is empty".to_string()));
+    }
+    if ids.iter().any(String::is_empty) {
+        return Err(RequestError::Invalid("ids: an id is empty".to_string()));
+    }
+    Ok(ids)
 }
 
 fn parse_auth(payload: &[u8]) -> Result<String, RequestError> {

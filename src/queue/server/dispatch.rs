@@ -138,6 +138,11 @@ pub enum Pending {
         submitted: Submitted,
         nack: bool,
     },
+    /// ACK/NACK with `ids`: one answer per id, in order.
+    AckMany {
+        parts: Vec<(String, AckPart)>,
+        nack: bool,
+    },
     Subscribe {
         submitted: Submitted,
         topic: String,
@@ -220,6 +225,29 @@ impl Pending {
                     error_reply(other, out)
                 }
             },
+            Pending::AckMany { parts, nack } => {
+                let mut done = 0;
+                let mut failed = Vec::new();
+                for (id, part) in parts {
+                    let outcome = match part {
+                        AckPart::Push => Outcome::Acked,
+                        AckPart::NotPending => {
+                            Outcome::Error(format!("message {id} not found in pending"))
+                        }
+                        AckPart::Submitted(s) => s.outcome(plane).await,
+                    };
+                    match outcome {
+                        Outcome::Acked | Outcome::Nacked => {
+                            st.out.release_prefetch();
+                            done += 1;
+                        }
+                        Outcome::Error(e) => failed.push((id, e)),
+                        other => failed.push((id, format!("unexpected outcome {other:?}"))),
+                    }
+                }
+                let status = if nack { "nacked" } else { "acked" };
+                reply::acked_many(status, done, &failed, out);
+            }
             Pending::Subscribe {
                 submitted,
                 topic,
@@ -401,6 +429,8 @@ pub fn dispatch(plane: &Rc<Plane>, st: &mut ConnState, frame: Frame<'_>) -> Pend
             ack(plane, &target, false)
         }
         Request::Nack(target) => ack(plane, &target, true),
+        Request::AckMany(targets) => ack_many(plane, st, targets, false),
+        Request::NackMany(targets) => ack_many(plane, st, targets, true),
         Request::Ping => {
             reply::pong(&mut out);
             Pending::Ready(out)
@@ -696,6 +726,45 @@ fn consume(plane: &Rc<Plane>, st: &mut ConnState, c: request::Consume) -> Pendin
         batch: c.max.is_some(),
         started: std::time::Instant::now(),
     }
+}
+
+/// One id of an ACK/NACK with `ids`.
+pub enum AckPart {
+    /// A push of an acknowledging subscription of this connection (ACK only).
+    Push,
+    /// Not an id this server could have issued.
+    NotPending,
+    Submitted(Submitted),
+}
+
+/// ACK/NACK of several messages: each id goes to its slot (pipelined, in order), and the
+/// reply counts what was done and lists what was not.
+fn ack_many(
+    plane: &Rc<Plane>,
+    st: &mut ConnState,
+    targets: Vec<request::AckTarget>,
+    nack: bool,
+) -> Pending {
+    let now = now_ns();
+    let parts = targets
+        .into_iter()
+        .map(|t| {
+            let part = match t.message_id() {
+                None => AckPart::NotPending,
+                Some(id) if !nack && st.confirms.acks.ack(id) => AckPart::Push,
+                Some(id) => {
+                    let cmd = if nack {
+                        Command::Nack { id, now_ns: now }
+                    } else {
+                        Command::Ack { id, now_ns: now }
+                    };
+                    AckPart::Submitted(plane.submit(id.slot(), cmd))
+                }
+            };
+            (t.id, part)
+        })
+        .collect();
+    Pending::AckMany { parts, nack }
 }
 
 fn ack(plane: &Rc<Plane>, target: &request::AckTarget, nack: bool) -> Pending {

@@ -180,6 +180,10 @@ pub struct ConsumerArgs {
     /// Long-poll CONSUME: the server waits up to this long for a message (BoltQ's `wait_ms`).
     #[arg(long)]
     pub wait_ms: Option<u64>,
+    /// ACK each CONSUME reply's messages with one ACK carrying `ids` (a BoltQ addition, not
+    /// in v1) instead of one ACK per message. Pair it with `--batch`.
+    #[arg(long)]
+    pub ack_many: bool,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -85,6 +85,8 @@ pub struct ConsumerSpec {
     /// Record end-to-end latency from the payload stamps (off when they are stale, as for
     /// messages prefilled before the run).
     pub record_e2e: bool,
+    /// One ACK with `ids` per CONSUME reply (`--ack-many`).
+    pub ack_many: bool,
 }
 
 /// Where and how a worker connects.
@@ -770,17 +772,28 @@ fn on_reply(
         status::OK => {
             if let (Op::Consume, Role::Consumer(k)) = (op, &mut *role) {
                 let mut n = 0u64;
+                let mut ids: Vec<&[u8]> = Vec::new();
+                let ack_many = k.spec.ack_many;
                 let ok = wire::for_each_consumed(payload, |d| {
                     n += 1;
                     if let Some(id) = d.id {
-                        let before = k.ack_bytes.len();
-                        wire::ack_frame(id, &mut k.ack_bytes);
-                        k.ack_lens.push_back(k.ack_bytes.len() - before);
+                        if ack_many {
+                            ids.push(id);
+                        } else {
+                            let before = k.ack_bytes.len();
+                            wire::ack_frame(id, &mut k.ack_bytes);
+                            k.ack_lens.push_back(k.ack_bytes.len() - before);
+                        }
                     }
                     if let (true, Some((sent, _))) = (k.spec.record_e2e, d.stamp) {
                         local.record(Series::EndToEnd, sent, now);
                     }
                 });
+                if !ids.is_empty() {
+                    let before = k.ack_bytes.len();
+                    wire::ack_many_frame(&ids, &mut k.ack_bytes);
+                    k.ack_lens.push_back(k.ack_bytes.len() - before);
+                }
                 Counters::add(&counters.consumed, n);
                 if !ok {
                     shared.error(Some(op), "protocol: malformed CONSUME reply", 1);
@@ -791,6 +804,7 @@ fn on_reply(
                 local.record(Series::Publish, start, now);
             } else if op == Op::Ack {
                 local.record(Series::Ack, start, now);
+                Counters::add(&counters.acked_messages, wire::acked_count(payload));
             }
             Counters::add(&counters.acknowledged[op as usize], 1);
         }

@@ -231,6 +231,7 @@ fn consumer_specs(
                 first_queue: i,
                 mode,
                 record_e2e,
+                ack_many: c.ack_many,
             }),
         })
         .collect()

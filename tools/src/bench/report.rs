@@ -110,10 +110,7 @@ pub fn build(input: ReportInput<'_>) -> (Value, bool) {
     }
     for (name, v) in [
         ("consumed", Counters::get(&c.consumed)),
-        (
-            "acked",
-            Counters::get(&c.acknowledged[super::stats::Op::Ack as usize]),
-        ),
+        ("acked", Counters::get(&c.acked_messages)),
         ("empty_consumes", Counters::get(&c.empty)),
         ("delivered", Counters::get(&c.delivered)),
         ("out_of_order", Counters::get(&c.out_of_order)),

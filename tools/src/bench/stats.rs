@@ -171,6 +171,9 @@ pub struct Counters {
     pub empty: AtomicU64,
     /// Messages received in CONSUME replies.
     pub consumed: AtomicU64,
+    /// Messages the ACK replies said were acknowledged (one per v1 ACK; `count` of an ACK
+    /// with `ids`).
+    pub acked_messages: AtomicU64,
     /// Pushes received by subscribers.
     pub delivered: AtomicU64,
     /// Pushes whose sequence number was not above the previous one on that subscriber.

@@ -304,6 +304,35 @@ pub fn ack_frame(raw_id: &[u8], out: &mut Vec<u8>) {
     out.push(b'}');
 }
 
+/// ACK (0x04) frame with `ids` (a BoltQ addition) for raw id values (quotes included).
+pub fn ack_many_frame(raw_ids: &[&[u8]], out: &mut Vec<u8>) {
+    let ids_len: usize = raw_ids.iter().map(|id| id.len() + 1).sum::<usize>().max(1) - 1;
+    let body_len = br#"{"ids":[]}"#.len() + ids_len;
+    out.push(boltq::queue::protocol::frame::op::ACK);
+    out.extend_from_slice(&(body_len as u32).to_le_bytes());
+    out.extend_from_slice(br#"{"ids":["#);
+    for (i, id) in raw_ids.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(id);
+    }
+    out.extend_from_slice(b"]}");
+}
+
+/// How many messages an OK ACK reply acknowledged: its `count` (an ACK with `ids`), else 1.
+pub fn acked_count(payload: &[u8]) -> u64 {
+    let mut count = 1;
+    for_each_member(payload, |key, value| {
+        if key == b"count" {
+            if let Some(n) = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()) {
+                count = n;
+            }
+        }
+    });
+    count
+}
+
 /// The `error` text of an ERROR reply (or the raw payload when it is not the usual shape).
 pub fn error_text(payload: &[u8]) -> String {
     let mut text = None;
@@ -389,6 +418,20 @@ mod tests {
         ack_frame(b"\"abc\"", &mut out);
         let (f, _) = decode(&out).unwrap().unwrap();
         assert_eq!((f.code, f.payload), (op::ACK, &br#"{"id":"abc"}"#[..]));
+    }
+
+    #[test]
+    fn an_ack_of_several_ids_is_one_frame_and_its_reply_count_is_read() {
+        let mut out = Vec::new();
+        ack_many_frame(&[b"\"a\"", b"\"bc\""], &mut out);
+        let (f, used) = decode(&out).unwrap().unwrap();
+        assert_eq!(used, out.len());
+        assert_eq!(
+            (f.code, f.payload),
+            (op::ACK, &br#"{"ids":["a","bc"]}"#[..])
+        );
+        assert_eq!(acked_count(br#"{"status":"acked","count":64}"#), 64);
+        assert_eq!(acked_count(br#"{"status":"acked"}"#), 1);
     }
 
     #[test]

@@ -1245,3 +1245,44 @@ fn a_parsed_payload_holds_no_spare_capacity() {
         assert_eq!(stored.capacity(), payload.len(), "{}", &payload[..20]);
     }
 }
+
+/// ACK/NACK with `ids` (a BoltQ addition): one to 1,000 ids, not beside `id`.
+#[test]
+fn acks_of_several_ids() {
+    let targets = |ids: &[&str]| -> Vec<AckTarget> {
+        ids.iter()
+            .map(|id| AckTarget { id: id.to_string() })
+            .collect()
+    };
+    assert_eq!(
+        req(op::ACK, r#"{"ids":["a","b"]}"#),
+        Ok(Request::AckMany(targets(&["a", "b"])))
+    );
+    assert_eq!(
+        req(op::NACK, r#"{"ids":["a"]}"#),
+        Ok(Request::NackMany(targets(&["a"])))
+    );
+    assert_eq!(
+        req(op::ACK, r#"{"id":"a","ids":null}"#),
+        Ok(Request::Ack(AckTarget { id: "a".into() }))
+    );
+    for (body, text) in [
+        (r#"{"ids":[]}"#, "ids is empty"),
+        (r#"{"ids":[""]}"#, "ids: an id is empty"),
+        (r#"{"ids":[1]}"#, "ids: "),
+        (r#"{"ids":"a"}"#, "ids: "),
+        (r#"{"id":"a","ids":["b"]}"#, "give either id or ids"),
+    ] {
+        assert!(
+            err_text(op::ACK, body).starts_with(text),
+            "{body}: {}",
+            err_text(op::ACK, body)
+        );
+    }
+    let ids = |n: usize| {
+        let list: Vec<String> = (0..n).map(|i| format!("\"m{i}\"")).collect();
+        format!(r#"{{"ids":[{}]}}"#, list.join(","))
+    };
+    assert!(matches!(req(op::ACK, &ids(1000)), Ok(Request::AckMany(t)) if t.len() == 1000));
+    assert!(err_text(op::ACK, &ids(1001)).contains("more than 1000 ids"));
+}
