@@ -290,6 +290,16 @@ fn subscribe_acking(c: &mut std::net::TcpStream) {
     assert_eq!(recv(c).unwrap().1, r#"{"status":"subscribed"}"#);
 }
 
+/// A new connection subscribed with acknowledged pushes, and the ids of the pushes it got
+/// before they stopped coming for half a second.
+fn subscribe_acking_and_drain(s: &Server) -> (std::net::TcpStream, Vec<String>) {
+    let mut c = raw(s);
+    subscribe_acking(&mut c);
+    let mut pushes = Vec::new();
+    drain(&mut c, Duration::from_millis(500), &mut pushes);
+    (c, push_ids(&pushes))
+}
+
 fn push_ids(pushes: &[String]) -> Vec<String> {
     pushes
         .iter()
@@ -333,25 +343,16 @@ fn pushes_an_acking_subscriber_read_but_did_not_acknowledge_come_back() {
     std::thread::sleep(Duration::from_millis(300));
     drop(sub);
 
-    let mut again = raw(&s);
-    subscribe_acking(&mut again);
-    let mut pushes = Vec::new();
-    drain(&mut again, Duration::from_millis(500), &mut pushes);
-    assert_eq!(push_ids(&pushes), published[2..].to_vec());
+    let (mut again, ids) = subscribe_acking_and_drain(&s);
+    assert_eq!(ids, published[2..].to_vec());
     for id in &published[2..] {
         ack_push(&mut again, id);
     }
     std::thread::sleep(Duration::from_millis(300));
     drop(again);
 
-    let mut third = raw(&s);
-    subscribe_acking(&mut third);
-    let mut pushes = Vec::new();
-    drain(&mut third, Duration::from_millis(500), &mut pushes);
-    assert!(
-        pushes.is_empty(),
-        "acknowledged pushes came again: {pushes:?}"
-    );
+    let (mut third, ids) = subscribe_acking_and_drain(&s);
+    assert!(ids.is_empty(), "acknowledged pushes came again: {ids:?}");
     // An ACK of a push that is not this connection's is a work-queue ACK, as in v1.
     send(
         &mut third,
