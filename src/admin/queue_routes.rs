@@ -15,6 +15,7 @@ use crate::queue::server::dispatch::{self, slot_of_name};
 use crate::queue::server::exchanges::ExchangeOp;
 use crate::queue::server::outbound::Outbound;
 use crate::queue::server::plane::now_ns;
+use crate::queue::server::plane::Submitted;
 use crate::queue::server::replicated::{APPLIED_METRIC, LEADER_CHANGES_METRIC, SNAPSHOTS_METRIC};
 use base64::Engine;
 use futures_lite::AsyncWriteExt;
@@ -227,13 +228,58 @@ pub async fn consume(req: &Request, ctx: &AdminCtx) -> Response {
 
 pub async fn ack(req: &Request, ctx: &AdminCtx, nack: bool) -> Response {
     let code = if nack { op::NACK } else { op::ACK };
-    let target = match parse(code, req) {
-        Ok(Cmd::Ack(t)) | Ok(Cmd::Nack(t)) => t,
+    let targets = match parse(code, req) {
+        Ok(Cmd::Ack(t)) | Ok(Cmd::Nack(t)) => {
+            return match settle(ctx, &t, nack).outcome(ctx).await {
+                Outcome::Acked => Response::json(200, &json!({"status": "acked"})),
+                Outcome::Nacked => Response::json(200, &json!({"status": "nacked"})),
+                other => refused(other),
+            };
+        }
+        Ok(Cmd::AckMany(ts)) | Ok(Cmd::NackMany(ts)) => ts,
         Ok(_) => unreachable!("parse of an ack code"),
         Err(r) => return r,
     };
+    // `ids` (a BoltQ addition): the TCP reply's shape, as JSON. Every id is submitted
+    // before any answer is awaited, so they share commit rounds.
+    let settling: Vec<Settling> = targets.iter().map(|t| settle(ctx, t, nack)).collect();
+    let mut count = 0;
+    let mut failed = Vec::new();
+    for (t, s) in targets.iter().zip(settling) {
+        match s.outcome(ctx).await {
+            Outcome::Acked | Outcome::Nacked => count += 1,
+            Outcome::Error(e) => failed.push(json!({"id": t.id, "error": e})),
+            other => failed.push(json!({"id": t.id, "error": format!("{other:?}")})),
+        }
+    }
+    let mut body = json!({"status": if nack { "nacked" } else { "acked" }, "count": count});
+    if !failed.is_empty() {
+        body["failed"] = Value::Array(failed);
+    }
+    Response::json(200, &body)
+}
+
+/// One ACK or NACK on its way.
+enum Settling {
+    NotPending(String),
+    Submitted(Submitted),
+}
+
+impl Settling {
+    async fn outcome(self, ctx: &AdminCtx) -> Outcome {
+        match self {
+            Settling::NotPending(id) => {
+                Outcome::Error(format!("message {id} not found in pending"))
+            }
+            Settling::Submitted(s) => s.outcome(&ctx.plane).await,
+        }
+    }
+}
+
+/// Submits the ACK or NACK of one message.
+fn settle(ctx: &AdminCtx, target: &request::AckTarget, nack: bool) -> Settling {
     let Some(id) = target.message_id() else {
-        return Response::error(500, &format!("message {} not found in pending", target.id));
+        return Settling::NotPending(target.id.clone());
     };
     let now = now_ns();
     let cmd = if nack {
@@ -241,11 +287,7 @@ pub async fn ack(req: &Request, ctx: &AdminCtx, nack: bool) -> Response {
     } else {
         Command::Ack { id, now_ns: now }
     };
-    match ctx.plane.submit(id.slot(), cmd).outcome(&ctx.plane).await {
-        Outcome::Acked => Response::json(200, &json!({"status": "acked"})),
-        Outcome::Nacked => Response::json(200, &json!({"status": "nacked"})),
-        other => refused(other),
-    }
+    Settling::Submitted(ctx.plane.submit(id.slot(), cmd))
 }
 
 fn queue_field(req: &Request) -> Result<String, Response> {

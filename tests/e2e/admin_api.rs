@@ -120,6 +120,31 @@ fn publish_consume_ack_purge_and_dead_letters_over_http() {
         post(&s, "/ack", json!({})).json(),
         json!({"error": "id is required"})
     );
+    // Several ids in one request (a BoltQ addition), as over TCP.
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            tcp.publish("h-many", &format!("{i}"), None, PublishOptions::default())
+                .unwrap();
+            get(&s, "/consume?topic=h-many").json()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        post(&s, "/ack", json!({"ids": [ids[0], ids[1], id]})).json(),
+        json!({"status": "acked", "count": 2, "failed": [
+            {"id": id, "error": format!("message {id} not found in pending")}
+        ]})
+    );
+    assert_eq!(
+        post(&s, "/nack", json!({"ids": [ids[2]]})).json(),
+        json!({"status": "nacked", "count": 1})
+    );
+    assert_eq!(
+        post(&s, "/ack", json!({"ids": []})).json(),
+        json!({"error": "ids is empty"})
+    );
     assert_eq!(
         post(&s, "/queues/purge", json!({"queue": "h"})).json(),
         json!({"purged_count": 1, "queue": "h", "status": "purged"})
