@@ -85,6 +85,10 @@ redis() {
 printf '%-34s %12s %10s\n' "scenario (durability)" "ops/s" "p99 ms"
 boltq "boltq queue 100B d64 (always)" queue --producers 1 --consumers 1 --depth 64 --size 100
 boltq "boltq queue 1KiB d64 (always)" queue --producers 1 --consumers 1 --depth 64 --size 1024
+# The consumer as BoltQ's own clients can run it: batches of 64, each acknowledged with
+# one ACK carrying `ids` (not in v1), long-polling when the queue is empty.
+boltq "boltq queue 100B d64 batch+ids (always)" queue --producers 1 --consumers 1 --depth 64 --size 100 \
+  --batch 64 --ack-many --wait-ms 100
 boltq "boltq publish 50c d1 (always)" publish --connections 50 --depth 1 --size 100
 boltq "boltq publish 1c d64 (always)" publish --connections 1 --depth 64 --size 100
 half=$(( $(rate "boltq publish 1c d64 (always)") / 2 ))
