@@ -828,6 +828,53 @@ fn consumers_and_subscribers_on_one_node_get_what_another_node_publishes() {
     }
 }
 
+/// Issue 14: a node that never comes back is removed (`/cluster/leave`), and the
+/// subscriptions its connections had end with it: the leaders of their slots recognise the
+/// removed member's tag in the connection ids and propose the disconnects. Before, they
+/// stayed registered for good (the durable one kept its copies as unconfirmed pushes).
+#[test]
+fn subscriptions_of_a_removed_member_end_when_it_is_removed() {
+    let dir = TempDir::new("cluster-removed");
+    let mut members = start_cluster(&dir);
+    let mut live = members[2].client();
+    live.subscribe("ticker", "t1", false).unwrap();
+    let mut durable = members[2].client();
+    durable.subscribe("orders", "o1", true).unwrap();
+    eventually("both registrations on every node", || {
+        members.iter().all(|m| {
+            let topics = &m.get_json("/stats")["Topics"];
+            topics["ticker"] == 1 && topics["orders"] == 1
+        })
+    });
+    members[2].server.take().unwrap().stop(libc::SIGKILL);
+    // Killed for good: no process of it will ever sweep its own.
+    std::thread::sleep(Duration::from_millis(3 * serve_sweep_ms()));
+    assert_eq!(members[0].get_json("/stats")["Topics"]["ticker"], 1);
+    let body = br#"{"node_id":"n3"}"#;
+    let r = support::http(members[0].http, "POST", "/cluster/leave", &[], body);
+    assert_eq!(r.status, 200, "{}", r.body);
+    eventually("the removed member's subscriptions are gone", || {
+        members[..2].iter().all(|m| {
+            let topics = &m.get_json("/stats")["Topics"];
+            topics.get("ticker").is_none() && topics["orders"] == 1
+        })
+    });
+    let mut publisher = members[1].client();
+    for i in 0..2 {
+        publisher
+            .publish_topic("orders", &format!("{i}"), None, 0)
+            .unwrap();
+    }
+    eventually("the durable registration backlogs (offline)", || {
+        members[0].get_json("/stats")["Queues"]["orders:o1"] == 2
+    });
+}
+
+/// `cluster::serve::STALE_SWEEP_MS`, the period of the sweep.
+fn serve_sweep_ms() -> u64 {
+    boltq::cluster::serve::STALE_SWEEP_MS
+}
+
 #[test]
 fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
     let dir = TempDir::new("cluster-stale");

@@ -17,7 +17,7 @@ use crate::messaging::engine::mesh::StreamError;
 use crate::messaging::engine::replicated::{StreamRead, StreamReplication};
 use crate::messaging::slot::{StreamCommand, StreamOutcome, StreamSlot};
 use crate::queue::broker::{Broker, Command, ConsumerRef, Outcome};
-use crate::queue::server::plane::{now_ns, Plane};
+use crate::queue::server::plane::{conn_node_tag, node_tag, now_ns, Plane};
 use crate::queue::server::replicated::{
     ClusterView, MembersChange, Replicated, SlotStatus, COMMIT_LATENCY_METRIC,
 };
@@ -57,7 +57,8 @@ pub struct ClusterStart {
     pub shards: u64,
 }
 
-/// How often a node looks for subscriptions its earlier processes left registered.
+/// How often a node looks for subscriptions its earlier processes, or removed members, left
+/// registered.
 pub const STALE_SWEEP_MS: u64 = 2_000;
 
 pub struct Replication {
@@ -130,28 +131,42 @@ impl Replication {
             replication.refresh_exchanges(&plane);
         }
         boltq_shards::spawn(exchange_watch(Rc::downgrade(&replication), plane_watched)).detach();
-        if !replication.earlier_boots.is_empty() {
-            boltq_shards::spawn(sweep_loop(Rc::downgrade(&replication))).detach();
-        }
+        boltq_shards::spawn(sweep_loop(Rc::downgrade(&replication))).detach();
         Ok(replication)
     }
 
-    /// Proposes the disconnect of every connection of an earlier process of this node that
-    /// still has live subscriptions in one of this shard's slots. A restart left them:
-    /// those connections are gone, and while registered live a durable registration would
-    /// hold its copies as unconfirmed pushes (up to its cap) instead of a backlog, and a
-    /// non-durable one would stay for good. Each node sweeps only its own: only it knows
-    /// that its earlier processes are gone.
+    /// Proposes the disconnect of every connection still registered live in one of this
+    /// shard's slots that is known to be gone: those of an earlier process of this node (a
+    /// restart left them; only this node knows its earlier processes), and, in the slots
+    /// this node leads, those of a member that was removed (`/cluster/leave`), whose
+    /// connection ids carry its node tag (`plane::clustered_boot_id`). While registered
+    /// live, a durable registration would hold its copies as unconfirmed pushes (up to its
+    /// cap) instead of a backlog, and a non-durable one would stay for good.
+    ///
+    /// A tag that a current member also has is never swept (two names can share a tag): a
+    /// live member's connections are never ended by this, and a removed member sharing a
+    /// current member's tag leaves its registrations behind (a collision costs a leak, not
+    /// a wrong disconnect).
     fn sweep_stale(&self) {
+        let removed = self.removed_member_tags();
         let mut stale = Vec::new();
+        let mut of_removed = Vec::new();
         self.node.for_each_broker(|slot, broker| {
             for consumer in broker.live_subscribers() {
                 let boot = consumer.conn & !u64::from(u32::MAX);
                 if self.earlier_boots.contains(&boot) {
                     stale.push((slot, consumer));
+                } else if removed.contains(&conn_node_tag(consumer.conn)) {
+                    of_removed.push((slot, consumer));
                 }
             }
         });
+        let me = self.node.id();
+        stale.extend(
+            of_removed
+                .into_iter()
+                .filter(|(slot, _)| self.node.leader(*slot) == Some(me)),
+        );
         for (slot, consumer) in stale {
             if !self.sweeping.borrow_mut().insert((slot, consumer)) {
                 continue;
@@ -162,6 +177,24 @@ impl Replication {
             };
             Replicated::submit(self, slot, Command::Disconnect { consumer }, Box::new(done));
         }
+    }
+
+    /// The node tags of members removed from the cluster that no current member has.
+    fn removed_member_tags(&self) -> BTreeSet<u16> {
+        let Some(directory) = self.node.directory() else {
+            return BTreeSet::new();
+        };
+        let current: BTreeSet<u16> = directory
+            .members()
+            .filter(|m| m.role != Role::Gone)
+            .map(|m| node_tag(m.id()))
+            .collect();
+        directory
+            .members()
+            .filter(|m| m.role == Role::Gone)
+            .map(|m| node_tag(m.id()))
+            .filter(|tag| !current.contains(tag))
+            .collect()
     }
 }
 

@@ -13,6 +13,7 @@ use crate::cluster::node::{MembershipConfig, NodeConfig, StreamHooks};
 use crate::config::{split_host_port, split_peer, Config};
 use crate::messaging::slot::StreamSlotConfig;
 use crate::queue::broker::BrokerConfig;
+use crate::queue::server::plane::clustered_boot_id;
 use crate::queue::server::replicated::ClusterView;
 use boltq_io::listener::SharedListener;
 use std::collections::BTreeMap;
@@ -142,9 +143,16 @@ pub fn refuse_single_node_streams(data_dir: &Path, topics: usize) -> Result<(), 
 /// not have finished after (a sweep takes seconds once a leader is known).
 pub const BOOTS_KEPT_MAX: usize = 64;
 
-/// Records this process's connection boot id in `<data_dir>/cluster/boots` (durably,
-/// before any connection is served) and returns the earlier ones, newest last.
-pub fn note_boot(data_dir: &Path, boot_id: u64) -> Result<Vec<u64>, ServerError> {
+/// Picks this process's connection boot id (`plane::clustered_boot_id`: node `node_id`'s
+/// tag, and 16 bits of `random` moved on until they differ from every earlier boot the node
+/// remembers, whose connections its sweep ends), records it in `<data_dir>/cluster/boots`
+/// (durably, before any connection is served), and returns it with the earlier ones, newest
+/// last.
+pub fn note_boot(
+    data_dir: &Path,
+    node_id: u64,
+    random: u64,
+) -> Result<(u64, Vec<u64>), ServerError> {
     let dir = data_dir.join("cluster");
     let path = dir.join("boots");
     let fail =
@@ -157,12 +165,18 @@ pub fn note_boot(data_dir: &Path, boot_id: u64) -> Result<Vec<u64>, ServerError>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(fail("read", e)),
     };
+    // At most BOOTS_KEPT_MAX earlier boots, so one of the first BOOTS_KEPT_MAX + 1 steps
+    // is free.
+    let boot_id = (0..=BOOTS_KEPT_MAX as u64)
+        .map(|step| clustered_boot_id(node_id, random.wrapping_add(step << 32)))
+        .find(|id| !earlier.contains(id))
+        .expect("more candidates than remembered boots");
     let mut kept: Vec<u64> = earlier.clone();
     kept.push(boot_id);
     let skip = kept.len().saturating_sub(BOOTS_KEPT_MAX);
     let text: String = kept[skip..].iter().map(|b| format!("{b:016x}\n")).collect();
     write_durably(&dir, &path, &text).map_err(|e| fail("write", e))?;
-    Ok(earlier)
+    Ok((boot_id, earlier))
 }
 
 fn parse_boots(text: &str) -> Result<Vec<u64>, String> {
@@ -331,7 +345,7 @@ fn link_client_config(
 }
 
 /// `cluster.node_id`, or the hostname (v1), or `node-<pid>`.
-fn node_name(config: &Config) -> String {
+pub(crate) fn node_name(config: &Config) -> String {
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     config.node_id(hostname.trim(), std::process::id())
 }
@@ -476,20 +490,53 @@ mod tests {
     #[test]
     fn boots_are_remembered_across_starts_up_to_the_limit() {
         let dir = boltq_io::testutil::TempDir::new("boots");
-        assert_eq!(note_boot(dir.path(), 7 << 32).unwrap(), Vec::<u64>::new());
-        assert_eq!(note_boot(dir.path(), 9 << 32).unwrap(), vec![7 << 32]);
+        let node = raft_id("n1");
+        let (first, earlier) = note_boot(dir.path(), node, 7 << 32).unwrap();
+        assert_eq!(earlier, Vec::<u64>::new());
+        let (second, earlier) = note_boot(dir.path(), node, 9 << 32).unwrap();
+        assert_eq!(earlier, vec![first]);
+        assert_ne!(first, second);
         for i in 0..BOOTS_KEPT_MAX as u64 {
-            note_boot(dir.path(), (100 + i) << 32).unwrap();
+            note_boot(dir.path(), node, (100 + i) << 32).unwrap();
         }
-        let kept = note_boot(dir.path(), 1).unwrap();
+        let (_, kept) = note_boot(dir.path(), node, 1).unwrap();
         assert_eq!(kept.len(), BOOTS_KEPT_MAX);
         assert_eq!(
             kept.last(),
-            Some(&((100 + BOOTS_KEPT_MAX as u64 - 1) << 32))
+            Some(&clustered_boot_id(
+                node,
+                (100 + BOOTS_KEPT_MAX as u64 - 1) << 32
+            ))
         );
         std::fs::write(dir.path().join("cluster/boots"), "zz\n").unwrap();
-        let refused = note_boot(dir.path(), 1).unwrap_err().0;
+        let refused = note_boot(dir.path(), node, 1).unwrap_err().0;
         assert!(refused.contains("line 1"), "{refused}");
+    }
+
+    /// A boot id carries its node's tag, and a new one never repeats a remembered boot of
+    /// the node (the sweep of earlier boots would end the new process's connections), even
+    /// when the process's randomness repeats.
+    #[test]
+    fn a_boot_id_carries_the_node_tag_and_never_repeats_an_earlier_boot() {
+        use crate::queue::server::plane::{conn_node_tag, node_tag};
+        let dir = boltq_io::testutil::TempDir::new("boots-tagged");
+        let node = raft_id("boltq-2");
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..=BOOTS_KEPT_MAX {
+            let (boot, earlier) = note_boot(dir.path(), node, 42 << 32).unwrap();
+            assert!(
+                !earlier.contains(&boot),
+                "boot {boot:x} repeats an earlier one"
+            );
+            assert_eq!(conn_node_tag(boot | 17), node_tag(node));
+            assert_eq!(
+                boot & u64::from(u32::MAX),
+                0,
+                "the low half counts connections"
+            );
+            seen.insert(boot);
+        }
+        assert_eq!(seen.len(), BOOTS_KEPT_MAX + 1);
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct Plan {
     pub api_key: Option<String>,
     /// Per-process randomness for id and connection prefixes.
     pub random: u64,
+    /// The high 32 bits of this process's connection ids (`plane::connection_boot_id`, or
+    /// clustered `plane::clustered_boot_id`).
+    pub boot_id: u64,
     /// Command-log bytes per queue slot that make a snapshot due (0 = never).
     pub slot_compaction_bytes: u64,
     /// When the process started serving (uptime in `/overview` and `/readyz`).
@@ -143,13 +146,15 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     let tcp = bind(host, config.server.tcp_port, "tcp", tls.as_ref())?;
     let http = bind(host, config.http_port(), "http", tls.as_ref())?;
     let random = process_random();
+    let mut boot_id = crate::queue::server::plane::connection_boot_id(random);
     let cluster = match (&store, config.cluster.enabled) {
         (Some(store), true) => {
-            let boot_id = crate::queue::server::plane::connection_boot_id(random);
             if !config.cluster.peers.is_empty() {
                 cluster::check_members(&store.data_dir, &config)?;
             }
-            let boots = cluster::note_boot(&store.data_dir, boot_id)?;
+            let node_id = crate::cluster::directory::raft_id(&cluster::node_name(&config));
+            let (chosen, boots) = cluster::note_boot(&store.data_dir, node_id, random)?;
+            boot_id = chosen;
             Some(cluster::ClusterPlan::build(
                 &config,
                 &store.data_dir,
@@ -198,6 +203,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         broker,
         api_key,
         random,
+        boot_id,
         started: std::time::Instant::now(),
         slot_compaction_bytes: slot_compaction_bytes(config.storage.compaction_threshold),
         config,

@@ -51,6 +51,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
             broker: plan.broker.clone(),
             api_key: plan.api_key.clone(),
             random: plan.random,
+            boot_id: plan.boot_id,
             compaction_threshold_bytes: plan.slot_compaction_bytes,
             report_unroutable: plan.config.queue.report_unroutable,
             replicated: plan.cluster.is_some(),

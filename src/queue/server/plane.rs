@@ -88,6 +88,24 @@ pub fn connection_boot_id(random: u64) -> u64 {
     (random >> 32) << 32
 }
 
+/// A clustered node's boot id: its node tag in the top 16 bits, 16 random bits below
+/// (`random`'s bits 32..48), so any node can tell from a connection id which node the
+/// connection was on, and sweep the registrations of a node that was removed for good
+/// (`cluster::serve`). The caller keeps it apart from the node's earlier boots.
+pub fn clustered_boot_id(node_id: u64, random: u64) -> u64 {
+    (u64::from(node_tag(node_id)) << 48) | (((random >> 32) & 0xFFFF) << 32)
+}
+
+/// The tag of a node (by raft id) in its connections' ids (see [`clustered_boot_id`]).
+pub fn node_tag(node_id: u64) -> u16 {
+    node_id as u16
+}
+
+/// The node tag a clustered connection id carries.
+pub fn conn_node_tag(conn: u64) -> u16 {
+    (conn >> 48) as u16
+}
+
 pub fn now_ns() -> i64 {
     boltq_io::store::now_ns()
 }
@@ -96,8 +114,11 @@ pub fn now_ns() -> i64 {
 pub struct PlaneSettings {
     pub broker: BrokerConfig,
     pub api_key: Option<String>,
-    /// Per-process randomness for message and connection ids.
+    /// Per-process randomness for message ids.
     pub random: u64,
+    /// The high 32 bits of this process's connection ids ([`connection_boot_id`], or
+    /// [`clustered_boot_id`]).
+    pub boot_id: u64,
     pub compaction_threshold_bytes: u64,
     pub report_unroutable: bool,
     /// `cluster.enabled`: the slots live in raft groups (`set_replication` follows the
@@ -117,6 +138,7 @@ impl Plane {
             broker: cfg,
             api_key,
             random,
+            boot_id,
             compaction_threshold_bytes,
             report_unroutable,
             replicated,
@@ -145,7 +167,7 @@ impl Plane {
             ids: RefCell::new(IdGenerator::new(prefix)),
             conns: RefCell::new(HashMap::new()),
             conn_ids: Cell::new(0),
-            boot_id: connection_boot_id(random),
+            boot_id,
             timers_changed: Event::default(),
             cfg,
             api_key,
