@@ -255,6 +255,10 @@ pub struct StorageConfig {
     /// v1 key: WAL size in bytes that triggers compaction; 0 disables
     /// (v1: ≤ 0 disables). Default 104857600 (100 MiB).
     pub compaction_threshold: u64,
+    /// Bytes per second a shard writes of queue-slot snapshots (`queue::server::pacer`):
+    /// unpaced, a large snapshot held client commits' fdatasyncs for hundreds of ms. 0 =
+    /// not paced, else 1 MiB..=16 GiB; default 16 MiB.
+    pub snapshot_write_bytes_per_sec: u64,
     /// `"always"` (default) | `"interval"` | `"never"`; see [`FsyncPolicy`].
     pub fsync: FsyncMode,
     /// Loss window for `fsync = "interval"`, in ms; 1..=10000, default 10.
@@ -295,6 +299,7 @@ impl Default for StorageConfig {
             mode: StorageMode::Disk,
             data_dir: PathBuf::from("./data"),
             compaction_threshold: 100 * MIB,
+            snapshot_write_bytes_per_sec: 16 * MIB,
             fsync: FsyncMode::Always,
             fsync_interval_ms: 10,
             segment_bytes: 64 * MIB,

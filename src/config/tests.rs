@@ -754,6 +754,8 @@ fn each_validation_error_names_its_key() {
         ("[admin]\ncors_origins = [\"null\"]", "admin.cors_origins[0]"),
         ("[admin]\ncors_origins = [\"ftp://app.example\"]", "admin.cors_origins[0]"),
         ("[cache]\ncleanup_sec = 0", "cache.cleanup_sec"),
+        ("[storage]\nsnapshot_write_bytes_per_sec = 1048575", "storage.snapshot_write_bytes_per_sec"),
+        ("[storage]\nsnapshot_write_bytes_per_sec = 17179869185", "storage.snapshot_write_bytes_per_sec"),
         ("[cluster]\nsnapshot_threshold = 0", "cluster.snapshot_threshold"),
         ("[cluster]\nseeds = [\"nohost\"]", "cluster.seeds[0]"),
         ("[cluster]\nenabled = true\nraft_addr = \"10.0.0.1\"", "cluster.raft_addr"),

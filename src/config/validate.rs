@@ -123,6 +123,14 @@ fn storage(c: &Config) -> Check {
         "must not be empty",
     )?;
     range("storage.fsync_interval_ms", s.fsync_interval_ms, 1, 10_000)?;
+    if s.snapshot_write_bytes_per_sec != 0 {
+        range_bytes(
+            "storage.snapshot_write_bytes_per_sec",
+            s.snapshot_write_bytes_per_sec,
+            MIB,
+            16 * GIB,
+        )?;
+    }
     range_bytes("storage.segment_bytes", s.segment_bytes, MIB, GIB)?;
     // Twice the largest record and more: a command applied in memory must never find its
     // append refused for its size (issue 13 item 5).

@@ -53,6 +53,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
             random: plan.random,
             boot_id: plan.boot_id,
             compaction_threshold_bytes: plan.slot_compaction_bytes,
+            snapshot_write_bytes_per_sec: plan.config.storage.snapshot_write_bytes_per_sec,
             report_unroutable: plan.config.queue.report_unroutable,
             replicated: plan.cluster.is_some(),
         },

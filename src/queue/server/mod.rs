@@ -11,6 +11,7 @@ mod gather;
 mod long_poll;
 pub mod mesh;
 pub mod outbound;
+pub mod pacer;
 pub mod plane;
 pub mod push_acks;
 pub mod replicated;

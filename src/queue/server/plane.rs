@@ -62,6 +62,8 @@ pub struct Plane {
     pub(super) meta_log: Option<LogRef>,
     /// Per-slot command bytes that make a snapshot due (0 = never compact).
     pub(super) compaction_threshold_bytes: u64,
+    /// Paces this shard's slot snapshot writes (`pacer.rs`).
+    pub(super) snapshot_pacer: Rc<super::pacer::Pacer>,
     /// `queue.report_unroutable`: refuse exchange publishes that match no binding.
     pub(super) report_unroutable: bool,
     pub(super) waiters: RefCell<Waiters>,
@@ -120,6 +122,8 @@ pub struct PlaneSettings {
     /// [`clustered_boot_id`]).
     pub boot_id: u64,
     pub compaction_threshold_bytes: u64,
+    /// `storage.snapshot_write_bytes_per_sec` (0 = unpaced).
+    pub snapshot_write_bytes_per_sec: u64,
     pub report_unroutable: bool,
     /// `cluster.enabled`: the slots live in raft groups (`set_replication` follows the
     /// start), not in this shard's slot logs.
@@ -140,6 +144,7 @@ impl Plane {
             random,
             boot_id,
             compaction_threshold_bytes,
+            snapshot_write_bytes_per_sec,
             report_unroutable,
             replicated,
         } = settings;
@@ -175,6 +180,7 @@ impl Plane {
             exchanges_version: Cell::new(0),
             meta_log,
             compaction_threshold_bytes,
+            snapshot_pacer: Rc::new(super::pacer::Pacer::new(snapshot_write_bytes_per_sec)),
             report_unroutable,
             waiters: RefCell::new(Waiters::default()),
             serving_waiters: Cell::new(false),

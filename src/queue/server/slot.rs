@@ -177,12 +177,13 @@ impl Plane {
             .counter(super::replicated::SNAPSHOTS_METRIC, &[])
             .inc();
         let cell = Rc::clone(cell);
+        let pacer = Rc::clone(&self.snapshot_pacer);
         boltq_shards::spawn(async move {
             let result = async {
                 let body =
                     boltq_shards::spawn_blocking(move || snapshot::encode(&state.snapshot()))
                         .await?;
-                let w = snapshot::write(&store, &snap, &body, wal_seq, number).await?;
+                let w = snapshot::write(&store, &pacer, &snap, &body, wal_seq, number).await?;
                 if let Some(logs) = cell.borrow_mut().logs.as_mut() {
                     logs.last_snapshot_bytes = w.bytes;
                 }

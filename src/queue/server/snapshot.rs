@@ -92,14 +92,16 @@ pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
     }
 }
 
-/// Appends a serialised snapshot as chunk records, each once the journal has room for it
-/// in the background share (`Store::wait_for_background_room`), so the clients' commands
+/// Appends a serialised snapshot as chunk records, each at `pacer`'s rate and once the
+/// journal has room for it in the background share (`Store::wait_for_background_room`),
+/// so the clients' commands
 /// interleave with the chunks instead of being refused behind them. `wal_seq` is the last
 /// command the snapshot includes (it was taken between two commands, so it is exactly that
 /// state); the command log keeps everything after it until the snapshot is synced.
 /// `number` must be above every number in the snap log (`Loaded::last_number`).
 pub async fn write(
     store: &Store,
+    pacer: &super::pacer::Pacer,
     snap: &LogRef,
     body: &[u8],
     wal_seq: u64,
@@ -114,6 +116,7 @@ pub async fn write(
     };
     let mut lsn = 0;
     for (i, chunk) in body.chunks(CHUNK_BYTES).enumerate() {
+        pacer.take(chunk.len() as u64).await;
         store
             .wait_for_background_room(chunk.len() as u64)
             .await
@@ -313,6 +316,10 @@ fn parse(bytes: &[u8]) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn unpaced() -> crate::queue::server::pacer::Pacer {
+        crate::queue::server::pacer::Pacer::new(0)
+    }
     use crate::queue::broker::Command;
     use crate::queue::message::IdGenerator;
     use boltq_io::testutil::TempDir;
@@ -488,6 +495,7 @@ mod tests {
             let first = broker(1);
             write(
                 &store,
+                &unpaced(),
                 &snap,
                 &body(&first),
                 1,
@@ -506,7 +514,7 @@ mod tests {
             let snap = store.open_log(SNAP).await.unwrap();
             let third = broker(3);
             let number = loaded.last_number + 1;
-            let w = write(&store, &snap, &body(&third), 9, number)
+            let w = write(&store, &unpaced(), &snap, &body(&third), 9, number)
                 .await
                 .unwrap();
             store.wait_synced(w.lsn).await.unwrap();
@@ -587,7 +595,9 @@ mod tests {
                 store.checkpoint().await.unwrap();
                 let state = broker(3);
                 let snap = store.open_log(SNAP).await.unwrap();
-                let w = write(&store, &snap, &body(&state), 200, 1).await.unwrap();
+                let w = write(&store, &unpaced(), &snap, &body(&state), 200, 1)
+                    .await
+                    .unwrap();
                 compact(&store, &wal, &snap, &w).await.unwrap();
                 assert!(wal.first_seq() > 1, "{durability:?}: the log was truncated");
                 assert!(
