@@ -836,17 +836,7 @@ fn consumers_and_subscribers_on_one_node_get_what_another_node_publishes() {
 fn subscriptions_of_a_removed_member_end_when_it_is_removed() {
     let dir = TempDir::new("cluster-removed");
     let mut members = start_cluster(&dir);
-    let mut live = members[2].client();
-    live.subscribe("ticker", "t1", false).unwrap();
-    let mut durable = members[2].client();
-    durable.subscribe("orders", "o1", true).unwrap();
-    eventually("both registrations on every node", || {
-        members.iter().all(|m| {
-            let topics = &m.get_json("/stats")["Topics"];
-            topics["ticker"] == 1 && topics["orders"] == 1
-        })
-    });
-    members[2].server.take().unwrap().stop(libc::SIGKILL);
+    subscribe_on_then_kill(&mut members, 2);
     // Killed for good: no process of it will ever sweep its own.
     std::thread::sleep(Duration::from_millis(3 * serve_sweep_ms()));
     assert_eq!(members[0].get_json("/stats")["Topics"]["ticker"], 1);
@@ -859,14 +849,38 @@ fn subscriptions_of_a_removed_member_end_when_it_is_removed() {
             topics.get("ticker").is_none() && topics["orders"] == 1
         })
     });
-    let mut publisher = members[1].client();
+    expect_durable_backlog(&members[1], &members[0]);
+}
+
+/// Subscribes `ticker` (live) and `orders` as `o1` (durable) through member `i`, waits
+/// until every node has both, then SIGKILLs member `i`: its connections' closes are never
+/// proposed, so every replica still has the two registrations live on connections that
+/// no longer exist.
+fn subscribe_on_then_kill(members: &mut [Member], i: usize) {
+    let mut live = members[i].client();
+    live.subscribe("ticker", "t1", false).unwrap();
+    let mut durable = members[i].client();
+    durable.subscribe("orders", "o1", true).unwrap();
+    eventually("both registrations on every node", || {
+        members.iter().all(|m| {
+            let topics = &m.get_json("/stats")["Topics"];
+            topics["ticker"] == 1 && topics["orders"] == 1
+        })
+    });
+    members[i].server.take().unwrap().stop(libc::SIGKILL);
+}
+
+/// Two topic publishes through `publisher` are kept as the offline durable registration's
+/// backlog, as `observer` sees it.
+fn expect_durable_backlog(publisher: &Member, observer: &Member) {
+    let mut client = publisher.client();
     for i in 0..2 {
-        publisher
+        client
             .publish_topic("orders", &format!("{i}"), None, 0)
             .unwrap();
     }
     eventually("the durable registration backlogs (offline)", || {
-        members[0].get_json("/stats")["Queues"]["orders:o1"] == 2
+        observer.get_json("/stats")["Queues"]["orders:o1"] == 2
     });
 }
 
@@ -879,13 +893,7 @@ fn serve_sweep_ms() -> u64 {
 fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
     let dir = TempDir::new("cluster-stale");
     let mut members = start_cluster(&dir);
-    let mut live = members[0].client();
-    live.subscribe("ticker", "t1", false).unwrap();
-    let mut durable = members[0].client();
-    durable.subscribe("orders", "o1", true).unwrap();
-    // Killed: its connections' closes are never proposed, so every replica still has the
-    // two registrations live on connections that no longer exist.
-    members[0].server.take().unwrap().stop(libc::SIGKILL);
+    subscribe_on_then_kill(&mut members, 0);
     assert_eq!(members[1].get_json("/stats")["Topics"]["ticker"], 1);
     support::wait_until_bindable(&[members[0].tcp, members[0].http]);
     members[0].start();
@@ -898,15 +906,7 @@ fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
                 .all(|m| m.get_json("/stats")["Topics"].get("ticker").is_none())
         },
     );
-    let mut publisher = members[2].client();
-    for i in 0..2 {
-        publisher
-            .publish_topic("orders", &format!("{i}"), None, 0)
-            .unwrap();
-    }
-    eventually("the durable registration backlogs (offline)", || {
-        members[1].get_json("/stats")["Queues"]["orders:o1"] == 2
-    });
+    expect_durable_backlog(&members[2], &members[1]);
 }
 
 #[test]
