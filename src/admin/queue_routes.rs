@@ -11,11 +11,10 @@ use crate::queue::protocol::request::{self, ext_op, Request as Cmd, RequestError
 use crate::queue::server::delivery::{
     CatchUp, Confirmations, CATCH_UP_CHUNK_BYTES, CONFIRM_POLL_MS,
 };
-use crate::queue::server::dispatch::{self, slot_of_name};
+use crate::queue::server::dispatch::{self, slot_of_name, AckPart};
 use crate::queue::server::exchanges::ExchangeOp;
 use crate::queue::server::outbound::Outbound;
 use crate::queue::server::plane::now_ns;
-use crate::queue::server::plane::Submitted;
 use crate::queue::server::replicated::{APPLIED_METRIC, LEADER_CHANGES_METRIC, SNAPSHOTS_METRIC};
 use base64::Engine;
 use futures_lite::AsyncWriteExt;
@@ -230,7 +229,10 @@ pub async fn ack(req: &Request, ctx: &AdminCtx, nack: bool) -> Response {
     let code = if nack { op::NACK } else { op::ACK };
     let targets = match parse(code, req) {
         Ok(Cmd::Ack(t)) | Ok(Cmd::Nack(t)) => {
-            return match settle(ctx, &t, nack).outcome(ctx).await {
+            return match dispatch::settle(&ctx.plane, &t, nack)
+                .outcome(&t.id, &ctx.plane)
+                .await
+            {
                 Outcome::Acked => Response::json(200, &json!({"status": "acked"})),
                 Outcome::Nacked => Response::json(200, &json!({"status": "nacked"})),
                 other => refused(other),
@@ -242,11 +244,14 @@ pub async fn ack(req: &Request, ctx: &AdminCtx, nack: bool) -> Response {
     };
     // `ids` (a BoltQ addition): the TCP reply's shape, as JSON. Every id is submitted
     // before any answer is awaited, so they share commit rounds.
-    let settling: Vec<Settling> = targets.iter().map(|t| settle(ctx, t, nack)).collect();
+    let settling: Vec<AckPart> = targets
+        .iter()
+        .map(|t| dispatch::settle(&ctx.plane, t, nack))
+        .collect();
     let mut count = 0;
     let mut failed = Vec::new();
     for (t, s) in targets.iter().zip(settling) {
-        match s.outcome(ctx).await {
+        match s.outcome(&t.id, &ctx.plane).await {
             Outcome::Acked | Outcome::Nacked => count += 1,
             Outcome::Error(e) => failed.push(json!({"id": t.id, "error": e})),
             other => failed.push(json!({"id": t.id, "error": format!("{other:?}")})),
@@ -257,37 +262,6 @@ pub async fn ack(req: &Request, ctx: &AdminCtx, nack: bool) -> Response {
         body["failed"] = Value::Array(failed);
     }
     Response::json(200, &body)
-}
-
-/// One ACK or NACK on its way.
-enum Settling {
-    NotPending(String),
-    Submitted(Submitted),
-}
-
-impl Settling {
-    async fn outcome(self, ctx: &AdminCtx) -> Outcome {
-        match self {
-            Settling::NotPending(id) => {
-                Outcome::Error(format!("message {id} not found in pending"))
-            }
-            Settling::Submitted(s) => s.outcome(&ctx.plane).await,
-        }
-    }
-}
-
-/// Submits the ACK or NACK of one message.
-fn settle(ctx: &AdminCtx, target: &request::AckTarget, nack: bool) -> Settling {
-    let Some(id) = target.message_id() else {
-        return Settling::NotPending(target.id.clone());
-    };
-    let now = now_ns();
-    let cmd = if nack {
-        Command::Nack { id, now_ns: now }
-    } else {
-        Command::Ack { id, now_ns: now }
-    };
-    Settling::Submitted(ctx.plane.submit(id.slot(), cmd))
 }
 
 fn queue_field(req: &Request) -> Result<String, Response> {

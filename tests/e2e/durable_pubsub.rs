@@ -3,6 +3,7 @@
 
 use crate::queue_plane::{client, raw, recv, send};
 use crate::support::Server;
+use boltq::client::{ClientError, PublishOptions};
 use boltq::queue::protocol::frame::op;
 use std::time::{Duration, Instant};
 
@@ -362,4 +363,30 @@ fn pushes_an_acking_subscriber_read_but_did_not_acknowledge_come_back() {
     let (code, body) = recv(&mut third).unwrap();
     assert_ne!(code, 0x00, "{body}");
     assert!(body.contains("not found in pending"), "{body}");
+}
+
+/// An acknowledged push never took a prefetch place, so acknowledging it (alone or among
+/// `ids`) frees none: a connection at its prefetch limit stays there until it acknowledges
+/// a work-queue message.
+#[test]
+fn acknowledging_a_push_frees_no_prefetch_place() {
+    let s = Server::start(&[]);
+    let mut c = client(&s);
+    c.subscribe_acked("news", "reader").unwrap();
+    c.set_prefetch(1).unwrap();
+    let mut p = client(&s);
+    p.publish("jobs", "1", None, PublishOptions::default())
+        .unwrap();
+    p.publish("jobs", "2", None, PublishOptions::default())
+        .unwrap();
+    let job = c.consume("jobs").unwrap().expect("a job");
+    p.publish_topic("news", "\"n\"", None, 0).unwrap();
+    let push = c.next_push(5_000).unwrap().expect("a push");
+    assert_eq!(c.ack_many(&[&push.id]).unwrap().count, 1);
+    match c.consume("jobs") {
+        Err(ClientError::Server(e)) => assert_eq!(e, "prefetch limit reached"),
+        other => panic!("the window stays full: {other:?}"),
+    }
+    c.ack(&job.id).unwrap();
+    assert!(c.consume("jobs").unwrap().is_some());
 }

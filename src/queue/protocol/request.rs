@@ -349,14 +349,8 @@ pub fn parse(frame: Frame<'_>) -> Result<Request, RequestError> {
         op::PUBLISH => parse_publish(p).map(Request::Publish),
         op::PUBLISH_TOPIC => parse_publish_topic(p),
         op::CONSUME => parse_consume(p),
-        op::ACK => parse_ack(p).map(|a| match a {
-            Acks::One(t) => Request::Ack(t),
-            Acks::Many(ts) => Request::AckMany(ts),
-        }),
-        op::NACK => parse_ack(p).map(|a| match a {
-            Acks::One(t) => Request::Nack(t),
-            Acks::Many(ts) => Request::NackMany(ts),
-        }),
+        op::ACK => parse_ack(p, false),
+        op::NACK => parse_ack(p, true),
         op::PING => Ok(Request::Ping),
         op::STATS => Ok(Request::Stats),
         op::AUTH => Ok(Request::Auth {
@@ -567,13 +561,8 @@ pub fn read_optional_int(
 /// Most ids in one ACK/NACK with `ids` (as many as one batch CONSUME hands out).
 pub const ACK_IDS_MAX: usize = BATCH_MAX as usize;
 
-/// What an ACK or NACK names: v1's one `id`, or (a BoltQ addition) several `ids`.
-enum Acks {
-    One(AckTarget),
-    Many(Vec<AckTarget>),
-}
-
-fn parse_ack(payload: &[u8]) -> Result<Acks, RequestError> {
+/// An ACK (or, with `nack`, a NACK): v1's one `id`, or (a BoltQ addition) several `ids`.
+fn parse_ack(payload: &[u8], nack: bool) -> Result<Request, RequestError> {
     let mut id = String::new();
     let mut ids_raw = Vec::new();
     decode(payload, "ackRequest", |r, key| {
@@ -592,7 +581,12 @@ fn parse_ack(payload: &[u8]) -> Result<Acks, RequestError> {
             return Err(ID_REQUIRED);
         }
         check_name("id", &id)?;
-        return Ok(Acks::One(AckTarget { id }));
+        let target = AckTarget { id };
+        return Ok(if nack {
+            Request::Nack(target)
+        } else {
+            Request::Ack(target)
+        });
     }
     if !id.is_empty() {
         return Err(RequestError::Invalid(
@@ -603,9 +597,12 @@ fn parse_ack(payload: &[u8]) -> Result<Acks, RequestError> {
     for id in &ids {
         check_name("ids[]", id)?;
     }
-    Ok(Acks::Many(
-        ids.into_iter().map(|id| AckTarget { id }).collect(),
-    ))
+    let targets = ids.into_iter().map(|id| AckTarget { id }).collect();
+    Ok(if nack {
+        Request::NackMany(targets)
+    } else {
+        Request::AckMany(targets)
+    })
 }
 
 /// `ids`: a JSON array of 1 to [`ACK_IDS_MAX`] non-empty strings. Counted while read, so a

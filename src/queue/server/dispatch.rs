@@ -229,16 +229,13 @@ impl Pending {
                 let mut done = 0;
                 let mut failed = Vec::new();
                 for (id, part) in parts {
-                    let outcome = match part {
-                        AckPart::Push => Outcome::Acked,
-                        AckPart::NotPending => {
-                            Outcome::Error(format!("message {id} not found in pending"))
-                        }
-                        AckPart::Submitted(s) => s.outcome(plane).await,
-                    };
-                    match outcome {
+                    // A push never took a prefetch place; a work-queue message did.
+                    let frees_prefetch = matches!(part, AckPart::Submitted(_));
+                    match part.outcome(&id, plane).await {
                         Outcome::Acked | Outcome::Nacked => {
-                            st.out.release_prefetch();
+                            if frees_prefetch {
+                                st.out.release_prefetch();
+                            }
                             done += 1;
                         }
                         Outcome::Error(e) => failed.push((id, e)),
@@ -734,7 +731,34 @@ pub enum AckPart {
     Push,
     /// Not an id this server could have issued.
     NotPending,
+    /// A work-queue message's ACK or NACK, on its way to the message's slot.
     Submitted(Submitted),
+}
+
+impl AckPart {
+    /// The outcome of settling message `id` (as the client sent it).
+    pub async fn outcome(self, id: &str, plane: &Plane) -> Outcome {
+        match self {
+            AckPart::Push => Outcome::Acked,
+            AckPart::NotPending => Outcome::Error(format!("message {id} not found in pending")),
+            AckPart::Submitted(s) => s.outcome(plane).await,
+        }
+    }
+}
+
+/// Submits the ACK (or NACK) of the work-queue message `target` names to its slot (TCP and
+/// HTTP alike).
+pub fn settle(plane: &Plane, target: &request::AckTarget, nack: bool) -> AckPart {
+    let Some(id) = target.message_id() else {
+        return AckPart::NotPending;
+    };
+    let now = now_ns();
+    let cmd = if nack {
+        Command::Nack { id, now_ns: now }
+    } else {
+        Command::Ack { id, now_ns: now }
+    };
+    AckPart::Submitted(plane.submit(id.slot(), cmd))
 }
 
 /// ACK/NACK of several messages: each id goes to its slot (pipelined, in order), and the
@@ -745,21 +769,14 @@ fn ack_many(
     targets: Vec<request::AckTarget>,
     nack: bool,
 ) -> Pending {
-    let now = now_ns();
     let parts = targets
         .into_iter()
         .map(|t| {
-            let part = match t.message_id() {
-                None => AckPart::NotPending,
-                Some(id) if !nack && st.confirms.acks.ack(id) => AckPart::Push,
-                Some(id) => {
-                    let cmd = if nack {
-                        Command::Nack { id, now_ns: now }
-                    } else {
-                        Command::Ack { id, now_ns: now }
-                    };
-                    AckPart::Submitted(plane.submit(id.slot(), cmd))
-                }
+            let push = !nack && t.message_id().is_some_and(|id| st.confirms.acks.ack(id));
+            let part = if push {
+                AckPart::Push
+            } else {
+                settle(plane, &t, nack)
             };
             (t.id, part)
         })
@@ -768,17 +785,10 @@ fn ack_many(
 }
 
 fn ack(plane: &Rc<Plane>, target: &request::AckTarget, nack: bool) -> Pending {
-    let id = target.message_id().expect("checked by the caller");
-    let now = now_ns();
-    let cmd = if nack {
-        Command::Nack { id, now_ns: now }
-    } else {
-        Command::Ack { id, now_ns: now }
+    let AckPart::Submitted(submitted) = settle(plane, target, nack) else {
+        unreachable!("the caller answered ids this server could not have issued")
     };
-    Pending::Ack {
-        submitted: plane.submit(id.slot(), cmd),
-        nack,
-    }
+    Pending::Ack { submitted, nack }
 }
 
 #[cfg(test)]

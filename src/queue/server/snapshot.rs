@@ -94,8 +94,8 @@ pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
 
 /// Appends a serialised snapshot as chunk records, each at `pacer`'s rate and once the
 /// journal has room for it in the background share (`Store::wait_for_background_room`),
-/// so the clients' commands
-/// interleave with the chunks instead of being refused behind them. `wal_seq` is the last
+/// so the clients' commands interleave with the chunks instead of being refused behind
+/// them (and their fdatasyncs do not wait for a burst of chunks). `wal_seq` is the last
 /// command the snapshot includes (it was taken between two commands, so it is exactly that
 /// state); the command log keeps everything after it until the snapshot is synced.
 /// `number` must be above every number in the snap log (`Loaded::last_number`).
@@ -316,13 +316,14 @@ fn parse(bytes: &[u8]) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn unpaced() -> crate::queue::server::pacer::Pacer {
-        crate::queue::server::pacer::Pacer::new(0)
-    }
     use crate::queue::broker::Command;
     use crate::queue::message::IdGenerator;
+    use crate::queue::server::pacer::Pacer;
     use boltq_io::testutil::TempDir;
+
+    fn unpaced() -> Pacer {
+        Pacer::new(0)
+    }
     use boltq_io::{Durability, StoreConfig};
     use std::path::Path;
     use std::rc::Rc;

@@ -1016,7 +1016,9 @@ const FIELD_NAMES: &[&str] = &[
     "ttl",
     "priority",
     "id",
+    "ids",
     "durable",
+    "ack",
     "api_key",
     "count",
     "node_id",
@@ -1043,6 +1045,7 @@ const SEED_BODIES: &[&str] = &[
     r#"{"topic":"q","id":"s","durable":true,"wait_ms":100,"max":10}"#,
     r#"{"name":"e","type":"topic","durable":false}"#,
     r#"{"queue":"q","offset":1,"limit":2}"#,
+    r#"{"ids":["a","b"],"topic":"q","id":"s","durable":true,"ack":true}"#,
     r#"{"api_key":"k","count":3,"node_id":"n","addr":"a:1"}"#,
     r#"{"topic":"q","payload":[1,-2.5e3,"\u00e9\ud83d\ude00",{"a":[true,false,null]}]}"#,
 ];
