@@ -66,6 +66,7 @@ async fn start(
         link_tls: None,
         streams: Default::default(),
         stream_hooks: None,
+        founding_states: Default::default(),
     };
     let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
     (running, store, shared)

@@ -24,6 +24,7 @@
 const ALLOWED: &[(&str, &[&str])] = &[
     ("config", &[]),
     ("logger", &[]),
+    ("faults", &[]),
     ("http", &["config"]),
     ("cache", &["config", "http"]),
     ("queue", &["config", "http"]),
@@ -37,6 +38,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "config",
             "http",
             "logger",
+            "faults",
             "cache",
             "queue",
             "messaging",

@@ -7,6 +7,7 @@ pub mod cache;
 pub mod client;
 pub mod cluster;
 pub mod config;
+pub mod faults;
 pub mod http;
 mod layers;
 pub mod logger;

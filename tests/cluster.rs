@@ -931,74 +931,150 @@ fn a_node_whose_members_were_reconfigured_refuses_to_start() {
     assert!(log.contains("founded with the members"), "{log}");
 }
 
+/// A single node's queues and durable subscriptions go into the cluster it founds alone
+/// (issue 14): they become its slot groups' founding state, which every node that joins
+/// receives. Driven through the orders that could lose or double them: a start that may
+/// not carry them (a joining node) is refused and changes nothing; a crash right after the
+/// groups hold them but before the single-node logs were emptied; the founder killed once
+/// others joined (the data must live on them); the founder back (nothing carried twice).
 #[test]
-fn a_data_dir_is_refused_by_the_mode_that_would_hide_its_queues() {
-    let dir = TempDir::new("cluster-mode-switch");
-    let raft = free_ports_below_ephemeral(SHARDS)[0];
-    let single = dir.path().join("single.toml");
-    std::fs::write(&single, format!("[server]\nshards = {SHARDS}\n")).unwrap();
-    let clustered = dir.path().join("clustered.toml");
-    std::fs::write(
-        &clustered,
+fn a_single_nodes_data_goes_with_the_node_that_founds_a_cluster_alone_to_every_member() {
+    let dir = TempDir::new("cluster-carry");
+    let raft = free_ports_below_ephemeral(SHARDS * 3);
+    let mut n1 = member_with(&dir, "n1", raft[0], "bootstrap = true\n");
+    let toml = |name: &str, text: String| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        support::config_args(&path, &n1.data, n1.tcp, n1.http)
+    };
+    let single = toml("single.toml", format!("[server]\nshards = {SHARDS}\n"));
+    let nowhere = free_ports_below_ephemeral(1)[0];
+    let joining = toml(
+        "joining.toml",
         format!(
-            "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"solo\"\n\
-             raft_addr = \"127.0.0.1:{raft}\"\nbootstrap = true\n"
+            "[server]\nshards = {SHARDS}\n[cluster]\nenabled = true\nnode_id = \"n1\"\n\
+             raft_addr = \"127.0.0.1:{}\"\nseeds = [\"127.0.0.1:{nowhere}\"]\n",
+            raft[0]
         ),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let ports = free_ports_below_ephemeral(2);
-    let args = |cfg: &std::path::Path| support::config_args(cfg, &data, ports[1], ports[0]);
-    let start = |cfg: &std::path::Path| {
-        let a = args(cfg);
-        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        Server::start_raw(&refs, ports[1], ports[0], &data)
+    );
+    let refs = |a: &[String]| a.iter().map(String::clone).collect::<Vec<_>>();
+    let run = |a: &[String]| {
+        let owned = refs(a);
+        let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+        Server::start_raw(&args, n1.tcp, n1.http, &n1.data)
     };
-    let refused = |cfg: &std::path::Path| {
-        let a = args(cfg);
-        let refs: Vec<&str> = a.iter().map(String::as_str).collect();
-        let (code, log) = support::run_to_exit(&refs);
-        assert_ne!(code, Some(0), "{log}");
-        log
-    };
-    let client =
-        || Client::connect(&format!("127.0.0.1:{}", ports[1]), ClientOptions::default()).unwrap();
-    // A single node holding two messages and a durable subscription.
-    let server = start(&single);
-    let mut c = client();
-    for n in 0..2 {
-        c.publish("kept", &n.to_string(), None, PublishOptions::default())
-            .unwrap();
+    // As a single node: a durable exchange with a binding, an offline durable subscriber
+    // with a backlog of 3, and messages in 16 queues over both shards; then kill -9 (what
+    // is acknowledged is on disk).
+    let server = run(&single);
+    let mut admin = n1.client();
+    admin.exchange_declare("billing", "direct", true).unwrap();
+    admin
+        .bind_queue("billing", "invoices", "due", None, false)
+        .unwrap();
+    drop(admin);
+    let mut subscriber = n1.client();
+    subscriber.subscribe("orders", "o1", true).unwrap();
+    drop(subscriber);
+    let mut c = n1.client();
+    let mut published: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..48 {
+        let q = queue(i % QUEUES);
+        let reply = c.publish(&q, &i.to_string(), None, PublishOptions::default());
+        published.entry(q).or_default().push(reply.unwrap().id);
+    }
+    eventually("the subscriber is offline", || {
+        http_get(n1.http, "/stats")
+            .unwrap()
+            .1
+            .contains("\"orders:o1\":0")
+    });
+    for i in 0..3 {
+        c.publish_topic("orders", &i.to_string(), None, 0).unwrap();
     }
     drop(c);
-    server.stop(libc::SIGTERM);
-    support::wait_until_bindable(&[ports[0], ports[1]]);
-    // Clustered, it would serve its raft groups only: refused, naming what it would hide.
-    let log = refused(&clustered);
-    assert!(log.contains("holds 2 message(s)"), "{log}");
-    // No shard wrote raft logs meanwhile (not even to its journal): the data dir is still
-    // a single node's, which the start below needs.
-    // Drained as a single node, it may join the cluster world.
-    let server = start(&single);
-    let mut c = client();
-    while let Some(m) = c.consume("kept").unwrap() {
-        c.ack(&m.id).unwrap();
+    server.stop(libc::SIGKILL);
+    support::wait_until_bindable(&[n1.tcp, n1.http]);
+    // A joining node takes its groups' state from their leaders: it may not carry any in.
+    let owned = refs(&joining);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let (code, log) = support::run_to_exit(&args);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(
+        log.contains("only a node that founds its cluster alone"),
+        "{log}"
+    );
+    // Founding alone, crashed once the groups hold the data, before the single-node logs
+    // were emptied.
+    let owned = refs(&n1.args);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let fault = [(boltq::faults::FAULTS_ENV, "after-founding")];
+    let (code, log) = support::run_to_exit_env(&args, &fault);
+    assert_ne!(code, Some(0), "{log}");
+    assert!(log.contains("crash point after-founding"), "{log}");
+    support::wait_until_bindable(&[n1.tcp, n1.http]);
+    n1.start();
+    // Two nodes join; then the founder dies, and what it held is served by the others.
+    let seeds = format!("seeds = [\"127.0.0.1:{}\"]\n", n1.http);
+    let mut n2 = member_with(&dir, "n2", raft[SHARDS as usize], &seeds);
+    let mut n3 = member_with(&dir, "n3", raft[2 * SHARDS as usize], &seeds);
+    for m in [&mut n2, &mut n3] {
+        m.start_until(support::ReadyBy::LogLine);
+    }
+    let all = BTreeMap::from([
+        ("n1".to_string(), 256),
+        ("n2".to_string(), 256),
+        ("n3".to_string(), 256),
+    ]);
+    eventually_within("n2 and n3 vote in every slot", JOIN_PATIENCE, || {
+        voting(&n1) == all
+    });
+    let (_, log) = n1.server.take().unwrap().stop(libc::SIGKILL);
+    assert!(
+        log.contains("carrying queue slot"),
+        "the start after the crash found the single-node data still there: {log}"
+    );
+    support::wait_until_bindable(&[n1.tcp, n1.http]);
+    eventually("n2 sees the durable subscriber's backlog", || {
+        n2.get_json("/stats")["Queues"]["orders:o1"] == 3
+    });
+    assert_eq!(drain(&n2, &n3), published, "every message, once");
+    eventually("n3 routes with the carried binding", || {
+        lists_binding(&n3, "billing", "invoices")
+    });
+    n2.client()
+        .publish_exchange("billing", "due", "\"paid?\"", None, 0)
+        .unwrap();
+    let routed = n3.client().consume("invoices").unwrap().expect("routed");
+    assert_eq!(routed.payload_json, "\"paid?\"");
+    // The founder back: its groups are founded, its single-node logs empty; it carries
+    // nothing in again.
+    n1.start();
+    eventually("n1 caught up", || {
+        let stats = n1.get_json("/stats");
+        stats["Queues"]["orders:o1"] == 3
+            && (0..QUEUES).all(|i| stats["Queues"][queue(i)].as_u64().unwrap_or(0) == 0)
+    });
+    let mut c = n1.client();
+    for i in 0..QUEUES {
+        let q = queue(i);
+        assert!(
+            c.consume(&q).unwrap().is_none(),
+            "{q} holds a message again"
+        );
     }
     drop(c);
-    server.stop(libc::SIGTERM);
-    support::wait_until_bindable(&[ports[0], ports[1]]);
-    let server = start(&clustered);
-    let mut c = client();
-    let deadline = Instant::now() + PATIENCE;
-    while let Err(e) = c.publish("replicated", "1", None, PublishOptions::default()) {
-        assert!(Instant::now() < deadline, "no publish acknowledged: {e:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    drop(c);
-    server.stop(libc::SIGTERM);
-    support::wait_until_bindable(&[ports[0], ports[1]]);
-    // Back as a single node it would not serve the replicated queue: refused.
-    let log = refused(&single);
+    // Back as a single node, it would not serve the replicated queues: refused.
+    let (_, log) = n1.server.take().unwrap().stop(libc::SIGTERM);
+    assert!(
+        !log.contains("carrying queue slot"),
+        "the single-node logs were not emptied: {log}"
+    );
+    support::wait_until_bindable(&[n1.tcp, n1.http]);
+    let owned = refs(&single);
+    let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+    let (code, log) = support::run_to_exit(&args);
+    assert_ne!(code, Some(0), "{log}");
     assert!(
         log.contains("holds a cluster member's replicated queues"),
         "{log}"

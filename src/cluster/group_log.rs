@@ -86,6 +86,29 @@ impl GroupLog {
         Ok(lsn)
     }
 
+    /// Appends records as a background writer does (`Store::wait_for_background_room`
+    /// before each): for a founding state, which may be far larger than the journal takes
+    /// in one round. Returns the journal position of the last record.
+    pub async fn append_paced(&mut self, written: Written) -> Result<Option<u64>, String> {
+        let mut lsn = None;
+        let truncate_before = written.truncate_before;
+        for r in written.records {
+            self.store
+                .wait_for_background_room(r.payload.len() as u64)
+                .await
+                .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
+            let one = Written {
+                records: vec![r],
+                truncate_before: None,
+            };
+            lsn = self.append(one)?.or(lsn);
+        }
+        if let (Some(lsn), Some(before)) = (lsn, truncate_before) {
+            self.cuts.push((lsn, before));
+        }
+        Ok(lsn)
+    }
+
     /// Drops the front the durable snapshots allow: whole segments the store has
     /// checkpointed; what is not yet goes on a later call, so calling after each round
     /// keeps the log about one snapshot's reach long.

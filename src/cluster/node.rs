@@ -19,6 +19,7 @@ use super::forward::{self, Answer, SlotCommand};
 use super::group::ElectionTicks;
 use super::group_log::GroupLog;
 use super::host::{Batches, Host, HostRefused};
+use super::image_log::Recovered;
 use super::membership::MemberChange;
 use super::metrics::NodeMetrics;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
@@ -80,6 +81,11 @@ pub struct NodeConfig {
     /// its log again before anyone could set them later); `None`: the plane is off here
     /// (records are dropped, peers' reads refused).
     pub stream_hooks: Option<StreamHooks>,
+    /// Slot states this node held as a single node, for a node that founds its cluster
+    /// alone: each becomes its slot group's founding state (`GroupStorage::found_with`),
+    /// unless the group is already past its founding — then an earlier start carried it.
+    /// Once `start` returns, every slot named here holds its state in its group.
+    pub founding_states: BTreeMap<u16, Vec<u8>>,
 }
 
 pub struct StreamHooks {
@@ -213,6 +219,48 @@ impl Drop for Running {
     }
 }
 
+/// Writes each state of `states` as the founding snapshot of its slot's group, where that
+/// group is still unfounded, and waits until all of them are fdatasync'ed: the caller
+/// then forgets the single-node copies.
+async fn found_with_states(
+    store: &Rc<Store>,
+    states: BTreeMap<u16, Vec<u8>>,
+    voters: &[u64],
+    cfg: &NodeConfig,
+    logs: &mut BTreeMap<u16, GroupLog>,
+    recovered: &mut BTreeMap<u16, Recovered>,
+) -> Result<(), String> {
+    if states.is_empty() {
+        return Ok(());
+    }
+    if cfg.joining || voters != [cfg.node_id] {
+        return Err(format!(
+            "slots {:?} hold a single node's data, which only a node founding its cluster alone carries in",
+            states.keys().collect::<Vec<_>>()
+        ));
+    }
+    let mut last_lsn = None;
+    for (slot, state) in states {
+        let (Some(image), Some(log)) = (recovered.get_mut(&slot), logs.get_mut(&slot)) else {
+            return Err(format!("slot {slot} is not hosted here"));
+        };
+        if !image.storage.is_unfounded() {
+            continue;
+        }
+        log::info!("slot {slot}: founding its group with the state held as a single node");
+        image.storage.found_with(state);
+        let written = image.log.write(image.storage.take_writes());
+        last_lsn = log.append_paced(written).await?.or(last_lsn);
+    }
+    if let Some(lsn) = last_lsn {
+        store
+            .wait_synced(lsn)
+            .await
+            .map_err(|e| format!("sync the founding states: {e}"))?;
+    }
+    Ok(())
+}
+
 impl Node {
     /// Replays every slot's raft log from `store`, starts the links to the peers, accepts
     /// theirs on `listener`, and starts the loop.
@@ -236,6 +284,16 @@ impl Node {
             logs.insert(slot, log);
             recovered.insert(slot, image);
         }
+        let founding_states = std::mem::take(&mut cfg.founding_states);
+        found_with_states(
+            &store,
+            founding_states,
+            &voters,
+            &cfg,
+            &mut logs,
+            &mut recovered,
+        )
+        .await?;
         let election = cfg.election;
         let host = Host::new(
             cfg.node_id,

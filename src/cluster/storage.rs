@@ -287,6 +287,39 @@ impl GroupStorage {
             .push(ImageWrite::HardState(self.hard_state.clone()));
     }
 
+    /// Whether this is still exactly the image a founder starts with: the founding
+    /// snapshot, empty, and nothing after it — no entry, no vote, no later term. A group
+    /// that ever elected or wrote anything is past it, and so is one founded with a state
+    /// (`found_with`).
+    pub fn is_unfounded(&self) -> bool {
+        let meta = self.snapshot.get_metadata();
+        meta.index == FOUNDING_INDEX
+            && meta.term == FOUNDING_TERM
+            && self.snapshot.data.is_empty()
+            && self.entries.is_empty()
+            && self.base_index == FOUNDING_INDEX
+            && self.hard_state.term == FOUNDING_TERM
+            && self.hard_state.vote == 0
+            && self.hard_state.commit == FOUNDING_INDEX
+    }
+
+    /// Founds the group with `state` (a slot snapshot, `slot_snapshot.rs`) as what the
+    /// founding snapshot holds: the state a node held before it founded its cluster alone,
+    /// which every member that joins later receives with that snapshot. Only an unfounded
+    /// image: any other member of the group must hold the same founding state, and a lone
+    /// founder's is the only one that exists.
+    pub fn found_with(&mut self, state: Vec<u8>) {
+        assert!(self.is_unfounded(), "a group is founded once");
+        assert!(!state.is_empty(), "an empty founding state is the default");
+        assert_eq!(
+            self.conf_state.voters.len(),
+            1,
+            "only a lone founder carries its state in"
+        );
+        self.snapshot.data = state.into();
+        self.push_snapshot_write(true);
+    }
+
     /// Keeps a snapshot taken locally at an applied (so committed) index, and drops the
     /// entries more than `kept_behind_snapshot` behind it.
     pub fn compact(&mut self, snapshot: Snapshot) {

@@ -247,6 +247,13 @@ impl ClusterPlan {
         })
     }
 
+    /// Whether this node founds its cluster alone (it bootstrapped it): then what it held
+    /// as a single node becomes its groups' founding state, which every member that joins
+    /// later receives. With other founders there is no one founding state to agree on.
+    pub fn founds_alone(&self) -> bool {
+        !self.joining && self.directory.founders() == [self.node_id]
+    }
+
     /// Who this node is (the members come from the directory as it changes).
     pub fn view(&self) -> ClusterView {
         ClusterView {
@@ -267,10 +274,12 @@ impl ClusterPlan {
         broker: BrokerConfig,
         streams: StreamSlotConfig,
         stream_hooks: Option<StreamHooks>,
+        founding_states: BTreeMap<u16, Vec<u8>>,
     ) -> NodeConfig {
         NodeConfig {
             streams,
             stream_hooks,
+            founding_states,
             node_id: self.node_id,
             peers: BTreeMap::new(),
             slots,

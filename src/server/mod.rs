@@ -66,6 +66,9 @@ pub struct Plan {
     /// writes the groups' logs) before every shard's plane did, so a start refused for
     /// single-node data leaves the data dir as it was (`shard_main::all_planes_started`).
     pub planes_started: std::sync::atomic::AtomicUsize,
+    /// Clustered and founding alone: the exchanges shard 0 held as a single node, for the
+    /// shard owning the exchange slot to found its group with (`shard_main::cluster_node`).
+    pub single_node_exchanges: std::sync::Mutex<Option<crate::queue::broker::exchange::Exchanges>>,
 }
 
 /// Checks the settings a plane validates itself because config, the lowest layer, cannot
@@ -214,6 +217,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         warnings,
         members_left: std::sync::atomic::AtomicBool::new(false),
         planes_started: std::sync::atomic::AtomicUsize::new(0),
+        single_node_exchanges: std::sync::Mutex::new(None),
     });
     let shutdown = boltq_shards::ShutdownHandle::new();
     let _signals = shutdown

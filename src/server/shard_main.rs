@@ -11,7 +11,7 @@ use crate::queue::server::plane::{Plane, PlaneSettings};
 use boltq_io::listener::{Conn, Listener};
 use boltq_shards::Shard;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -56,6 +56,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
             snapshot_write_bytes_per_sec: plan.config.storage.snapshot_write_bytes_per_sec,
             report_unroutable: plan.config.queue.report_unroutable,
             replicated: plan.cluster.is_some(),
+            carries_single_node_data: plan.cluster.as_ref().is_some_and(|c| c.founds_alone()),
         },
     )
     .await?;
@@ -77,11 +78,16 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         _ => (None, None),
     };
     let hooks = engine.as_ref().map(stream_hooks);
-    if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane, hooks)?, &store) {
+    if plan.cluster.is_some() {
+        if let Some(table) = plane.take_single_node_exchanges() {
+            *plan.single_node_exchanges.lock().expect("not poisoned") = Some(table);
+        }
         if !all_planes_started(&shard, &plan).await {
             // Another shard failed and stopped the server; it reports why.
             return Ok(());
         }
+    }
+    if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane, hooks)?, &store) {
         let replication = crate::cluster::serve::Replication::start(
             start,
             Rc::clone(store),
@@ -95,6 +101,8 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
             relay_presence(g, &replication);
         }
         plane.set_replication(replication);
+        crate::faults::crash_point("after-founding");
+        plane.forget_carried_data().await?;
     }
     let seeds_name = plan
         .cluster
@@ -498,7 +506,8 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
 /// plane refuses to start clustered on single-node queue data; if one shard refused, no
 /// other may have written its raft groups' logs, or the data dir would also be refused as
 /// a single node's (`cluster::refuse_cluster_data`) and could be neither drained nor
-/// clustered.
+/// clustered. Shard 0 posts the exchanges it carries before it arrives here, so the
+/// exchange slot's owner finds them when it founds that slot's group.
 async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
     use std::sync::atomic::Ordering;
     plan.planes_started.fetch_add(1, Ordering::AcqRel);
@@ -568,13 +577,37 @@ fn cluster_node(
     };
     let listener = Listener::for_shard(&cluster.listeners[shard.id()], plan.tls.as_ref())
         .map_err(|e| format!("raft listener: {e}"))?;
+    let streams = super::cluster::stream_slot_config(&plan.config.messaging);
+    let mut founding = plane.take_single_node_data();
+    let exchange_slot = crate::queue::server::exchanges::exchange_slot();
+    if plane.owner_of(exchange_slot) == shard.id() {
+        let carried = plan
+            .single_node_exchanges
+            .lock()
+            .expect("not poisoned")
+            .take();
+        if let Some(table) = carried {
+            founding
+                .entry(exchange_slot)
+                .or_insert_with(|| crate::queue::broker::Broker::new(plan.broker.clone()))
+                .found_exchanges(table);
+        }
+    }
+    let mut founding_states = BTreeMap::new();
+    for (slot, broker) in founding {
+        let empty_streams = crate::messaging::slot::StreamSlot::new(streams.clone());
+        let state = crate::cluster::slot_snapshot::encode(&broker, &empty_streams)
+            .map_err(|e| format!("queue slot {slot}'s single-node state: {e}"))?;
+        founding_states.insert(slot, state);
+    }
     Ok(Some(crate::cluster::serve::ClusterStart {
         node: cluster.node_config(
             shard.id(),
             plane.owned_slots(),
             plan.broker.clone(),
-            super::cluster::stream_slot_config(&plan.config.messaging),
+            streams,
             hooks,
+            founding_states,
         ),
         listener,
         view: cluster.view(),

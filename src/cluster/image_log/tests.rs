@@ -6,6 +6,7 @@
 //! replay into an image the group can continue from.
 
 use super::*;
+use crate::cluster::storage::{FOUNDING_INDEX, FOUNDING_TERM};
 use boltq_io::testutil::Rng;
 use raft::prelude::ConfState;
 use raft::Storage;
@@ -308,4 +309,48 @@ fn damaged_records_are_refused_with_their_sequence_number_and_never_panic() {
         }
     }
     assert!(refused > 1_000, "only {refused} damaged logs refused");
+}
+
+/// A lone founder's group founded with the state it held as a single node: the founding
+/// snapshot holds that state, a replay gives it back, and the group is no longer unfounded
+/// (so a restart does not found it again). An untouched founder's group and one that
+/// voted or wrote are told apart.
+#[test]
+fn a_group_founded_with_a_state_replays_it_and_is_founded_once() {
+    let mut storage = GroupStorage::new(&[7]);
+    assert!(storage.is_unfounded());
+    let state = vec![0xAB; 3 * SNAPSHOT_PART_BYTES / 2];
+    storage.found_with(state.clone());
+    assert!(!storage.is_unfounded());
+    let mut writer = Recovered::new_group(&[7], 1).log;
+    let mut disk = Disk {
+        records: Vec::new(),
+    };
+    disk.store(&writer.write(storage.take_writes()));
+    assert!(disk.records.len() > 2, "a state of several parts");
+    let back = replay(disk.records.clone(), writer.next_seq(), &[7]).expect("replays");
+    assert_eq!(
+        back.storage.newest_snapshot().data.as_ref(),
+        state.as_slice()
+    );
+    assert_eq!(
+        back.storage.newest_snapshot().get_metadata().index,
+        FOUNDING_INDEX
+    );
+    assert!(!back.storage.is_unfounded());
+    // A write cut short before its last part (and the HardState after it) replays as the
+    // unfounded group: the state is still where it was carried from, and founding again
+    // is allowed.
+    disk.records.truncate(disk.records.len() - 2);
+    let cut = replay(disk.records, writer.next_seq(), &[7]).expect("replays");
+    assert!(cut.storage.is_unfounded());
+
+    let mut voted = GroupStorage::new(&[7]);
+    voted.set_hard_state(HardState {
+        term: FOUNDING_TERM + 1,
+        vote: 7,
+        commit: FOUNDING_INDEX,
+        ..HardState::default()
+    });
+    assert!(!voted.is_unfounded());
 }

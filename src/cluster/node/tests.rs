@@ -60,6 +60,7 @@ impl Member {
             link_tls: None,
             streams: Default::default(),
             stream_hooks: None,
+            founding_states: BTreeMap::new(),
         };
         let running = Node::start(cfg, Rc::clone(&store), listener).await.unwrap();
         self.running = Some((running, store, shared));

@@ -316,6 +316,14 @@ impl Broker {
         }
     }
 
+    /// Makes `table` the exchange table of a broker that founds a cluster's exchange slot
+    /// (what a single node declared, carried into its cluster): change 1, so every shard
+    /// of every node installs it as newer than its default.
+    pub fn found_exchanges(&mut self, table: exchange::Exchanges) {
+        assert_eq!(self.exchanges.0, 0, "only a table never changed is founded");
+        self.exchanges = (1, std::sync::Arc::new(table));
+    }
+
     /// The exchange table this broker holds and its change count (`Command::Exchange`).
     pub fn exchanges(&self) -> &(u64, std::sync::Arc<exchange::Exchanges>) {
         &self.exchanges

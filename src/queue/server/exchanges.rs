@@ -132,6 +132,49 @@ impl ExchangeSubmitted {
 }
 
 impl Plane {
+    /// Clustered, on shard 0: the durable exchanges this data dir holds from running as a
+    /// single node. A node founding alone (`carry`) keeps them for the exchange slot's
+    /// group to be founded with (`take_single_node_exchanges`); any other is told they
+    /// are not served. The meta log is left as it is: once the slot's group is founded,
+    /// a later start does not found it again, and a single-node start on this data dir
+    /// is refused.
+    pub(super) async fn gather_single_node_exchanges(&self, carry: bool) -> Result<(), String> {
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
+        let root = boltq_io::store::logs_root(&store.config().data_dir);
+        let written =
+            store.open_log_names().iter().any(|n| n == META_LOG) || root.join(META_LOG).exists();
+        if self.shard.id() != META_SHARD || !written {
+            return Ok(());
+        }
+        let log = store
+            .open_log(META_LOG)
+            .await
+            .map_err(|e| format!("open exchange metadata: {e}"))?;
+        let table = recover(&store, &log)
+            .await
+            .map_err(|e| format!("recover exchange metadata: {e}"))?;
+        if table == Exchanges::new() {
+            return Ok(());
+        }
+        if !carry {
+            log::warn!(
+                "the exchanges this node declared as a single node are not served in its \
+                 cluster (only a node founding its cluster alone carries them in): declare \
+                 them again"
+            );
+            return Ok(());
+        }
+        *self.single_node_exchanges.borrow_mut() = Some(table);
+        Ok(())
+    }
+
+    /// The exchanges gathered by `gather_single_node_exchanges`, once.
+    pub fn take_single_node_exchanges(&self) -> Option<Exchanges> {
+        self.single_node_exchanges.borrow_mut().take()
+    }
+
     /// This shard's replica of the exchange table.
     pub fn exchanges_snapshot(&self) -> crate::queue::broker::exchange::ExchangesSnapshot {
         self.exchanges.borrow().snapshot()

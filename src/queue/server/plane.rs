@@ -81,6 +81,12 @@ pub struct Plane {
     /// `cluster.enabled`: this shard's raft node, through which its slots' commands go
     /// (`replicated.rs`); then `slots` stays empty.
     pub(super) replication: std::cell::OnceCell<Rc<dyn Replicated>>,
+    /// Replicated: the slots whose single-node logs hold data being carried into their
+    /// groups, until `forget_carried_data` empties those logs (`slot.rs`).
+    pub(super) carried: RefCell<BTreeMap<u16, super::slot::Carried>>,
+    /// Replicated, on shard 0 of a node founding alone: the exchanges it declared as a
+    /// single node, until the exchange slot's group is founded with them.
+    pub(super) single_node_exchanges: RefCell<Option<Exchanges>>,
 }
 
 /// The high 32 bits of every connection id of this process (the low 32 count connections):
@@ -128,6 +134,10 @@ pub struct PlaneSettings {
     /// `cluster.enabled`: the slots live in raft groups (`set_replication` follows the
     /// start), not in this shard's slot logs.
     pub replicated: bool,
+    /// Replicated, and this node founds its cluster alone: what its slot logs hold from
+    /// running as a single node is carried into the groups (`take_single_node_data`)
+    /// rather than refused.
+    pub carries_single_node_data: bool,
 }
 
 impl Plane {
@@ -147,6 +157,7 @@ impl Plane {
             snapshot_write_bytes_per_sec,
             report_unroutable,
             replicated,
+            carries_single_node_data,
         } = settings;
         let mut prefix = [0u8; 7];
         prefix.copy_from_slice(&(random ^ ((shard.id() as u64) << 8)).to_be_bytes()[1..]);
@@ -193,12 +204,16 @@ impl Plane {
                 .metrics()
                 .histogram(super::dispatch::CONSUME_WAIT_METRIC, &[]),
             replication: std::cell::OnceCell::new(),
+            carried: RefCell::new(BTreeMap::new()),
+            single_node_exchanges: RefCell::new(None),
         });
         if meta_shard {
             plane.broadcast_exchanges();
         }
         if replicated {
-            plane.refuse_single_node_data().await?;
+            plane
+                .gather_single_node_data(carries_single_node_data)
+                .await?;
         } else {
             for slot in plane.owned_slots() {
                 plane.open_slot(slot).await?;

@@ -7,7 +7,15 @@ use super::{snapshot, wal};
 use crate::queue::broker::{Broker, Command};
 use boltq_io::{LogRef, Store};
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
+
+/// A slot whose single-node data is being carried into its raft group.
+pub(super) struct Carried {
+    /// Taken when the group is founded with it.
+    broker: Option<Broker>,
+    logs: SlotLogs,
+}
 
 pub(super) struct SlotState {
     pub(super) broker: Broker,
@@ -65,12 +73,16 @@ impl Plane {
 
     /// Clustered, a shard serves its slots from their raft groups only, so what this data
     /// dir holds from running as a single node would be hidden (still on disk, and served
-    /// again without `cluster.enabled`): refused instead, naming what is held. Carrying a
-    /// single node's data into a cluster is not built.
-    pub(super) async fn refuse_single_node_data(&self) -> Result<(), String> {
+    /// again without `cluster.enabled`). A node that founds its cluster alone (`carry`)
+    /// carries it in: each slot holding data is kept here until its group was founded
+    /// with it (`take_single_node_data`, then `forget_carried_data`). Any other node
+    /// refuses to start, naming what is held: with several founders there is no one
+    /// founding state, and a joining node's groups take the leaders' state.
+    pub(super) async fn gather_single_node_data(&self, carry: bool) -> Result<(), String> {
         let Some(store) = self.store.clone() else {
             return Ok(());
         };
+        self.gather_single_node_exchanges(carry).await?;
         let root = boltq_io::store::logs_root(&store.config().data_dir);
         let open = store.open_log_names();
         for slot in self.owned_slots() {
@@ -81,22 +93,82 @@ impl Plane {
             if !written {
                 continue;
             }
-            let (broker, _) = self
+            let (broker, logs) = self
                 .recover_slot(&store, slot)
                 .await
                 .map_err(|e| format!("recover queue slot {slot}: {e}"))?;
             let held = broker.held_data();
-            if !held.is_empty() {
+            if held.is_empty() {
+                continue;
+            }
+            if !carry {
                 return Err(format!(
                     "cluster.enabled: queue slot {slot} holds {} message(s) and {} durable \
-                     subscription(s) from running as a single node, which a cluster member \
-                     would not serve (it serves what its raft groups hold): start without \
-                     cluster.enabled and drain them first (consume or purge the queues, \
-                     unsubscribe the durable subscribers), or start clustered on another \
-                     data dir; carrying a single node's data into a cluster is not built",
+                     subscription(s) from running as a single node, which only a node that \
+                     founds its cluster alone carries in: start this node alone with \
+                     cluster.bootstrap = true (its data becomes the cluster's) and have the \
+                     others join it through cluster.seeds; or start without cluster.enabled \
+                     and drain them first (consume or purge the queues, unsubscribe the \
+                     durable subscribers); or start clustered on another data dir",
                     held.messages, held.durable_subscriptions
                 ));
             }
+            log::info!(
+                "carrying queue slot {slot} into its raft group: {} message(s) and {} durable \
+                 subscription(s) held as a single node",
+                held.messages,
+                held.durable_subscriptions
+            );
+            self.carried.borrow_mut().insert(
+                slot,
+                Carried {
+                    broker: Some(broker),
+                    logs,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// The single-node states to found the groups with (each once; the logs stay until
+    /// `forget_carried_data`).
+    pub fn take_single_node_data(&self) -> BTreeMap<u16, Broker> {
+        self.carried
+            .borrow_mut()
+            .iter_mut()
+            .filter_map(|(&slot, c)| c.broker.take().map(|b| (slot, b)))
+            .collect()
+    }
+
+    /// Once the groups hold the carried states durably: empties the single-node logs of
+    /// those slots (an empty snapshot after their last command, synced, then what it
+    /// replaces dropped), so a later start finds nothing left to carry. A crash before this
+    /// ends leaves them as they were; the next start finds the groups founded and empties
+    /// them then.
+    pub async fn forget_carried_data(&self) -> Result<(), String> {
+        let Some(store) = self.store.clone() else {
+            return Ok(());
+        };
+        let carried = std::mem::take(&mut *self.carried.borrow_mut());
+        let empty = snapshot::encode(&Broker::new(self.cfg.clone()).snapshot())?;
+        for (slot, Carried { logs, .. }) in carried {
+            let wal_seq = logs.wal.next_seq() - 1;
+            let number = logs.last_snapshot_number + 1;
+            let forget = async {
+                let w = snapshot::write(
+                    &store,
+                    &self.snapshot_pacer,
+                    &logs.snap,
+                    &empty,
+                    wal_seq,
+                    number,
+                )
+                .await?;
+                snapshot::compact(&store, &logs.wal, &logs.snap, &w).await
+            };
+            forget
+                .await
+                .map_err(|e| format!("empty queue slot {slot}'s single-node logs: {e}"))?;
         }
         Ok(())
     }
