@@ -69,9 +69,9 @@ impl Messages {
         Command::Publish {
             msg: Message {
                 id: self.ids.next(0),
-                topic: QUEUE.to_string(),
+                topic: QUEUE.into(),
                 payload: self.payload.clone(),
-                headers: Default::default(),
+                extras: None,
                 timestamp_ns: NOW_NS,
                 retry: 0,
                 max_retry: 5,
@@ -80,8 +80,6 @@ impl Messages {
                 ttl_ns: 0,
                 deliver_at_ns: 0,
                 expires_at_ns: 0,
-                exchange: String::new(),
-                routing_key: String::new(),
             },
         }
     }

@@ -26,7 +26,7 @@ mod common;
 
 use base64::Engine;
 use boltq::messaging::gateway::frame as ws;
-use boltq::queue::message::{IdGenerator, Message, MessageId};
+use boltq::queue::message::{IdGenerator, Message, MessageExtras, MessageId};
 use boltq::queue::protocol::frame::{self, op};
 use boltq::queue::protocol::{reply, request};
 use bytes::Bytes;
@@ -54,10 +54,10 @@ fn tcp_frame(code: u8, body: &str) -> Vec<u8> {
 
 fn message(id: MessageId, payload_len: usize) -> Message {
     Message {
+        extras: None,
         id,
-        topic: TOPIC.to_string(),
+        topic: TOPIC.into(),
         payload: Bytes::from(json_payload(payload_len)),
-        headers: BTreeMap::from([("content_type".to_string(), "application/json".to_string())]),
         timestamp_ns: NOW_NS,
         retry: 0,
         max_retry: 5,
@@ -66,9 +66,12 @@ fn message(id: MessageId, payload_len: usize) -> Message {
         ttl_ns: 0,
         deliver_at_ns: 0,
         expires_at_ns: 0,
+    }
+    .with_extras(MessageExtras {
+        headers: BTreeMap::from([("content_type".to_string(), "application/json".to_string())]),
         exchange: String::new(),
         routing_key: String::new(),
-    }
+    })
 }
 
 /// Times `OPS` calls of `encode`, each into a cleared reused buffer.

@@ -21,7 +21,7 @@
 mod common;
 
 use boltq::queue::broker::{Command, ConsumerRef};
-use boltq::queue::message::{IdGenerator, Message, MessageId};
+use boltq::queue::message::{IdGenerator, Message, MessageExtras, MessageId};
 use boltq::queue::protocol::frame::{op, Frame};
 use boltq::queue::protocol::request::{self, Request};
 use boltq::queue::server::wal::record;
@@ -46,9 +46,8 @@ fn json_payload(len: usize) -> String {
 fn message(id: MessageId, payload: Bytes, headers: BTreeMap<String, String>) -> Message {
     Message {
         id,
-        topic: TOPIC.to_string(),
+        topic: TOPIC.into(),
         payload,
-        headers,
         timestamp_ns: NOW_NS,
         retry: 0,
         max_retry: 5,
@@ -57,9 +56,12 @@ fn message(id: MessageId, payload: Bytes, headers: BTreeMap<String, String>) -> 
         ttl_ns: 0,
         deliver_at_ns: 0,
         expires_at_ns: 0,
-        exchange: String::new(),
-        routing_key: String::new(),
+        extras: None,
     }
+    .with_extras(MessageExtras {
+        headers,
+        ..MessageExtras::default()
+    })
 }
 
 /// Times `OPS` WAL encodes and `OPS` WAL decodes of `cmd` in both record forms, named

@@ -27,7 +27,7 @@
 //!   reply (published, page, committed) is one valid JSON frame.
 #![no_main]
 
-use boltq::queue::message::{Message, MessageId};
+use boltq::queue::message::{Message, MessageExtras, MessageId};
 use boltq::queue::protocol::frame::{self, status, Frame, PAYLOAD_BYTES_MAX};
 use boltq::queue::protocol::reply;
 use boltq::queue::protocol::request::{self, Request};
@@ -102,9 +102,8 @@ fn check_delivery(topic: String, payload: Bytes, headers: BTreeMap<String, Strin
     serde_json::from_slice::<serde::de::IgnoredAny>(&payload).expect("stored payload is JSON");
     let m = Message {
         id: MessageId([0xAB; 16]),
-        topic,
+        topic: topic.into(),
         payload,
-        headers,
         timestamp_ns: i64::MIN,
         retry: u32::MAX,
         max_retry: 5,
@@ -113,9 +112,12 @@ fn check_delivery(topic: String, payload: Bytes, headers: BTreeMap<String, Strin
         ttl_ns: 0,
         deliver_at_ns: 0,
         expires_at_ns: 0,
-        exchange: String::new(),
-        routing_key: String::new(),
-    };
+        extras: None,
+    }
+    .with_extras(MessageExtras {
+        headers,
+        ..MessageExtras::default()
+    });
     let mut out = Vec::new();
     reply::message(&m, &mut out).expect("an accepted message fits a CONSUME reply");
     assert_eq!(out.len() - frame::HEADER_BYTES, reply::message_len(&m));

@@ -42,11 +42,11 @@ fn check_limits(cmd: &Command) {
     match cmd {
         Command::Publish { msg } | Command::PublishTopic { msg } => {
             assert!(msg.topic.len() <= NAME_BYTES_MAX);
-            assert!(msg.exchange.len() <= NAME_BYTES_MAX);
+            assert!(msg.exchange().len() <= NAME_BYTES_MAX);
             assert!(msg.payload.len() <= PAYLOAD_BYTES_MAX);
-            assert!(msg.routing_key.len() <= ROUTING_KEY_BYTES_MAX);
-            assert!(msg.headers.len() <= HEADERS_MAX);
-            let header_bytes: usize = msg.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+            assert!(msg.routing_key().len() <= ROUTING_KEY_BYTES_MAX);
+            assert!(msg.headers().len() <= HEADERS_MAX);
+            let header_bytes: usize = msg.headers().iter().map(|(k, v)| k.len() + v.len()).sum();
             assert!(header_bytes <= HEADERS_BYTES_MAX);
         }
         Command::Consume { queue, .. } => assert!(queue.len() <= NAME_BYTES_MAX),

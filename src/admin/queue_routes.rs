@@ -174,8 +174,8 @@ pub fn message_json(m: &Message) -> Value {
         "delivery_count": 0,
     });
     let o = v.as_object_mut().expect("object");
-    if !m.headers.is_empty() {
-        o.insert("headers".into(), json!(m.headers));
+    if !m.headers().is_empty() {
+        o.insert("headers".into(), json!(m.headers()));
     }
     for (k, n) in [
         ("delay", m.delay_ns),
@@ -188,7 +188,7 @@ pub fn message_json(m: &Message) -> Value {
             o.insert(k.into(), json!(n));
         }
     }
-    for (k, s) in [("exchange", &m.exchange), ("routing_key", &m.routing_key)] {
+    for (k, s) in [("exchange", m.exchange()), ("routing_key", m.routing_key())] {
         if !s.is_empty() {
             o.insert(k.into(), json!(s));
         }

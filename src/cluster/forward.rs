@@ -490,7 +490,7 @@ mod tests {
     fn message(ids: &mut IdGenerator) -> Message {
         let mut msg = crate::queue::server::wal::tests::message("jobs");
         msg.id = ids.next(3);
-        msg.headers = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        msg.edit_extras(|e| e.headers = BTreeMap::from([("k".to_string(), "v".to_string())]));
         msg.priority = 2;
         msg
     }

@@ -4,6 +4,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 /// A message id: 16 bytes, shown as 32 lowercase hex digits as in v1.
 ///
@@ -160,17 +161,22 @@ impl IdGenerator {
 
 /// A message as the broker keeps it (v1 spec §3.1). Times are Unix nanoseconds; durations
 /// nanoseconds (v1 wire units).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Its size is what every held message costs, so it is kept small (128 B; it was 200 B):
+/// the name is shared with the queue that holds it (`Broker` points a held message's
+/// `topic` at its queue's name, so a million messages of one queue hold one copy), and the
+/// fields most messages leave empty — headers, exchange and routing key — live in one
+/// optional box. Serialised with the same fields in the same order as before, so
+/// snapshots written by either layout read back in the other.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(from = "MessageFields")]
 pub struct Message {
     pub id: MessageId,
     /// Queue name (work queue), topic name (pub/sub), or target queue (exchange copy).
-    pub topic: String,
+    pub topic: Arc<str>,
     /// The raw JSON text of the payload, validated when the request was parsed, echoed
     /// back verbatim as a JSON value (a string stays a string).
-    #[serde(with = "payload_serde")]
     pub payload: Bytes,
-    /// Sorted by key, as v1 (Go maps marshal in key order).
-    pub headers: BTreeMap<String, String>,
     pub timestamp_ns: i64,
     pub retry: u32,
     pub max_retry: u32,
@@ -182,11 +188,140 @@ pub struct Message {
     pub deliver_at_ns: i64,
     /// 0 = never expires.
     pub expires_at_ns: i64,
+    /// `None` when all of them are empty (never `Some` of empty ones: equal messages
+    /// compare equal). Set through [`Message::set_extras`].
+    pub extras: Option<Box<MessageExtras>>,
+}
+
+/// The fields of a message most leave empty.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MessageExtras {
+    /// Sorted by key, as v1 (Go maps marshal in key order).
+    pub headers: BTreeMap<String, String>,
     pub exchange: String,
     pub routing_key: String,
 }
 
+impl MessageExtras {
+    fn is_empty(&self) -> bool {
+        self.headers.is_empty() && self.exchange.is_empty() && self.routing_key.is_empty()
+    }
+}
+
+/// What an absent header map reads as.
+static NO_HEADERS: BTreeMap<String, String> = BTreeMap::new();
+
+/// The serialised form: every field, in the order the layout before [`MessageExtras`]
+/// had them.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Serialize))]
+struct MessageFields {
+    id: MessageId,
+    topic: String,
+    #[serde(with = "payload_serde")]
+    payload: Bytes,
+    headers: BTreeMap<String, String>,
+    timestamp_ns: i64,
+    retry: u32,
+    max_retry: u32,
+    priority: i64,
+    delay_ns: i64,
+    ttl_ns: i64,
+    deliver_at_ns: i64,
+    expires_at_ns: i64,
+    exchange: String,
+    routing_key: String,
+}
+
+impl From<MessageFields> for Message {
+    fn from(f: MessageFields) -> Message {
+        let mut m = Message {
+            id: f.id,
+            topic: f.topic.into(),
+            payload: f.payload,
+            timestamp_ns: f.timestamp_ns,
+            retry: f.retry,
+            max_retry: f.max_retry,
+            priority: f.priority,
+            delay_ns: f.delay_ns,
+            ttl_ns: f.ttl_ns,
+            deliver_at_ns: f.deliver_at_ns,
+            expires_at_ns: f.expires_at_ns,
+            extras: None,
+        };
+        m.set_extras(MessageExtras {
+            headers: f.headers,
+            exchange: f.exchange,
+            routing_key: f.routing_key,
+        });
+        m
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        struct Payload<'a>(&'a Bytes);
+        impl Serialize for Payload<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                payload_serde::serialize(self.0, serializer)
+            }
+        }
+        let mut st = serializer.serialize_struct("Message", 14)?;
+        st.serialize_field("id", &self.id)?;
+        st.serialize_field("topic", &*self.topic)?;
+        st.serialize_field("payload", &Payload(&self.payload))?;
+        st.serialize_field("headers", self.headers())?;
+        st.serialize_field("timestamp_ns", &self.timestamp_ns)?;
+        st.serialize_field("retry", &self.retry)?;
+        st.serialize_field("max_retry", &self.max_retry)?;
+        st.serialize_field("priority", &self.priority)?;
+        st.serialize_field("delay_ns", &self.delay_ns)?;
+        st.serialize_field("ttl_ns", &self.ttl_ns)?;
+        st.serialize_field("deliver_at_ns", &self.deliver_at_ns)?;
+        st.serialize_field("expires_at_ns", &self.expires_at_ns)?;
+        st.serialize_field("exchange", self.exchange())?;
+        st.serialize_field("routing_key", self.routing_key())?;
+        st.end()
+    }
+}
+
 impl Message {
+    /// Sorted by key, as v1 (Go maps marshal in key order).
+    pub fn headers(&self) -> &BTreeMap<String, String> {
+        self.extras.as_ref().map_or(&NO_HEADERS, |e| &e.headers)
+    }
+
+    /// The exchange an exchange copy came through ("" otherwise).
+    pub fn exchange(&self) -> &str {
+        self.extras.as_ref().map_or("", |e| &e.exchange)
+    }
+
+    pub fn routing_key(&self) -> &str {
+        self.extras.as_ref().map_or("", |e| &e.routing_key)
+    }
+
+    pub fn extras(&self) -> MessageExtras {
+        self.extras.as_deref().cloned().unwrap_or_default()
+    }
+
+    /// Sets the headers, exchange and routing key (boxed only when any is set).
+    pub fn set_extras(&mut self, extras: MessageExtras) {
+        self.extras = (!extras.is_empty()).then(|| Box::new(extras));
+    }
+
+    /// Changes the headers, exchange or routing key in place.
+    pub fn edit_extras(&mut self, edit: impl FnOnce(&mut MessageExtras)) {
+        let mut extras = self.extras.take().map(|b| *b).unwrap_or_default();
+        edit(&mut extras);
+        self.set_extras(extras);
+    }
+
+    pub fn with_extras(mut self, extras: MessageExtras) -> Message {
+        self.set_extras(extras);
+        self
+    }
+
     /// Priority level 0..=9 the message is queued at.
     pub fn level(&self) -> usize {
         self.priority.clamp(0, 9) as usize
@@ -198,7 +333,7 @@ impl Message {
     pub fn reply_bytes_max(&self) -> u64 {
         let strings: usize = self.topic.len()
             + self
-                .headers
+                .headers()
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 6)
                 .sum::<usize>();
@@ -320,7 +455,6 @@ mod tests {
             id: g.next(3),
             topic: "jobs".into(),
             payload: Bytes::from_static(br#"{"n":1}"#),
-            headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
             timestamp_ns: 5,
             retry: 1,
             max_retry: 5,
@@ -329,9 +463,12 @@ mod tests {
             ttl_ns: 7,
             deliver_at_ns: 0,
             expires_at_ns: 12,
-            exchange: String::new(),
-            routing_key: String::new(),
-        };
+            extras: None,
+        }
+        .with_extras(MessageExtras {
+            headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            ..MessageExtras::default()
+        });
         let json = serde_json::to_string(&m).unwrap();
         assert!(
             json.contains(&format!("\"id\":\"{}\"", m.id.to_hex())),
@@ -343,5 +480,70 @@ mod tests {
         m.payload = Bytes::from_static(&[0xff, 0x00, 0x41]);
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), m);
+    }
+
+    /// What every held message costs before its payload and queue entry.
+    #[test]
+    fn a_message_is_128_bytes() {
+        assert_eq!(std::mem::size_of::<Message>(), 128);
+    }
+
+    /// Snapshots written before the fields moved into `MessageExtras` read back, and new
+    /// ones are byte for byte what the old layout wrote (JSON and MessagePack).
+    #[test]
+    fn the_serialised_form_is_the_layout_before_the_extras_box() {
+        let mut g = IdGenerator::new([3; 7]);
+        let plain = Message {
+            id: g.next(1),
+            topic: "jobs".into(),
+            payload: Bytes::from_static(b"[1]"),
+            timestamp_ns: 1,
+            retry: 2,
+            max_retry: 3,
+            priority: 4,
+            delay_ns: 5,
+            ttl_ns: 6,
+            deliver_at_ns: 7,
+            expires_at_ns: 8,
+            extras: None,
+        };
+        let routed = plain.clone().with_extras(MessageExtras {
+            headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
+            exchange: "x".into(),
+            routing_key: "r.k".into(),
+        });
+        for m in [plain, routed] {
+            let e = m.extras();
+            let old = MessageFields {
+                id: m.id,
+                topic: m.topic.to_string(),
+                payload: m.payload.clone(),
+                headers: e.headers,
+                timestamp_ns: m.timestamp_ns,
+                retry: m.retry,
+                max_retry: m.max_retry,
+                priority: m.priority,
+                delay_ns: m.delay_ns,
+                ttl_ns: m.ttl_ns,
+                deliver_at_ns: m.deliver_at_ns,
+                expires_at_ns: m.expires_at_ns,
+                exchange: e.exchange,
+                routing_key: e.routing_key,
+            };
+            let json = serde_json::to_string(&m).unwrap();
+            assert_eq!(json, serde_json::to_string(&old).unwrap());
+            assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), m);
+            let packed = rmp_serde::to_vec(&m).unwrap();
+            assert_eq!(packed, rmp_serde::to_vec(&old).unwrap());
+            assert_eq!(rmp_serde::from_slice::<Message>(&packed).unwrap(), m);
+            let named = rmp_serde::to_vec_named(&m).unwrap();
+            assert_eq!(named, rmp_serde::to_vec_named(&old).unwrap());
+        }
+        // Empty extras read back as none: equal messages compare equal.
+        let json = r#"{"id":"01030303030303030000000000000001","topic":"q","payload":"1","headers":{},"timestamp_ns":0,"retry":0,"max_retry":0,"priority":0,"delay_ns":0,"ttl_ns":0,"deliver_at_ns":0,"expires_at_ns":0,"exchange":"","routing_key":""}"#;
+        assert!(serde_json::from_str::<Message>(json)
+            .unwrap()
+            .extras
+            .is_none());
     }
 }

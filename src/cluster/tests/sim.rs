@@ -1171,9 +1171,9 @@ fn queue_of(slot: u16) -> String {
 fn message(id: MessageId, queue: &str, now_ns: i64) -> Message {
     Message {
         id,
-        topic: queue.to_string(),
+        topic: queue.into(),
         payload: Bytes::from(format!("\"{id}\"")),
-        headers: BTreeMap::new(),
+        extras: None,
         timestamp_ns: now_ns,
         retry: 0,
         max_retry: 3,
@@ -1182,8 +1182,6 @@ fn message(id: MessageId, queue: &str, now_ns: i64) -> Message {
         ttl_ns: 0,
         deliver_at_ns: 0,
         expires_at_ns: 0,
-        exchange: String::new(),
-        routing_key: String::new(),
     }
 }
 

@@ -46,7 +46,7 @@ impl DeadLetters {
             msg.topic
         );
         self.by_queue
-            .entry(msg.topic.clone())
+            .entry(msg.topic.to_string())
             .or_default()
             .push_back(msg);
     }
@@ -68,7 +68,7 @@ impl DeadLetters {
     /// Restores one dead letter; a snapshot taken under a larger capacity may exceed ours.
     pub fn push_restored(&mut self, msg: Message) {
         self.by_queue
-            .entry(msg.topic.clone())
+            .entry(msg.topic.to_string())
             .or_default()
             .push_back(msg);
     }

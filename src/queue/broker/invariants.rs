@@ -22,7 +22,7 @@ impl Broker {
                 timers += 1;
             }
             for (key, ready) in queue.iter_ready() {
-                assert_eq!(&ready.msg.topic, name);
+                assert_eq!(&*ready.msg.topic, name.as_str());
                 assert_eq!(key.level(), ready.msg.level());
                 assert_eq!(ready.expiry.is_some(), ready.msg.expires_at_ns != 0);
                 if let Some(t) = ready.expiry {
@@ -61,7 +61,7 @@ impl Broker {
             // Empty ones stay listed (at 0, as v1), but only for queues that exist.
             assert!(self.queues.contains_key(queue));
             for msg in dlq {
-                assert_eq!(&msg.topic, queue);
+                assert_eq!(&*msg.topic, queue.as_str());
                 assert!(ids.insert(msg.id), "duplicate id {}", msg.id);
                 bytes += msg.payload.len() as u64;
             }

@@ -68,6 +68,7 @@ use pubsub::PubSub;
 use queue::{Ready, WorkQueue};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
+use std::sync::Arc;
 use timers::{TimerTarget, Timers};
 use waiting::Waiting;
 
@@ -461,7 +462,7 @@ impl Broker {
         let replaying = self.replaying;
         let (held_bytes, bytes_max) = (self.held_bytes, self.cfg.slot_bytes_max);
         let slot_full = held_bytes + msg.payload.len() as u64 > bytes_max && !replaying;
-        let creates = !self.queues.contains_key(&msg.topic);
+        let creates = !self.queues.contains_key(&*msg.topic);
         let may_create = replaying || self.queues.len() < self.cfg.queues_max;
         if slot_full && creates && may_create {
             // Refused before the queue is created: a refusal is not logged, so it must
@@ -484,14 +485,20 @@ impl Broker {
         }
         queue.hold();
         queue.touch(msg.timestamp_ns);
-        let new = self.hold_id(msg);
+        // Held, the message points at its queue's name rather than its own copy.
+        let held = Message {
+            topic: Arc::clone(queue.name()),
+            ..msg.clone()
+        };
+        let new = self.hold_id(&held);
         assert!(new, "message {} was checked absent", msg.id);
         self.counters.published += 1;
-        let publish_ns = msg.timestamp_ns;
-        if msg.deliver_at_ns > publish_ns && !msg.is_expired(publish_ns) {
-            self.wait(msg.clone(), msg.deliver_at_ns);
+        let publish_ns = held.timestamp_ns;
+        if held.deliver_at_ns > publish_ns && !held.is_expired(publish_ns) {
+            let deliver_at_ns = held.deliver_at_ns;
+            self.wait(held, deliver_at_ns);
         } else {
-            self.enqueue_ready(msg.clone(), publish_ns);
+            self.enqueue_ready(held, publish_ns);
         }
         Outcome::Published
     }
@@ -690,12 +697,12 @@ impl Broker {
         }
         let queue = self
             .queues
-            .get_mut(&msg.topic)
+            .get_mut(&*msg.topic)
             .expect("a held message's queue exists");
         let key = queue.next_key(msg.level());
         let expiry = (msg.expires_at_ns != 0).then(|| {
             let target = TimerTarget::Ready {
-                queue: msg.topic.clone(),
+                queue: msg.topic.to_string(),
                 key,
             };
             self.timers.schedule(msg.expires_at_ns, target)
@@ -791,7 +798,7 @@ impl Broker {
             return Err(too_many_queues_error(self.cfg.queues_max));
         }
         if !self.queues.contains_key(name) {
-            let mut queue = WorkQueue::default();
+            let mut queue = WorkQueue::new(name);
             let ttl = self.cfg.idle_queue_ttl_ns;
             if let (Some(now_ns), true) = (used_at_ns, ttl > 0) {
                 queue.last_used_ns = now_ns;
@@ -997,7 +1004,9 @@ fn queue_or_create_restored<'a>(
     if queues.len() >= QUEUES_MAX_CEILING && !queues.contains_key(name) {
         return Err(format!("too many queues (limit {QUEUES_MAX_CEILING})"));
     }
-    Ok(queues.entry(name.to_string()).or_default())
+    Ok(queues
+        .entry(name.to_string())
+        .or_insert_with(|| WorkQueue::new(name)))
 }
 
 /// The refusal of a queue past `queues_max`.

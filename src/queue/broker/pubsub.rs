@@ -229,7 +229,7 @@ impl PubSub {
         effects: &mut Vec<Effect>,
     ) -> Fanned {
         let mut fanned = Fanned::default();
-        let Some(subs) = self.topics.get_mut(&msg.topic) else {
+        let Some(subs) = self.topics.get_mut(&*msg.topic) else {
             return fanned;
         };
         let ids: Vec<String> = subs.keys().cloned().collect();

@@ -42,8 +42,11 @@ pub(super) struct Ready {
     pub expiry: Option<TimerKey>,
 }
 
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(super) struct WorkQueue {
+    /// The queue's name, which every message it holds points at (`Message::topic`): one
+    /// copy per queue, not one per message.
+    name: Arc<str>,
     /// Values behind an `Arc`: a persistent B-tree node holds its entries inline and shifts
     /// them on every insert and removal, and a message is ~200 B (measured: a deep queue's
     /// publish+consume+ack cycle cost a third more with inline values).
@@ -63,6 +66,14 @@ pub(super) struct WorkQueue {
 }
 
 impl WorkQueue {
+    pub fn new(name: &str) -> WorkQueue {
+        WorkQueue::restored(name, 0, 0)
+    }
+
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
+    }
+
     /// The key the next message of `level` will take; call `insert` with it.
     pub fn next_key(&mut self, level: usize) -> ReadyKey {
         assert!(level < PRIORITY_LEVELS, "level {level} out of range");
@@ -144,8 +155,9 @@ impl WorkQueue {
 
     /// An empty queue that continues numbering at `next_seq` (snapshot restore); `held` is
     /// rebuilt by the caller as it restores each message.
-    pub fn restored(next_seq: u64, last_used_ns: i64) -> WorkQueue {
+    pub fn restored(name: &str, next_seq: u64, last_used_ns: i64) -> WorkQueue {
         WorkQueue {
+            name: name.into(),
             ready: OrdMap::new(),
             next_seq,
             held: 0,

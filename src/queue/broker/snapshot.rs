@@ -329,8 +329,8 @@ impl Broker {
         for q in snapshot.queues {
             broker.restore_queue(q)?;
         }
-        for w in snapshot.waiting {
-            broker.restore_held(&w.msg)?;
+        for mut w in snapshot.waiting {
+            broker.restore_held(&mut w.msg)?;
             broker
                 .timers
                 .insert_restored(w.timer, TimerTarget::Waiting)?;
@@ -359,7 +359,7 @@ impl Broker {
                 q.name
             ));
         }
-        let mut queue = WorkQueue::restored(q.next_seq, q.last_used_ns);
+        let mut queue = WorkQueue::restored(&q.name, q.next_seq, q.last_used_ns);
         if let Some(timer) = q.idle_timer {
             let target = TimerTarget::IdleQueue {
                 queue: q.name.clone(),
@@ -367,8 +367,9 @@ impl Broker {
             self.timers.insert_restored(timer, target)?;
             queue.idle_timer = Some(timer);
         }
-        for r in q.ready {
+        for mut r in q.ready {
             check_ready(&q.name, q.next_seq, &r)?;
+            r.msg.topic = Arc::clone(queue.name());
             if queue.contains_key(&r.key) {
                 return Err(format!(
                     "ready key {:?} of {:?} appears twice",
@@ -398,26 +399,29 @@ impl Broker {
         Ok(())
     }
 
-    /// Counts a restored waiting or pending message in its queue and the id set.
-    fn restore_held(&mut self, msg: &Message) -> Result<(), String> {
+    /// Counts a restored waiting or pending message in its queue and the id set, and
+    /// points it at its queue's name.
+    fn restore_held(&mut self, msg: &mut Message) -> Result<(), String> {
         if msg.topic.is_empty() {
             return Err(format!("message {} has no queue", msg.id));
         }
         if !self.hold_id(msg) {
             return Err(format!("message {} appears twice", msg.id));
         }
-        queue_or_create_restored(&mut self.queues, &msg.topic)?.hold();
+        let queue = queue_or_create_restored(&mut self.queues, &msg.topic)?;
+        queue.hold();
+        msg.topic = Arc::clone(queue.name());
         Ok(())
     }
 
-    fn restore_pending(&mut self, p: PendingSnapshot) -> Result<(), String> {
+    fn restore_pending(&mut self, mut p: PendingSnapshot) -> Result<(), String> {
         if p.timer.due_ns != PendingEntry::due_ns(&p.msg, p.ack_deadline_ns) {
             return Err(format!(
                 "pending {} has timer {:?} off its deadline",
                 p.msg.id, p.timer
             ));
         }
-        self.restore_held(&p.msg)?;
+        self.restore_held(&mut p.msg)?;
         self.timers
             .insert_restored(p.timer, TimerTarget::Pending { id: p.msg.id })?;
         let PendingSnapshot {
@@ -439,10 +443,10 @@ impl Broker {
         if self.dead_letters.len(&d.queue) > 0 {
             return Err(format!("dead letters of {:?} appear twice", d.queue));
         }
-        queue_or_create_restored(&mut self.queues, &d.queue)?;
+        let name = Arc::clone(queue_or_create_restored(&mut self.queues, &d.queue)?.name());
         self.dead_letters.restore_empty(&d.queue);
-        for msg in d.messages {
-            if msg.topic != d.queue {
+        for mut msg in d.messages {
+            if *msg.topic != *d.queue {
                 return Err(format!(
                     "dead letter {} of {:?} names queue {:?}",
                     msg.id, d.queue, msg.topic
@@ -451,6 +455,7 @@ impl Broker {
             if !self.hold_id(&msg) {
                 return Err(format!("message {} appears twice", msg.id));
             }
+            msg.topic = Arc::clone(&name);
             self.dead_letters.push_restored(msg);
         }
         Ok(())
@@ -472,6 +477,13 @@ impl Broker {
             shared,
             &what("unconfirmed"),
         )?;
+        // The copies of one registration point at one name, as those of a publish do.
+        let topic: Arc<str> = s.topic.as_str().into();
+        for copy in s.backlog.iter_mut().chain(s.unconfirmed.iter_mut()) {
+            if *copy.topic == *topic {
+                copy.topic = Arc::clone(&topic);
+            }
+        }
         let mut sub = Subscription::new(s.durable, s.live);
         sub.backlog = imbl::Vector::from(s.backlog);
         sub.unconfirmed = imbl::Vector::from(s.unconfirmed);
@@ -537,7 +549,7 @@ fn pending_snapshot(entry: &PendingEntry) -> PendingSnapshot {
 
 fn check_ready(queue: &str, next_seq: u64, r: &ReadySnapshot) -> Result<(), String> {
     let id = r.msg.id;
-    if r.msg.topic != queue {
+    if &*r.msg.topic != queue {
         return Err(format!(
             "ready {id} of {queue:?} names queue {:?}",
             r.msg.topic

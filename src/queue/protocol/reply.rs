@@ -168,9 +168,9 @@ fn put_message_head(out: &mut Vec<u8>, m: &Message) {
     put_str(out, &m.topic);
     out.extend_from_slice(b",\"payload\":");
     out.extend_from_slice(payload_text(m));
-    if !m.headers.is_empty() {
+    if !m.headers().is_empty() {
         out.extend_from_slice(b",\"headers\":");
-        put_headers(out, &m.headers);
+        put_headers(out, m.headers());
     }
     out.extend_from_slice(b",\"timestamp\":");
     put_num(out, m.timestamp_ns);
@@ -198,7 +198,7 @@ fn put_message(out: &mut Vec<u8>, m: &Message) {
 /// length). Lets a broker budget a batch before taking messages off a queue.
 pub fn message_len(m: &Message) -> usize {
     const FIXED: usize = r#"{"id":"","topic":,"payload":,"timestamp":,"retry":}"#.len() + 32;
-    let headers = match headers_json_len(&m.headers) {
+    let headers = match headers_json_len(m.headers()) {
         0 => 0,
         n => r#","headers":"#.len() + n,
     };

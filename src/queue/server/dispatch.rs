@@ -10,7 +10,7 @@ use super::extra::{ExtraCommands, ExtraReply};
 use super::outbound::Outbound;
 use super::plane::{now_ns, Plane, StatsGather, Submitted};
 use crate::queue::broker::{Command, ConsumerRef, Outcome};
-use crate::queue::message::{Message, MessageId};
+use crate::queue::message::{Message, MessageExtras, MessageId};
 use crate::queue::protocol::frame::Frame;
 use crate::queue::protocol::reply;
 use crate::queue::protocol::request::{self, Request};
@@ -566,9 +566,8 @@ fn new_message(plane: &Plane, topic: String, p_payload: bytes::Bytes, now: i64) 
     let slot = slot_of_name(&topic);
     Message {
         id: plane.next_id(slot),
-        topic,
+        topic: topic.into(),
         payload: p_payload,
-        headers: Default::default(),
         timestamp_ns: now,
         retry: 0,
         max_retry: plane.config().max_retry,
@@ -577,8 +576,7 @@ fn new_message(plane: &Plane, topic: String, p_payload: bytes::Bytes, now: i64) 
         ttl_ns: 0,
         deliver_at_ns: 0,
         expires_at_ns: 0,
-        exchange: String::new(),
-        routing_key: String::new(),
+        extras: None,
     }
 }
 
@@ -591,7 +589,10 @@ pub fn publish_command(
 ) -> (Command, MessageId, u16) {
     let now = now_ns();
     let mut msg = new_message(plane, p.topic, p.payload, now);
-    msg.headers = p.headers;
+    msg.set_extras(MessageExtras {
+        headers: p.headers,
+        ..MessageExtras::default()
+    });
     msg.priority = p.priority;
     if !to_topic {
         msg.delay_ns = p.delay_ns;
@@ -658,10 +659,12 @@ pub fn submit_exchange_publish(
         if default_exchange {
             msg.id = template.id;
         }
-        msg.headers = p.headers.clone();
+        msg.set_extras(MessageExtras {
+            headers: p.headers.clone(),
+            exchange: p.exchange.clone(),
+            routing_key: p.routing_key.clone(),
+        });
         msg.priority = p.priority;
-        msg.exchange = p.exchange.clone();
-        msg.routing_key = p.routing_key.clone();
         let slot = slot_of_name(&queue);
         parts.push((queue, plane.submit(slot, Command::Publish { msg })));
     }

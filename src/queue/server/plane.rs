@@ -417,7 +417,7 @@ impl Plane {
                     }
                     Some(delivery) => {
                         let tracked = Tracked {
-                            topic: msg.topic.clone(),
+                            topic: msg.topic.to_string(),
                             sub_id: sub_id.clone(),
                             delivery,
                             id: msg.id,

@@ -65,7 +65,7 @@ fn size_estimate(s: &BrokerSnapshot) -> usize {
     let per = |m: &crate::queue::message::Message| {
         m.payload.len()
             + m.topic.len()
-            + m.headers
+            + m.headers()
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 4)
                 .sum::<usize>()

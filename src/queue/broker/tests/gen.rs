@@ -3,7 +3,7 @@
 //! the broker's state, apart from an optional hint of pending ids to ACK/NACK.
 
 use super::super::{BrokerConfig, Command, ConsumerRef};
-use crate::queue::message::{IdGenerator, Message, MessageId};
+use crate::queue::message::{IdGenerator, Message, MessageExtras, MessageId};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 
@@ -215,9 +215,9 @@ impl Gen {
         }
         Message {
             id,
-            topic: topic.to_string(),
+            topic: topic.into(),
             payload: Bytes::from(format!("{{\"n\":{}}}", self.rng.below(1000))),
-            headers,
+            extras: None,
             timestamp_ns: self.now_ns,
             retry: 0,
             max_retry: self.rng.range(0, 3) as u32,
@@ -226,9 +226,11 @@ impl Gen {
             ttl_ns: 0,
             deliver_at_ns: 0,
             expires_at_ns: 0,
-            exchange: String::new(),
-            routing_key: String::new(),
         }
+        .with_extras(MessageExtras {
+            headers,
+            ..MessageExtras::default()
+        })
     }
 
     fn work_message(&mut self) -> Message {

@@ -66,9 +66,9 @@ impl Factory {
         let id = self.ids.next(0);
         Message {
             id,
-            topic: topic.to_string(),
+            topic: topic.into(),
             payload: Bytes::from(format!("\"{}\"", id.to_hex())),
-            headers: BTreeMap::new(),
+            extras: None,
             timestamp_ns: now_ns,
             retry: 0,
             max_retry: self.max_retry,
@@ -77,8 +77,6 @@ impl Factory {
             ttl_ns,
             deliver_at_ns: if delay_ns > 0 { now_ns + delay_ns } else { 0 },
             expires_at_ns: if ttl_ns > 0 { now_ns + ttl_ns } else { 0 },
-            exchange: String::new(),
-            routing_key: String::new(),
         }
     }
 }

@@ -86,7 +86,7 @@ impl Model {
             |e: &&Entry| matches!(e.state, State::Ready | State::Waiting | State::Pending);
         self.entries
             .iter()
-            .filter(|e| e.msg.topic == queue)
+            .filter(|e| *e.msg.topic == *queue)
             .filter(holding)
             .count()
     }
@@ -94,7 +94,7 @@ impl Model {
     fn dead_count(&self, queue: &str) -> usize {
         self.entries
             .iter()
-            .filter(|e| e.state == State::Dead && e.msg.topic == queue)
+            .filter(|e| e.state == State::Dead && *e.msg.topic == *queue)
             .count()
     }
 
@@ -163,7 +163,7 @@ impl Model {
         } else if self.dead_count(&queue) < self.cfg.dead_letter_capacity {
             self.counters.dead_lettered += 1;
             self.entries[i].state = State::Dead;
-            self.dead_letter_queues.insert(queue.clone());
+            self.dead_letter_queues.insert(queue.to_string());
             self.entries[i].order = self.next_seq();
             return;
         } else {
@@ -190,7 +190,7 @@ impl Model {
                 let mut subs: Vec<&mut Sub> = self
                     .subs
                     .iter_mut()
-                    .filter(|s| s.topic == msg.topic)
+                    .filter(|s| *s.topic == *msg.topic)
                     .collect();
                 subs.sort_by(|a, b| a.sub_id.cmp(&b.sub_id));
                 let mut kept = false;
@@ -339,7 +339,7 @@ impl Model {
                 for e in self
                     .entries
                     .iter_mut()
-                    .filter(|e| e.state == State::Ready && &e.msg.topic == queue)
+                    .filter(|e| e.state == State::Ready && *e.msg.topic == *queue)
                 {
                     e.state = State::Gone;
                     n += 1;
@@ -356,7 +356,7 @@ impl Model {
                 for e in self
                     .entries
                     .iter_mut()
-                    .filter(|e| e.state == State::Dead && &e.msg.topic == queue)
+                    .filter(|e| e.state == State::Dead && *e.msg.topic == *queue)
                 {
                     e.state = State::Gone;
                     n += 1;
@@ -391,7 +391,7 @@ impl Model {
             ))
         };
         // A refusal creates no queue (past the queue limit, that refusal comes first).
-        let creates = !self.queues.contains(&msg.topic);
+        let creates = !self.queues.contains(&*msg.topic);
         if slot_full && creates && self.queues.len() < self.cfg.queues_max {
             self.counters.rejected_full += 1;
             return slot_full_error();
@@ -441,7 +441,7 @@ impl Model {
             // Highest level, then oldest: a linear scan.
             let best = (0..self.entries.len())
                 .filter(|&i| {
-                    self.entries[i].state == State::Ready && self.entries[i].msg.topic == queue
+                    self.entries[i].state == State::Ready && *self.entries[i].msg.topic == *queue
                 })
                 .min_by_key(|&i| {
                     (
@@ -516,7 +516,9 @@ impl Model {
 
     fn requeue(&mut self, queue: &str, limit: u32, now_ns: i64) -> Outcome {
         let mut dead: Vec<usize> = (0..self.entries.len())
-            .filter(|&i| self.entries[i].state == State::Dead && self.entries[i].msg.topic == queue)
+            .filter(|&i| {
+                self.entries[i].state == State::Dead && *self.entries[i].msg.topic == *queue
+            })
             .collect();
         dead.sort_by_key(|&i| self.entries[i].order);
         if dead.is_empty() || limit == 0 {
@@ -562,7 +564,7 @@ impl Model {
             let ready = self
                 .entries
                 .iter()
-                .filter(|e| e.state == State::Ready && &e.msg.topic == q)
+                .filter(|e| e.state == State::Ready && *e.msg.topic == *q)
                 .count();
             s.queues.insert(q.clone(), ready as u64);
             if self.dead_letter_queues.contains(q) {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::queue::message::MessageExtras;
 use crate::queue::protocol::request::{RequestError, NAME_BYTES_MAX};
 use bytes::Bytes;
 
@@ -10,10 +11,10 @@ fn id() -> MessageId {
 
 fn msg(topic: &str, payload: &str) -> Message {
     Message {
+        extras: None,
         id: id(),
-        topic: topic.to_string(),
+        topic: topic.into(),
         payload: Bytes::copy_from_slice(payload.as_bytes()),
-        headers: BTreeMap::new(),
         timestamp_ns: 1_700_000_000_123_456_789,
         retry: 2,
         max_retry: 5,
@@ -22,9 +23,12 @@ fn msg(topic: &str, payload: &str) -> Message {
         ttl_ns: 8,
         deliver_at_ns: 9,
         expires_at_ns: 10,
+    }
+    .with_extras(MessageExtras {
+        headers: BTreeMap::new(),
         exchange: "ex".into(),
         routing_key: "rk".into(),
-    }
+    })
 }
 
 /// Decodes the single frame in `out`: (status, payload text).
@@ -90,8 +94,12 @@ fn consume_reply_field_order_and_omitted_headers() {
     assert_eq!(message_len(&m), want.len());
 
     let mut m = msg("jobs", r#""a string stays a string""#);
-    m.headers.insert("z".into(), "1".into());
-    m.headers.insert("a".into(), "q\"\n\u{1}é".into());
+    m.edit_extras(|e| {
+        e.headers.insert("z".into(), "1".into());
+    });
+    m.edit_extras(|e| {
+        e.headers.insert("a".into(), "q\"\n\u{1}é".into());
+    });
     m.timestamp_ns = -5;
     let want = format!(
         r#"{{"id":"{ID_HEX}","topic":"jobs","payload":"a string stays a string","headers":{{"a":"q\"\n\u0001é","z":"1"}},"timestamp":-5,"retry":2}}"#
@@ -200,7 +208,9 @@ fn largest_accepted_message_fits_every_delivery() {
 #[test]
 fn a_push_head_is_shared_by_subscribers() {
     let mut m = msg("news", r#"{"a":1}"#);
-    m.headers.insert("k".into(), "v\"q".into());
+    m.edit_extras(|e| {
+        e.headers.insert("k".into(), "v\"q".into());
+    });
     let head = PushHead::of(&m);
     assert_eq!(head.id(), m.id);
     let mut shared = Vec::new();
@@ -221,7 +231,9 @@ fn push_frame() {
             r#"{{"id":"{ID_HEX}","topic":"news","payload":{{"a":1}},"timestamp":1700000000123456789,"subscriber_id":"s1"}}"#
         )
     );
-    m.headers.insert("k".into(), "v".into());
+    m.edit_extras(|e| {
+        e.headers.insert("k".into(), "v".into());
+    });
     assert_eq!(
         ok_json(|o| push(&m, "s1", o).unwrap()),
         format!(
@@ -415,7 +427,9 @@ type Writer<'a> = dyn Fn(&mut Vec<u8>) + 'a;
 fn no_reply_has_a_top_level_subscriber_id() {
     let tricky = "subscriber_id";
     let mut m = msg(tricky, r#"{"subscriber_id":"x","topic":"t"}"#);
-    m.headers.insert(tricky.into(), tricky.into());
+    m.edit_extras(|e| {
+        e.headers.insert(tricky.into(), tricky.into());
+    });
     let mut stats_in = Stats::default();
     stats_in.queues.insert(tricky.into(), 1);
     stats_in.topics.insert(tricky.into(), 1);
@@ -492,15 +506,17 @@ fn lengths_match_serde_json_for_any_text() {
             "{s:?}"
         );
         let mut m = msg(&s, "null");
-        m.headers.insert(s.clone(), s.clone());
+        m.edit_extras(|e| {
+            e.headers.insert(s.clone(), s.clone());
+        });
         m.retry = (next() % 1_000_000) as u32;
         m.timestamp_ns = next() as i64;
         let mut out = Vec::new();
         message(&m, &mut out).unwrap();
         assert_eq!(out.len() - HEADER_BYTES, message_len(&m));
         assert_eq!(
-            headers_json_len(&m.headers),
-            serde_json::to_string(&m.headers).unwrap().len()
+            headers_json_len(m.headers()),
+            serde_json::to_string(m.headers()).unwrap().len()
         );
     }
     assert_eq!(headers_json_len(&BTreeMap::new()), 0);

@@ -114,7 +114,7 @@ pub(crate) mod tests {
             id: IdGenerator::new([1; 7]).next(0),
             topic: topic.into(),
             payload: Bytes::from_static(b"1"),
-            headers: Default::default(),
+            extras: None,
             timestamp_ns: 0,
             retry: 0,
             max_retry: 0,
@@ -123,8 +123,6 @@ pub(crate) mod tests {
             ttl_ns: 0,
             deliver_at_ns: 0,
             expires_at_ns: 0,
-            exchange: String::new(),
-            routing_key: String::new(),
         }
     }
 
@@ -158,7 +156,9 @@ pub(crate) mod tests {
                     msg.max_retry = 2;
                     msg.priority = rng.below(12) as i64 - 1;
                     if rng.below(4) == 0 {
-                        msg.headers.insert("k".into(), rng.below(9).to_string());
+                        msg.edit_extras(|e| {
+                            e.headers.insert("k".into(), rng.below(9).to_string());
+                        });
                     }
                     if rng.below(5) == 0 {
                         msg.ttl_ns = 500;
@@ -278,9 +278,11 @@ pub(crate) mod tests {
         use std::collections::BTreeMap;
         let body_max = reply::MESSAGE_BODY_BYTES_MAX;
         let names = |msg: &mut Message| {
-            msg.topic = "t".repeat(request::NAME_BYTES_MAX);
-            msg.exchange = "e".repeat(request::NAME_BYTES_MAX);
-            msg.routing_key = "\"".repeat(crate::queue::broker::exchange::ROUTING_KEY_BYTES_MAX);
+            msg.topic = "t".repeat(request::NAME_BYTES_MAX).into();
+            msg.edit_extras(|e| e.exchange = "e".repeat(request::NAME_BYTES_MAX));
+            msg.edit_extras(|e| {
+                e.routing_key = "\"".repeat(crate::queue::broker::exchange::ROUTING_KEY_BYTES_MAX)
+            });
         };
         let headers = |n: usize| -> BTreeMap<String, String> {
             (0..n).map(|i| (format!("{i:x}"), String::new())).collect()
@@ -296,8 +298,8 @@ pub(crate) mod tests {
         ] {
             let mut m = message("q");
             names(&mut m);
-            m.headers = headers(n);
-            let room = body_max - reply::headers_json_len(&m.headers);
+            m.edit_extras(|e| e.headers = headers(n));
+            let room = body_max - reply::headers_json_len(m.headers());
             // A JSON string of escaped quotes: every byte after the first escapes again.
             let mut payload = String::from("\"");
             while payload.len() + 3 <= room {

@@ -38,7 +38,7 @@
 
 use crate::queue::broker::exchange;
 use crate::queue::broker::{Command, ConsumerRef};
-use crate::queue::message::{Message, MessageId};
+use crate::queue::message::{Message, MessageExtras, MessageId};
 use crate::queue::protocol::{frame, request};
 use bytes::Bytes;
 use std::collections::BTreeMap;
@@ -233,11 +233,11 @@ fn encode_json(cmd: &Command, out: &mut Vec<u8>) {
 /// Whether every length of `msg` is within the binary limits (else it goes as JSON).
 fn message_fits(msg: &Message) -> bool {
     msg.topic.len() <= NAME_BYTES_MAX
-        && msg.exchange.len() <= NAME_BYTES_MAX
-        && msg.routing_key.len() <= ROUTING_KEY_BYTES_MAX
+        && msg.exchange().len() <= NAME_BYTES_MAX
+        && msg.routing_key().len() <= ROUTING_KEY_BYTES_MAX
         && msg.payload.len() <= PAYLOAD_BYTES_MAX
-        && msg.headers.len() <= HEADERS_MAX
-        && headers_bytes(&msg.headers) <= HEADERS_BYTES_MAX
+        && msg.headers().len() <= HEADERS_MAX
+        && headers_bytes(msg.headers()) <= HEADERS_BYTES_MAX
 }
 
 fn headers_bytes(headers: &BTreeMap<String, String>) -> usize {
@@ -245,8 +245,8 @@ fn headers_bytes(headers: &BTreeMap<String, String>) -> usize {
 }
 
 fn put_message(tag: u8, msg: &Message, out: &mut Vec<u8>) {
-    let strings = msg.topic.len() + msg.exchange.len() + msg.routing_key.len();
-    let headers = headers_bytes(&msg.headers) + 8 * msg.headers.len();
+    let strings = msg.topic.len() + msg.exchange().len() + msg.routing_key().len();
+    let headers = headers_bytes(msg.headers()) + 8 * msg.headers().len();
     out.reserve(1 + MESSAGE_FIXED_BYTES + strings + headers + msg.payload.len());
     out.push(tag);
     out.extend_from_slice(&msg.id.0);
@@ -263,10 +263,10 @@ fn put_message(tag: u8, msg: &Message, out: &mut Vec<u8>) {
         out.extend_from_slice(&v.to_le_bytes());
     }
     put_bytes(msg.topic.as_bytes(), out);
-    put_bytes(msg.exchange.as_bytes(), out);
-    put_bytes(msg.routing_key.as_bytes(), out);
-    put_len(msg.headers.len(), out);
-    for (key, value) in &msg.headers {
+    put_bytes(msg.exchange().as_bytes(), out);
+    put_bytes(msg.routing_key().as_bytes(), out);
+    put_len(msg.headers().len(), out);
+    for (key, value) in msg.headers() {
         put_bytes(key.as_bytes(), out);
         put_bytes(value.as_bytes(), out);
     }
@@ -373,11 +373,15 @@ impl<'a> Reader<'a> {
         let routing_key = self.string("routing key", ROUTING_KEY_BYTES_MAX)?;
         let headers = self.headers()?;
         let payload = Bytes::copy_from_slice(self.bytes("payload", PAYLOAD_BYTES_MAX)?);
+        let extras = MessageExtras {
+            headers,
+            exchange,
+            routing_key,
+        };
         Ok(Message {
             id,
-            topic,
+            topic: topic.into(),
             payload,
-            headers,
             timestamp_ns,
             retry,
             max_retry,
@@ -386,9 +390,9 @@ impl<'a> Reader<'a> {
             ttl_ns,
             deliver_at_ns,
             expires_at_ns,
-            exchange,
-            routing_key,
-        })
+            extras: None,
+        }
+        .with_extras(extras))
     }
 
     /// Count-prefixed key/value pairs, keys strictly ascending (as the map iterates), all

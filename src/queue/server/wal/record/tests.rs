@@ -9,10 +9,10 @@ fn id() -> MessageId {
 
 fn message(topic: &str) -> Message {
     Message {
+        extras: None,
         id: id(),
         topic: topic.into(),
         payload: Bytes::from_static(br#"{"n":1}"#),
-        headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
         timestamp_ns: 5,
         retry: 1,
         max_retry: 5,
@@ -21,9 +21,12 @@ fn message(topic: &str) -> Message {
         ttl_ns: 7,
         deliver_at_ns: 0,
         expires_at_ns: 12,
+    }
+    .with_extras(MessageExtras {
+        headers: BTreeMap::from([("k".to_string(), "v".to_string())]),
         exchange: String::new(),
         routing_key: String::new(),
-    }
+    })
 }
 
 fn encoded(cmd: &Command) -> Vec<u8> {
@@ -115,10 +118,10 @@ fn random_message(rng: &mut Rng) -> Message {
     let mut id = [0u8; 16];
     id.iter_mut().for_each(|b| *b = rng.next_u64() as u8);
     Message {
+        extras: None,
         id: MessageId(id),
-        topic: string(rng, NAME_BYTES_MAX),
+        topic: string(rng, NAME_BYTES_MAX).into(),
         payload: payload(rng),
-        headers: headers(rng),
         timestamp_ns: edge_i64(rng),
         retry: edge_u32(rng),
         max_retry: edge_u32(rng),
@@ -127,13 +130,16 @@ fn random_message(rng: &mut Rng) -> Message {
         ttl_ns: edge_i64(rng),
         deliver_at_ns: edge_i64(rng),
         expires_at_ns: edge_i64(rng),
+    }
+    .with_extras(MessageExtras {
+        headers: headers(rng),
         exchange: string(rng, NAME_BYTES_MAX),
         routing_key: if rng.below(8) == 0 {
             string(rng, ROUTING_KEY_BYTES_MAX)
         } else {
             string(rng, 200)
         },
-    }
+    })
 }
 
 /// A random command of one of the binary-tagged kinds, within every limit.
@@ -176,10 +182,10 @@ fn layout_len(cmd: &Command) -> usize {
         Command::Publish { msg } | Command::PublishTopic { msg } => {
             1 + MESSAGE_FIXED_BYTES
                 + msg.topic.len()
-                + msg.exchange.len()
-                + msg.routing_key.len()
-                + headers_bytes(&msg.headers)
-                + 8 * msg.headers.len()
+                + msg.exchange().len()
+                + msg.routing_key().len()
+                + headers_bytes(msg.headers())
+                + 8 * msg.headers().len()
                 + msg.payload.len()
         }
         Command::Consume { queue, .. } => 1 + 8 + 2 + 8 + 4 + 4 + queue.len(),
@@ -236,7 +242,7 @@ fn binary_layout_is_explicit_little_endian() {
 
     let mut msg = message("q");
     msg.payload = Bytes::from_static(b"7");
-    msg.routing_key = "rk".into();
+    msg.edit_extras(|e| e.routing_key = "rk".into());
     let mut want = vec![0x01];
     want.extend_from_slice(&id().0);
     want.extend_from_slice(&5i64.to_le_bytes());
@@ -273,7 +279,7 @@ fn commands_past_a_limit_fall_back_to_json_and_round_trip() {
             "exchange",
             Box::new(|n| {
                 let mut msg = message("q");
-                msg.exchange = "x".repeat(n);
+                msg.edit_extras(|e| e.exchange = "x".repeat(n));
                 Command::PublishTopic { msg }
             }),
             NAME_BYTES_MAX,
@@ -282,7 +288,7 @@ fn commands_past_a_limit_fall_back_to_json_and_round_trip() {
             "routing key",
             Box::new(|n| {
                 let mut msg = message("q");
-                msg.routing_key = "r".repeat(n);
+                msg.edit_extras(|e| e.routing_key = "r".repeat(n));
                 Command::Publish { msg }
             }),
             ROUTING_KEY_BYTES_MAX,
@@ -300,7 +306,9 @@ fn commands_past_a_limit_fall_back_to_json_and_round_trip() {
             "header bytes",
             Box::new(|n| {
                 let mut msg = message("q");
-                msg.headers = BTreeMap::from([("k".to_string(), "v".repeat(n - 1))]);
+                msg.edit_extras(|e| {
+                    e.headers = BTreeMap::from([("k".to_string(), "v".repeat(n - 1))])
+                });
                 Command::Publish { msg }
             }),
             HEADERS_BYTES_MAX,
@@ -309,7 +317,9 @@ fn commands_past_a_limit_fall_back_to_json_and_round_trip() {
             "header count",
             Box::new(|n| {
                 let mut msg = message("q");
-                msg.headers = (0..n).map(|i| (format!("{i:06}"), String::new())).collect();
+                msg.edit_extras(|e| {
+                    e.headers = (0..n).map(|i| (format!("{i:06}"), String::new())).collect()
+                });
                 Command::Publish { msg }
             }),
             HEADERS_MAX,
@@ -670,13 +680,19 @@ fn mutated_records_never_panic_and_accepted_ones_re_encode() {
         let mut cmd = random_hot_command(&mut rng);
         // Keep inputs small so that many mutations fit the test's time.
         if let Command::Publish { msg } | Command::PublishTopic { msg } = &mut cmd {
-            cut(&mut msg.routing_key);
-            cut(&mut msg.topic);
-            cut(&mut msg.exchange);
+            let mut topic = msg.topic.to_string();
+            cut(&mut topic);
+            msg.topic = topic.into();
+            msg.edit_extras(|e| {
+                cut(&mut e.routing_key);
+                cut(&mut e.exchange);
+            });
             msg.payload.truncate(64);
-            while msg.headers.len() > 3 {
-                msg.headers.pop_last();
-            }
+            msg.edit_extras(|e| {
+                while e.headers.len() > 3 {
+                    e.headers.pop_last();
+                }
+            });
         }
         if let Command::Consume { queue, .. } = &mut cmd {
             cut(queue);
