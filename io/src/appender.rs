@@ -202,11 +202,18 @@ pub async fn open_rw(path: &std::path::Path, create: bool) -> io::Result<Rc<DmaF
 
 /// Reads `[pos, pos + len)` (clamped by end of file) from a direct-I/O file.
 pub async fn read_range(file: &DmaFile, pos: u64, len: usize) -> io::Result<Vec<u8>> {
-    let res = file
-        .read_at(pos, len)
+    Ok(read_range_in_place(file, pos, len).await?.to_vec())
+}
+
+/// `read_range` without the copy into a `Vec`.
+pub async fn read_range_in_place(
+    file: &DmaFile,
+    pos: u64,
+    len: usize,
+) -> io::Result<glommio::io::ReadResult> {
+    file.read_at(pos, len)
         .await
-        .map_err(|e| io::Error::other(format!("read at {pos}: {e}")))?;
-    Ok(res.to_vec())
+        .map_err(|e| io::Error::other(format!("read at {pos}: {e}")))
 }
 
 #[cfg(test)]

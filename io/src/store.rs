@@ -448,11 +448,15 @@ impl Store {
                     mem_tail,
                     end_seq,
                 }) => {
-                    let mut buf = file.read(pos, len).await.map_err(ReadError::Io)?;
-                    if buf.len() == len {
-                        buf.extend_from_slice(&mem_tail);
-                    }
-                    let r = log::decode_records(&buf, from, end_seq, left_records, left_bytes)
+                    let read = file.read(pos, len).await.map_err(ReadError::Io)?;
+                    let joined: Vec<u8>;
+                    let buf: &[u8] = if read.len() == len && !mem_tail.is_empty() {
+                        joined = [&read[..], &mem_tail].concat();
+                        &joined
+                    } else {
+                        &read
+                    };
+                    let r = log::decode_records(buf, from, end_seq, left_records, left_bytes)
                         .map_err(|(seq, detail)| ReadError::Corrupt { seq, detail })?;
                     if r.is_empty() {
                         // The next frame did not fit: read more next time.

@@ -468,8 +468,7 @@ mod tests {
                     panic!("the active segment is read from its closed file");
                 };
                 assert!(matches!(file, FileSource::Closed(_)));
-                let mut buf = file.read(pos, len).await.unwrap();
-                buf.extend_from_slice(&mem_tail);
+                let buf = [&file.read(pos, len).await.unwrap()[..], &mem_tail].concat();
                 let recs = decode_records(&buf, 1, 22, 100, usize::MAX).unwrap();
                 assert_eq!(recs.len(), 21);
                 assert_eq!(recs[20].payload, bytes::Bytes::from(vec![21u8; 300]));
