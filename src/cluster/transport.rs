@@ -11,7 +11,19 @@
 //!        | 4 the sender's member directory (directory.rs)
 //!        | 5 presence and typing (`messaging::gateway::relay`; handed on undecoded, so
 //!          a frame the gateway cannot read never closes the link)
+//!        | 6 snapshot part | 7 snapshot end
+//! part   = transfer:u64 | part:u32 | parts:u32 | bytes   (≤ SNAPSHOT_PART_BYTES)
+//! end    = transfer:u64 | raft batch of one MsgSnapshot whose snapshot data is empty
 //! ```
+//!
+//! **Snapshots travel in parts.** A slot's snapshot is its whole state, which may be far
+//! larger than a frame (a queue of a million messages is a gigabyte): one larger than
+//! `SNAPSHOT_PART_BYTES` is written as consecutive part frames, streamed from the
+//! snapshot's own buffer (they are not held in the link's queue, whose bound they would
+//! exceed), then an end frame with the raft message itself. The receiver joins the parts
+//! of one connection in order and hands on the message with its data restored: raft sees
+//! one snapshot message either way. Parts out of order, of another transfer, past
+//! `SNAPSHOT_BYTES_MAX`, or an end without all its parts close the connection.
 //!
 //! Raft tolerates lost messages and retries on its own, so the links never block the
 //! host: a batch for a peer that is down, or whose queue is full, is dropped and counted.
@@ -63,6 +75,18 @@ const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
 const KIND_DIRECTORY: u8 = 4;
 const KIND_RELAY: u8 = 5;
+const KIND_SNAPSHOT_PART: u8 = 6;
+const KIND_SNAPSHOT_END: u8 = 7;
+
+/// Snapshot data up to this size travels inside its raft batch; larger, in parts of this
+/// size (well under a frame's limit, so a part never waits behind a frame's worth of
+/// writes to be accepted).
+pub const SNAPSHOT_PART_BYTES: usize = 4 * 1024 * 1024;
+/// Largest snapshot a receiver joins: the most a group's raft log stores
+/// (`image_log::SNAPSHOT_PARTS_MAX` parts of `image_log::SNAPSHOT_PART_BYTES`).
+pub const SNAPSHOT_BYTES_MAX: u64 =
+    super::image_log::SNAPSHOT_PARTS_MAX as u64 * super::image_log::SNAPSHOT_PART_BYTES as u64;
+const SNAPSHOT_PART_HEADER_BYTES: usize = 8 + 4 + 4;
 
 /// What a peer sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +134,9 @@ type LinkStream = Box<dyn futures_lite::AsyncWrite + Unpin>;
 struct Frame {
     bytes: Vec<u8>,
     snapshots: Vec<u16>,
+    /// A snapshot's data to stream as part frames before `bytes` (its end frame), and the
+    /// transfer's number on this link.
+    parts: Option<(u64, Bytes)>,
 }
 
 struct Link {
@@ -128,6 +155,8 @@ struct Link {
     /// A frame written first on every connection (the member directory), so a peer that
     /// was down or new learns it at once rather than at the next gossip.
     greeting: Rc<RefCell<Option<Vec<u8>>>>,
+    /// Numbers this link's snapshot transfers.
+    transfers: Cell<u64>,
 }
 
 /// This node's outbound links, one per peer, each written by its own task.
@@ -184,6 +213,7 @@ impl Outbound {
             tls: self.tls.clone(),
             reports: Rc::clone(&self.reports),
             greeting: Rc::clone(&self.greeting),
+            transfers: Cell::new(0),
         });
         self.tasks
             .insert(to, boltq_shards::spawn(Rc::clone(&link).run()));
@@ -203,9 +233,29 @@ impl Outbound {
             reports.extend(snapshots.iter().map(|slot| (*slot, to, false)));
             return false;
         };
-        let mut bytes = vec![KIND_RAFT];
-        wire::encode(batch, &mut bytes);
-        link.enqueue(Frame { bytes, snapshots })
+        let (large, inline): (Vec<&SlotMessage>, Vec<&SlotMessage>) = batch
+            .iter()
+            .partition(|m| m.msg.get_snapshot().data.len() > SNAPSHOT_PART_BYTES);
+        let mut queued = true;
+        let inline: Vec<SlotMessage> = inline.into_iter().cloned().collect();
+        for part in frames_within_limit(&inline) {
+            let mut bytes = vec![KIND_RAFT];
+            wire::encode(part, &mut bytes);
+            let snapshots = part
+                .iter()
+                .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
+                .map(|m| m.slot)
+                .collect();
+            queued &= link.enqueue(Frame {
+                bytes,
+                snapshots,
+                parts: None,
+            });
+        }
+        for m in large {
+            queued &= link.enqueue(snapshot_in_parts(link, m));
+        }
+        queued
     }
 
     /// Sends a command to node `to` to run (it leads the slot). False: dropped.
@@ -262,6 +312,7 @@ impl Outbound {
             Some(link) => link.enqueue(Frame {
                 bytes,
                 snapshots: Vec::new(),
+                parts: None,
             }),
             None => false,
         }
@@ -299,6 +350,12 @@ impl Link {
         counters
             .batches_dropped
             .add(stats.batches_dropped - before.batches_dropped);
+    }
+
+    fn next_transfer(&self) -> u64 {
+        let n = self.transfers.get() + 1;
+        self.transfers.set(n);
+        n
     }
 
     fn enqueue(&self, frame: Frame) -> bool {
@@ -397,11 +454,18 @@ impl Link {
             }
             self.queued_bytes.set(0);
             out.clear();
-            for f in &frames {
-                out.extend_from_slice(&(f.bytes.len() as u32).to_le_bytes());
-                out.extend_from_slice(&f.bytes);
-            }
             let written = async {
+                for f in &frames {
+                    if let Some((transfer, data)) = &f.parts {
+                        // Parts go straight from the snapshot's buffer, after what was
+                        // gathered before them.
+                        conn.write_all(&out).await?;
+                        out.clear();
+                        write_parts(&mut conn, *transfer, data).await?;
+                    }
+                    out.extend_from_slice(&(f.bytes.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&f.bytes);
+                }
                 conn.write_all(&out).await?;
                 conn.flush().await
             }
@@ -422,6 +486,175 @@ impl Link {
             }
         }
     }
+}
+
+/// Splits a batch so each part encodes within `wire::BATCH_BYTES_MAX` (the receiver closes
+/// the link on a larger frame): many groups catching up at once may each send appends of
+/// up to `group::APPEND_BYTES_MAX`.
+fn frames_within_limit(batch: &[SlotMessage]) -> Vec<&[SlotMessage]> {
+    const SLACK_BYTES: usize = 256;
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, m) in batch.iter().enumerate() {
+        let size = SLACK_BYTES
+            + m.msg.get_context().len()
+            + m.msg.get_snapshot().data.len()
+            + m.msg
+                .get_entries()
+                .iter()
+                .map(|e| e.data.len() + e.context.len() + SLACK_BYTES)
+                .sum::<usize>();
+        if i > start && bytes + size > wire::BATCH_BYTES_MAX / 2 {
+            out.push(&batch[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < batch.len() {
+        out.push(&batch[start..]);
+    }
+    out
+}
+
+/// The frames of a snapshot larger than `SNAPSHOT_PART_BYTES`: its parts (streamed by the
+/// writer) and an end frame holding the raft message without the data.
+fn snapshot_in_parts(link: &Link, m: &SlotMessage) -> Frame {
+    let mut bare = m.clone();
+    let data = std::mem::take(&mut bare.msg.mut_snapshot().data);
+    let transfer = link.next_transfer();
+    let mut bytes = vec![KIND_SNAPSHOT_END];
+    bytes.extend_from_slice(&transfer.to_le_bytes());
+    wire::encode(std::slice::from_ref(&bare), &mut bytes);
+    Frame {
+        bytes,
+        snapshots: vec![m.slot],
+        parts: Some((transfer, data)),
+    }
+}
+
+async fn write_parts(conn: &mut LinkStream, transfer: u64, data: &Bytes) -> std::io::Result<()> {
+    let parts = data.len().div_ceil(SNAPSHOT_PART_BYTES);
+    let parts = u32::try_from(parts).expect("a snapshot within SNAPSHOT_BYTES_MAX");
+    for (part, chunk) in data.chunks(SNAPSHOT_PART_BYTES).enumerate() {
+        let mut head = Vec::with_capacity(4 + 1 + SNAPSHOT_PART_HEADER_BYTES);
+        let len = 1 + SNAPSHOT_PART_HEADER_BYTES + chunk.len();
+        head.extend_from_slice(&(len as u32).to_le_bytes());
+        head.push(KIND_SNAPSHOT_PART);
+        head.extend_from_slice(&transfer.to_le_bytes());
+        head.extend_from_slice(&(part as u32).to_le_bytes());
+        head.extend_from_slice(&parts.to_le_bytes());
+        conn.write_all(&head).await?;
+        conn.write_all(chunk).await?;
+    }
+    Ok(())
+}
+
+/// Joins the snapshot part frames of one connection (kinds 6 and 7) into raft messages.
+#[derive(Debug, Default)]
+pub struct SnapshotJoiner {
+    joining: Option<Joining>,
+}
+
+impl SnapshotJoiner {
+    /// Takes a part frame (`None` back) or an end frame (the joined message back); an
+    /// error for any other kind or a frame that does not continue the transfer.
+    pub fn frame(&mut self, from: u64, kind: u8, body: Bytes) -> Result<Option<Incoming>, String> {
+        match kind {
+            KIND_SNAPSHOT_PART => join_part(&mut self.joining, from, &body).map(|()| None),
+            KIND_SNAPSHOT_END => end_transfer(&mut self.joining, from, body).map(Some),
+            kind => Err(format!(
+                "node {from}: frame kind {kind} is not a snapshot part"
+            )),
+        }
+    }
+}
+
+/// A snapshot being joined from the part frames of one connection.
+#[derive(Debug)]
+struct Joining {
+    transfer: u64,
+    parts: u32,
+    next: u32,
+    data: Vec<u8>,
+}
+
+/// Takes one part frame's body into `joining`: part 0 starts a transfer; any other must be
+/// the next of the one under way.
+fn join_part(joining: &mut Option<Joining>, from: u64, body: &[u8]) -> Result<(), String> {
+    let Some((head, chunk)) = body.split_first_chunk::<SNAPSHOT_PART_HEADER_BYTES>() else {
+        return Err(format!("node {from} sent a snapshot part cut short"));
+    };
+    let transfer = u64::from_le_bytes(head[..8].try_into().expect("8 bytes"));
+    let part = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    let parts = u32::from_le_bytes(head[12..].try_into().expect("4 bytes"));
+    if chunk.is_empty() || chunk.len() > SNAPSHOT_PART_BYTES || part >= parts {
+        return Err(format!(
+            "node {from} sent snapshot part {part} of {parts} with {} bytes",
+            chunk.len()
+        ));
+    }
+    if part == 0 {
+        if let Some(j) = joining {
+            return Err(format!(
+                "node {from} started snapshot transfer {transfer} before ending {}",
+                j.transfer
+            ));
+        }
+        *joining = Some(Joining {
+            transfer,
+            parts,
+            next: 0,
+            data: Vec::new(),
+        });
+    }
+    let j = match joining {
+        Some(j) if j.transfer == transfer && j.parts == parts && j.next == part => j,
+        _ => {
+            return Err(format!(
+                "node {from} sent part {part} of snapshot transfer {transfer} out of order"
+            ))
+        }
+    };
+    if (j.data.len() + chunk.len()) as u64 > SNAPSHOT_BYTES_MAX {
+        return Err(format!(
+            "node {from} sent a snapshot larger than {SNAPSHOT_BYTES_MAX} bytes"
+        ));
+    }
+    j.data.extend_from_slice(chunk);
+    j.next += 1;
+    Ok(())
+}
+
+/// The raft message of an end frame with the data its parts carried.
+fn end_transfer(joining: &mut Option<Joining>, from: u64, body: Bytes) -> Result<Incoming, String> {
+    let Some(transfer) = body.first_chunk::<8>().map(|b| u64::from_le_bytes(*b)) else {
+        return Err(format!("node {from} sent a snapshot end cut short"));
+    };
+    let j = match joining.take() {
+        Some(j) if j.transfer == transfer && j.next == j.parts => j,
+        _ => {
+            return Err(format!(
+                "node {from} ended snapshot transfer {transfer} without all its parts"
+            ))
+        }
+    };
+    let mut batch = wire::decode(body.slice(8..)).map_err(|e| format!("node {from}: {e}"))?;
+    let [m] = batch.as_mut_slice() else {
+        return Err(format!(
+            "node {from} ended a snapshot transfer with {} messages",
+            batch.len()
+        ));
+    };
+    if m.msg.from != from
+        || m.msg.get_msg_type() != MessageType::MsgSnapshot
+        || !m.msg.get_snapshot().data.is_empty()
+    {
+        return Err(format!(
+            "node {from} ended snapshot transfer {transfer} with another message"
+        ));
+    }
+    m.msg.mut_snapshot().data = Bytes::from(j.data);
+    Ok(Incoming::Raft(batch))
 }
 
 /// Where inbound frames go: `(from node, what it sent)`.
@@ -487,6 +720,7 @@ async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result
     // After the hello: a TLS connection has its socket at hand once the handshake is done.
     conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))
         .map_err(|e| format!("node {from}: {e}"))?;
+    let mut joiner = SnapshotJoiner::default();
     loop {
         let mut len = [0u8; 4];
         conn.read_exact(&mut len)
@@ -503,7 +737,15 @@ async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result
         conn.read_exact(&mut body)
             .await
             .map_err(|e| format!("node {from}: {e}"))?;
-        deliver(from, decode_frame(from, Bytes::from(body))?);
+        let kind = body[0];
+        let body = Bytes::from(body);
+        if kind == KIND_SNAPSHOT_PART || kind == KIND_SNAPSHOT_END {
+            if let Some(joined) = joiner.frame(from, kind, body.slice(1..))? {
+                deliver(from, joined);
+            }
+            continue;
+        }
+        deliver(from, decode_frame(from, body)?);
     }
 }
 
@@ -754,6 +996,146 @@ mod tests {
             let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
             conn.write_all(&good).await.unwrap();
             until("the good batch", || got.borrow().len() == 1).await;
+        });
+    }
+
+    fn snapshot_message(from: u64, to: u64, data: Vec<u8>) -> SlotMessage {
+        let mut m = heartbeat(from, to);
+        m.msg.set_msg_type(MessageType::MsgSnapshot);
+        m.msg.mut_snapshot().mut_metadata().index = 40;
+        m.msg.mut_snapshot().mut_metadata().term = 3;
+        // As decoded: the membership present, if empty.
+        m.msg.mut_snapshot().mut_metadata().mut_conf_state();
+        m.msg.mut_snapshot().data = data.into();
+        m
+    }
+
+    /// A snapshot far larger than a frame (a slot holding a big queue) reaches the peer
+    /// whole, in parts, with the smaller messages of its batch, and is reported delivered.
+    /// Before, encoding it panicked the sending node ("field larger than a batch").
+    #[test]
+    fn a_snapshot_larger_than_a_frame_arrives_whole_in_parts() {
+        run(|| async {
+            let (shared, _serving, got) = listen();
+            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
+            let out = Outbound::start(2, &peers, None);
+            until("the link to connect", || {
+                out.stats(1).unwrap().connects == 1
+            })
+            .await;
+            let data: Vec<u8> = (0..wire::BATCH_BYTES_MAX + 3 * SNAPSHOT_PART_BYTES + 7)
+                .map(|i| (i % 251) as u8)
+                .collect();
+            let big = snapshot_message(2, 1, data.clone());
+            let small = snapshot_message(2, 1, vec![7; 100]);
+            assert!(out.send(1, &[heartbeat(2, 1), big.clone(), small.clone()]));
+            until("the batch and the snapshot", || got.borrow().len() == 2).await;
+            assert_eq!(
+                got.borrow()[0],
+                (2, Incoming::Raft(vec![heartbeat(2, 1), small.clone()]))
+            );
+            assert_eq!(got.borrow()[1], (2, Incoming::Raft(vec![big])));
+            let reports = RefCell::new(Vec::new());
+            until("both snapshots reported", || {
+                reports.borrow_mut().extend(out.take_snapshot_reports());
+                reports.borrow().len() == 2
+            })
+            .await;
+            assert_eq!(reports.into_inner(), vec![(5, 1, true), (5, 1, true)]);
+        });
+    }
+
+    /// Part frames that do not make up one snapshot close the connection, and nothing of
+    /// them is delivered: parts out of order, a second transfer before the first ended,
+    /// an end without all its parts, an end whose message is not a bare snapshot, a part
+    /// larger than a part may be.
+    #[test]
+    fn snapshot_parts_that_do_not_make_up_one_snapshot_are_closed() {
+        fn part(transfer: u64, part: u32, parts: u32, chunk: &[u8]) -> Vec<u8> {
+            let mut f = Vec::new();
+            let len = 1 + SNAPSHOT_PART_HEADER_BYTES + chunk.len();
+            f.extend_from_slice(&(len as u32).to_le_bytes());
+            f.push(KIND_SNAPSHOT_PART);
+            f.extend_from_slice(&transfer.to_le_bytes());
+            f.extend_from_slice(&part.to_le_bytes());
+            f.extend_from_slice(&parts.to_le_bytes());
+            f.extend_from_slice(chunk);
+            f
+        }
+        fn end(transfer: u64, m: &SlotMessage) -> Vec<u8> {
+            let mut body = vec![KIND_SNAPSHOT_END];
+            body.extend_from_slice(&transfer.to_le_bytes());
+            wire::encode(std::slice::from_ref(m), &mut body);
+            let mut f = (body.len() as u32).to_le_bytes().to_vec();
+            f.extend_from_slice(&body);
+            f
+        }
+        run(|| async {
+            let (shared, _serving, got) = listen();
+            let addr = shared.local_addr().unwrap();
+            let bare = snapshot_message(2, 1, Vec::new());
+            let cases: Vec<(&str, Vec<Vec<u8>>)> = vec![
+                ("a part before part 0", vec![part(1, 1, 2, b"ab")]),
+                (
+                    "parts out of order",
+                    vec![part(1, 0, 3, b"ab"), part(1, 2, 3, b"cd")],
+                ),
+                (
+                    "a part of another transfer",
+                    vec![part(1, 0, 2, b"ab"), part(2, 1, 2, b"cd")],
+                ),
+                (
+                    "a second transfer before the first ended",
+                    vec![part(1, 0, 2, b"ab"), part(2, 0, 2, b"cd")],
+                ),
+                (
+                    "an end without all parts",
+                    vec![part(1, 0, 2, b"ab"), end(1, &bare)],
+                ),
+                ("an end of no transfer", vec![end(4, &bare)]),
+                (
+                    "an end whose message is not a snapshot",
+                    vec![part(1, 0, 1, b"ab"), end(1, &heartbeat(2, 1))],
+                ),
+                (
+                    "an end whose snapshot carries data",
+                    vec![
+                        part(1, 0, 1, b"ab"),
+                        end(1, &snapshot_message(2, 1, vec![1])),
+                    ],
+                ),
+                (
+                    "an end from another node",
+                    vec![
+                        part(1, 0, 1, b"ab"),
+                        end(1, &snapshot_message(3, 1, Vec::new())),
+                    ],
+                ),
+                (
+                    "a part larger than a part",
+                    vec![part(1, 0, 1, &vec![0; SNAPSHOT_PART_BYTES + 1])],
+                ),
+                ("an empty part", vec![part(1, 0, 1, b"")]),
+                ("part beyond parts", vec![part(1, 2, 2, b"ab")]),
+            ];
+            for (what, frames) in cases {
+                let mut bytes = hello(2, 1);
+                for f in frames {
+                    bytes.extend_from_slice(&f);
+                }
+                assert!(closed_after(addr, &bytes).await, "{what}");
+            }
+            assert!(got.borrow().is_empty(), "nothing was delivered");
+            // Well-formed parts are joined.
+            let mut good = hello(2, 1);
+            good.extend_from_slice(&part(5, 0, 2, b"ab"));
+            good.extend_from_slice(&part(5, 1, 2, b"c"));
+            good.extend_from_slice(&end(5, &bare));
+            let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
+            conn.write_all(&good).await.unwrap();
+            until("the joined snapshot", || got.borrow().len() == 1).await;
+            let joined = snapshot_message(2, 1, b"abc".to_vec());
+            assert_eq!(got.borrow()[0], (2, Incoming::Raft(vec![joined])));
         });
     }
 }

@@ -28,8 +28,8 @@ use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType, Snapshot}
 use std::fmt;
 
 pub const VERSION: u8 = 1;
-/// Largest batch frame either side accepts. A snapshot larger than this cannot be sent yet
-/// (chunked snapshot transfer is not built).
+/// Largest batch frame either side accepts. Snapshots larger than
+/// `transport::SNAPSHOT_PART_BYTES` travel in parts of their own, outside batches.
 pub const BATCH_BYTES_MAX: usize = 64 * 1024 * 1024;
 pub const BATCH_MESSAGES_MAX: usize = 4096;
 pub const ENTRIES_PER_MESSAGE_MAX: usize = 8192;
