@@ -1015,20 +1015,7 @@ fn a_single_nodes_data_goes_with_the_node_that_founds_a_cluster_alone_to_every_m
     support::wait_until_bindable(&[n1.tcp, n1.http]);
     n1.start();
     // Two nodes join; then the founder dies, and what it held is served by the others.
-    let seeds = format!("seeds = [\"127.0.0.1:{}\"]\n", n1.http);
-    let mut n2 = member_with(&dir, "n2", raft[SHARDS as usize], &seeds);
-    let mut n3 = member_with(&dir, "n3", raft[2 * SHARDS as usize], &seeds);
-    for m in [&mut n2, &mut n3] {
-        m.start_until(support::ReadyBy::LogLine);
-    }
-    let all = BTreeMap::from([
-        ("n1".to_string(), 256),
-        ("n2".to_string(), 256),
-        ("n3".to_string(), 256),
-    ]);
-    eventually_within("n2 and n3 vote in every slot", JOIN_PATIENCE, || {
-        voting(&n1) == all
-    });
+    let (n2, n3) = join_n2_and_n3(&dir, &n1, &raft);
     let (_, log) = n1.server.take().unwrap().stop(libc::SIGKILL);
     assert!(
         log.contains("carrying queue slot"),
@@ -1079,6 +1066,27 @@ fn a_single_nodes_data_goes_with_the_node_that_founds_a_cluster_alone_to_every_m
         log.contains("holds a cluster member's replicated queues"),
         "{log}"
     );
+}
+
+/// Members n2 and n3 (raft ports `raft[SHARDS]` and `raft[2 * SHARDS]`) joined through n1's
+/// HTTP address, once n1 sees both voting in every slot.
+fn join_n2_and_n3(dir: &TempDir, n1: &Member, raft: &[u16]) -> (Member, Member) {
+    let seeds = format!("seeds = [\"127.0.0.1:{}\"]\n", n1.http);
+    let mut n2 = member_with(dir, "n2", raft[SHARDS as usize], &seeds);
+    let mut n3 = member_with(dir, "n3", raft[2 * SHARDS as usize], &seeds);
+    for m in [&mut n2, &mut n3] {
+        // Ready (a leader known for every slot) only once joined: waited for below.
+        m.start_until(support::ReadyBy::LogLine);
+    }
+    let all = BTreeMap::from([
+        ("n1".to_string(), 256),
+        ("n2".to_string(), 256),
+        ("n3".to_string(), 256),
+    ]);
+    eventually_within("n2 and n3 vote in every slot", JOIN_PATIENCE, || {
+        voting(n1) == all
+    });
+    (n2, n3)
 }
 
 /// A member started from `toml` (the `[cluster]` lines after enabled/node_id/raft_addr).
@@ -1146,20 +1154,12 @@ fn a_cluster_grows_by_joins_through_seeds_and_shrinks_by_graceful_leaves() {
         acked.push(reply.id);
     }
     // Two nodes join through n1: ready means they know a leader of every slot.
-    let mut n2 = member_with(&dir, "n2", raft[SHARDS as usize], &seeds);
-    let mut n3 = member_with(&dir, "n3", raft[2 * SHARDS as usize], &seeds);
-    for m in [&mut n2, &mut n3] {
-        // Ready (a leader known for every slot) only once joined: waited for below.
-        m.start_until(support::ReadyBy::LogLine);
-    }
+    let (mut n2, mut n3) = join_n2_and_n3(&dir, &n1, &raft);
     let all = BTreeMap::from([
         ("n1".to_string(), 256),
         ("n2".to_string(), 256),
         ("n3".to_string(), 256),
     ]);
-    eventually_within("n2 and n3 vote in every slot", JOIN_PATIENCE, || {
-        voting(&n1) == all
-    });
     eventually("the joiners see the same members", || voting(&n3) == all);
     // Members' client addresses travel with the directory (NOT_LEADER's leader_tcp and
     // leader_http name them): n2's, as n3 knows them.

@@ -856,6 +856,18 @@ mod tests {
 
     /// Writes `bytes` on a new connection and says whether the listener closed it (a read
     /// returns end of stream) within two seconds.
+    /// A listening node 1 and node 2's links to it, connected.
+    async fn connected() -> (SharedListener, boltq_shards::Task<()>, Delivered, Outbound) {
+        let (shared, serving, got) = listen();
+        let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
+        let out = Outbound::start(2, &peers, None);
+        until("the link to connect", || {
+            out.stats(1).unwrap().connects == 1
+        })
+        .await;
+        (shared, serving, got, out)
+    }
+
     async fn closed_after(addr: SocketAddr, bytes: &[u8]) -> bool {
         let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
         conn.write_all(bytes).await.unwrap();
@@ -894,13 +906,7 @@ mod tests {
     #[test]
     fn batches_reach_the_peer_in_order() {
         run(|| async {
-            let (shared, _serving, got) = listen();
-            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-            let out = Outbound::start(2, &peers, None);
-            until("the link to connect", || {
-                out.stats(1).unwrap().connects == 1
-            })
-            .await;
+            let (_shared, _serving, got, out) = connected().await;
             for _ in 0..10 {
                 assert!(out.send(1, &[heartbeat(2, 1), heartbeat(2, 1)]));
             }
@@ -1016,13 +1022,7 @@ mod tests {
     #[test]
     fn a_snapshot_larger_than_a_frame_arrives_whole_in_parts() {
         run(|| async {
-            let (shared, _serving, got) = listen();
-            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-            let out = Outbound::start(2, &peers, None);
-            until("the link to connect", || {
-                out.stats(1).unwrap().connects == 1
-            })
-            .await;
+            let (_shared, _serving, got, out) = connected().await;
             let data: Vec<u8> = (0..wire::BATCH_BYTES_MAX + 3 * SNAPSHOT_PART_BYTES + 7)
                 .map(|i| (i % 251) as u8)
                 .collect();
