@@ -22,6 +22,10 @@ pub struct GroupLog {
     allowed_before: u64,
 }
 
+/// A round's records of at least this many bytes (a snapshot's parts) are appended as a
+/// background writer's (`append_round`); below, at once, as every ordinary round.
+pub const ROUND_BYTES_PACED_MIN: usize = 4 * 1024 * 1024;
+
 /// The store's log name of slot `slot`'s group.
 pub fn log_name(slot: u16) -> String {
     format!("cluster/slot-{slot:03}/raft")
@@ -84,6 +88,19 @@ impl GroupLog {
             self.cuts.push((lsn, before));
         }
         Ok(lsn)
+    }
+
+    /// Appends one round's records. A round that carries a snapshot (taken here of a large
+    /// slot, or installed from the leader) may hold more than the journal takes at once
+    /// (`storage.journal_backlog_bytes_max`): its records then wait for room as a
+    /// background writer's do, which holds the node's loop while they are written (seconds
+    /// for a gigabyte), rather than failing the round — a refused append stops the node.
+    pub async fn append_round(&mut self, written: Written) -> Result<Option<u64>, String> {
+        let bytes: usize = written.records.iter().map(|r| r.payload.len()).sum();
+        if bytes < ROUND_BYTES_PACED_MIN {
+            return self.append(written);
+        }
+        self.append_paced(written).await
     }
 
     /// Appends records as a background writer does (`Store::wait_for_background_room`
@@ -228,6 +245,54 @@ mod tests {
                 term = term.max(storage.hard_state().term);
             }
             assert!(dropped_front, "no record was ever dropped");
+        });
+    }
+
+    /// A round whose snapshot outweighs the journal's backlog limit is written, waiting for
+    /// room, instead of failing (a failed round stops the node): a slot of a gigabyte once
+    /// stopped the node that took or installed its snapshot. The same records appended at
+    /// once are refused.
+    #[test]
+    fn a_round_larger_than_the_journal_takes_waits_for_room() {
+        let dir = TempDir::new("group-log-large");
+        let mut c = store_config(dir.path(), 64 * 1024 * 1024);
+        c.journal_backlog_bytes_max = 2 * 1024 * 1024;
+        run("group-log-large", move || async move {
+            let store = open_store(&c).await;
+            let (mut log, recovered) = GroupLog::open(&store, 9, &[1]).await.unwrap();
+            let Recovered {
+                mut storage,
+                log: mut writer,
+            } = recovered;
+            storage.found_with(vec![0x5A; 12 * 1024 * 1024]);
+            let written = writer.write(storage.take_writes());
+            let at_once = Written {
+                records: written.records.clone(),
+                truncate_before: None,
+            };
+            let lsn = log.append_round(written).await.unwrap().unwrap();
+            store.wait_synced(lsn).await.unwrap();
+            store.halt().await;
+            drop(log);
+            drop(store);
+            let store = open_store(&c).await;
+            let (_, back) = GroupLog::open(&store, 9, &[1]).await.unwrap();
+            assert_eq!(back.storage.newest_snapshot().data.len(), 12 * 1024 * 1024);
+            // At once, the same records overrun the backlog limit.
+            let (mut other, _) = GroupLog::open(&store, 10, &[1]).await.unwrap();
+            let renumbered = Written {
+                records: at_once
+                    .records
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, mut r)| {
+                        r.seq = other.log.next_seq() + i as u64;
+                        r
+                    })
+                    .collect(),
+                truncate_before: None,
+            };
+            assert!(other.append(renumbered).is_err());
         });
     }
 }

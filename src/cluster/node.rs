@@ -869,7 +869,7 @@ impl Node {
         let mut lsn = None;
         for (slot, written) in out.written {
             let log = logs.get_mut(&slot).expect("a log per slot");
-            lsn = lsn.max(log.append(written)?);
+            lsn = lsn.max(log.append_round(written).await?);
         }
         self.send(out.batches);
         for (slot, answer) in out.answers {
