@@ -9,7 +9,7 @@
 //! accepts nothing more; the caller must stop the group (its unsynced messages are never
 //! sent, so nothing it did not persist is promised to a peer).
 
-use super::image_log::{self, Recovered, Written};
+use super::image_log::{self, LogRecord, Recovered, Written};
 use boltq_io::{LogRef, Record, Store};
 use std::rc::Rc;
 
@@ -71,23 +71,32 @@ impl GroupLog {
     pub fn append(&mut self, written: Written) -> Result<Option<u64>, String> {
         let mut lsn = None;
         for r in written.records {
-            let mut record = Record {
-                payload: r.payload.into(),
-                ..Record::default()
-            };
-            let appended = self
-                .store
-                .append(&self.log, &mut record, boltq_io::store::now_ns())
-                .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
-            // The writer numbered its records as the log does; a difference would make
-            // every `replay_from` point at the wrong record.
-            assert_eq!(appended.seq, r.seq, "raft log numbering drifted");
-            lsn = Some(appended.lsn);
+            lsn = Some(self.append_record(r)?);
         }
-        if let (Some(lsn), Some(before)) = (lsn, written.truncate_before) {
+        self.note_cut(lsn, written.truncate_before);
+        Ok(lsn)
+    }
+
+    fn append_record(&mut self, r: LogRecord) -> Result<u64, String> {
+        let mut record = Record {
+            payload: r.payload.into(),
+            ..Record::default()
+        };
+        let appended = self
+            .store
+            .append(&self.log, &mut record, boltq_io::store::now_ns())
+            .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
+        // The writer numbered its records as the log does; a difference would make
+        // every `replay_from` point at the wrong record.
+        assert_eq!(appended.seq, r.seq, "raft log numbering drifted");
+        Ok(appended.lsn)
+    }
+
+    /// Records before `before` may go once the record at `lsn` is durable.
+    fn note_cut(&mut self, lsn: Option<u64>, before: Option<u64>) {
+        if let (Some(lsn), Some(before)) = (lsn, before) {
             self.cuts.push((lsn, before));
         }
-        Ok(lsn)
     }
 
     /// Appends one round's records. A round that carries a snapshot (taken here of a large
@@ -108,21 +117,14 @@ impl GroupLog {
     /// in one round. Returns the journal position of the last record.
     pub async fn append_paced(&mut self, written: Written) -> Result<Option<u64>, String> {
         let mut lsn = None;
-        let truncate_before = written.truncate_before;
         for r in written.records {
             self.store
                 .wait_for_background_room(r.payload.len() as u64)
                 .await
                 .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
-            let one = Written {
-                records: vec![r],
-                truncate_before: None,
-            };
-            lsn = self.append(one)?.or(lsn);
+            lsn = Some(self.append_record(r)?);
         }
-        if let (Some(lsn), Some(before)) = (lsn, truncate_before) {
-            self.cuts.push((lsn, before));
-        }
+        self.note_cut(lsn, written.truncate_before);
         Ok(lsn)
     }
 

@@ -223,36 +223,33 @@ impl Outbound {
     /// Queues a batch for node `to`. Returns false when it was dropped (peer unknown,
     /// down, or its queue full); snapshots in it are then reported lost.
     pub fn send(&self, to: u64, batch: &[SlotMessage]) -> bool {
-        let snapshots: Vec<u16> = batch
-            .iter()
-            .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
-            .map(|m| m.slot)
-            .collect();
         let Some(link) = self.links.get(&to) else {
             let mut reports = self.reports.borrow_mut();
-            reports.extend(snapshots.iter().map(|slot| (*slot, to, false)));
+            reports.extend(
+                snapshot_slots(batch)
+                    .into_iter()
+                    .map(|slot| (slot, to, false)),
+            );
             return false;
         };
-        let (large, inline): (Vec<&SlotMessage>, Vec<&SlotMessage>) = batch
-            .iter()
-            .partition(|m| m.msg.get_snapshot().data.len() > SNAPSHOT_PART_BYTES);
+        let in_parts = |m: &SlotMessage| m.msg.get_snapshot().data.len() > SNAPSHOT_PART_BYTES;
+        // The usual batch has no snapshot to send in parts, and is encoded as it is.
+        let inline: std::borrow::Cow<[SlotMessage]> = if batch.iter().any(in_parts) {
+            batch.iter().filter(|m| !in_parts(m)).cloned().collect()
+        } else {
+            batch.into()
+        };
         let mut queued = true;
-        let inline: Vec<SlotMessage> = inline.into_iter().cloned().collect();
         for part in frames_within_limit(&inline) {
             let mut bytes = vec![KIND_RAFT];
             wire::encode(part, &mut bytes);
-            let snapshots = part
-                .iter()
-                .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
-                .map(|m| m.slot)
-                .collect();
             queued &= link.enqueue(Frame {
                 bytes,
-                snapshots,
+                snapshots: snapshot_slots(part),
                 parts: None,
             });
         }
-        for m in large {
+        for m in batch.iter().filter(|m| in_parts(m)) {
             queued &= link.enqueue(snapshot_in_parts(link, m));
         }
         queued
@@ -486,6 +483,15 @@ impl Link {
             }
         }
     }
+}
+
+/// The slots of the snapshot messages in `messages` (their delivery is reported).
+fn snapshot_slots(messages: &[SlotMessage]) -> Vec<u16> {
+    messages
+        .iter()
+        .filter(|m| m.msg.get_msg_type() == MessageType::MsgSnapshot)
+        .map(|m| m.slot)
+        .collect()
 }
 
 /// Splits a batch so each part encodes within `wire::BATCH_BYTES_MAX` (the receiver closes

@@ -301,10 +301,6 @@ impl Message {
         self.extras.as_ref().map_or("", |e| &e.routing_key)
     }
 
-    pub fn extras(&self) -> MessageExtras {
-        self.extras.as_deref().cloned().unwrap_or_default()
-    }
-
     /// Sets the headers, exchange and routing key (boxed only when any is set).
     pub fn set_extras(&mut self, extras: MessageExtras) {
         self.extras = (!extras.is_empty()).then(|| Box::new(extras));
@@ -513,7 +509,7 @@ mod tests {
             routing_key: "r.k".into(),
         });
         for m in [plain, routed] {
-            let e = m.extras();
+            let e = m.extras.as_deref().cloned().unwrap_or_default();
             let old = MessageFields {
                 id: m.id,
                 topic: m.topic.to_string(),

@@ -142,10 +142,7 @@ impl Plane {
         let Some(store) = self.store.clone() else {
             return Ok(());
         };
-        let root = boltq_io::store::logs_root(&store.config().data_dir);
-        let written =
-            store.open_log_names().iter().any(|n| n == META_LOG) || root.join(META_LOG).exists();
-        if self.shard.id() != META_SHARD || !written {
+        if self.shard.id() != META_SHARD || !super::slot::log_written(&store, META_LOG) {
             return Ok(());
         }
         let log = store

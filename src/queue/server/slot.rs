@@ -45,6 +45,15 @@ impl SlotLogs {
     }
 }
 
+/// Whether log `name` was ever written here (open in the store, or on disk), without
+/// opening it: opening creates it.
+pub(super) fn log_written(store: &Store, name: &str) -> bool {
+    store.open_log_names().iter().any(|n| n == name)
+        || boltq_io::store::logs_root(&store.config().data_dir)
+            .join(name)
+            .exists()
+}
+
 fn slot_log_name(slot: u16) -> String {
     format!("queue/slot-{slot:03}/wal")
 }
@@ -83,13 +92,9 @@ impl Plane {
             return Ok(());
         };
         self.gather_single_node_exchanges(carry).await?;
-        let root = boltq_io::store::logs_root(&store.config().data_dir);
-        let open = store.open_log_names();
         for slot in self.owned_slots() {
-            let wal = slot_log_name(slot);
-            let written = open.contains(&wal)
-                || root.join(&wal).exists()
-                || root.join(slot_snapshot_log_name(slot)).exists();
+            let written = log_written(&store, &slot_log_name(slot))
+                || log_written(&store, &slot_snapshot_log_name(slot));
             if !written {
                 continue;
             }
