@@ -728,9 +728,17 @@ fn run_durable_reader(
             // has acknowledged, which the server rightly counts as delivered: read what
             // arrived, then keep the connection if the server still answers.
             log.drain_until_quiet(c, reader);
+            let sent_us = progress.now_us();
             if c.ping().is_ok() {
                 conn.generation = generation;
                 log.kept_across_restart += 1;
+                // This connection subscribed on the new server before the restart was
+                // announced (after an EOF from the dying one, once the new one listened):
+                // its only subscribe's mark came too early for the wait on progress, so
+                // the answered ping marks that it is served by the new server.
+                if subscribed {
+                    progress.mark(reader.worker(), sent_us);
+                }
             } else {
                 log.drain_until_quiet(c, reader);
                 log.note_dropped(c, reader);
