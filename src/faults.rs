@@ -3,25 +3,57 @@
 //! a point of that name. Crash tests use them to stop the server between two steps whose
 //! order a durable promise depends on, which a kill from outside hits only by luck.
 //!
+//! With `BOLTQ_FAULTS_ONCE_DIR=<dir>` as well, a point stops only the first process that
+//! reaches it: that one creates `<dir>/<name>`, and every process that finds it there goes
+//! on. The nodes of a test cluster share the directory, so the node that takes over the
+//! work of the one that stopped is not stopped in turn.
+//!
 //! Points (each named where it is placed):
 //! - `after-founding`: the groups hold the single-node data they were founded with,
 //!   synced; the single-node logs still hold it too (`server::shard_main`).
+//! - `before-fan-out`: a conversation slot's leader applied sends that owe inbox pointers
+//!   (committed on a quorum) and is about to write them; it has not answered them yet
+//!   (`messaging::engine::outbox`). A node that takes such sends over from the outbox
+//!   does not stop here.
+//! - `before-fan-out-report`: that leader wrote a send's pointers and has not reported them
+//!   written; the send was answered (`messaging::engine::outbox`).
 
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 /// The environment variable naming the points to abort at.
 pub const FAULTS_ENV: &str = "BOLTQ_FAULTS";
+/// The environment variable naming the directory that makes each point stop one process.
+pub const FAULTS_ONCE_DIR_ENV: &str = "BOLTQ_FAULTS_ONCE_DIR";
 
-/// Aborts the process if `point` is named in `BOLTQ_FAULTS`.
+struct Faults {
+    named: Vec<String>,
+    once_dir: Option<PathBuf>,
+}
+
+/// Aborts the process if `point` is named in `BOLTQ_FAULTS` (and, with
+/// `BOLTQ_FAULTS_ONCE_DIR`, no process stopped there yet).
 pub fn crash_point(point: &str) {
-    static NAMED: OnceLock<Vec<String>> = OnceLock::new();
-    let named = NAMED.get_or_init(|| {
-        std::env::var(FAULTS_ENV)
+    static FAULTS: OnceLock<Faults> = OnceLock::new();
+    let faults = FAULTS.get_or_init(|| Faults {
+        named: std::env::var(FAULTS_ENV)
             .map(|v| v.split(',').map(|p| p.trim().to_string()).collect())
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        once_dir: std::env::var_os(FAULTS_ONCE_DIR_ENV).map(PathBuf::from),
     });
-    if named.iter().any(|p| p == point) {
-        log::error!("{FAULTS_ENV}: aborting at crash point {point}");
-        std::process::abort();
+    if !faults.named.iter().any(|p| p == point) {
+        return;
     }
+    if let Some(dir) = &faults.once_dir {
+        let first = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(point))
+            .is_ok();
+        if !first {
+            return;
+        }
+    }
+    log::error!("{FAULTS_ENV}: aborting at crash point {point}");
+    std::process::abort();
 }

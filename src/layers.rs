@@ -28,7 +28,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("http", &["config"]),
     ("cache", &["config", "http"]),
     ("queue", &["config", "http"]),
-    ("messaging", &["config", "http", "queue::protocol"]),
+    (
+        "messaging",
+        &["config", "http", "faults", "queue::protocol"],
+    ),
     ("cluster", &["config", "queue", "messaging"]),
     ("admin", &["config", "http", "cache", "queue", "messaging"]),
     ("client", &["config", "queue", "messaging"]),

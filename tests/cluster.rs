@@ -1919,6 +1919,113 @@ fn notified_ids(hook: &support::webhook::Webhook) -> Vec<String> {
     hook.calls().iter().flat_map(|c| c.message_ids()).collect()
 }
 
+/// Issue 15: a send's inbox pointers are owed from the moment it is committed, and the node
+/// that was to write them dying does not lose them. The leader of alice:bob's slot has the
+/// send on a quorum and stops (crash point `before-fan-out`) before writing a pointer, and
+/// before answering. Alice's retry is answered as a duplicate, and the next leader writes
+/// both members' pointers, once each. Before the replicated outbox, pointers were the
+/// proposing node's memory, and a retry answered as a duplicate wrote none.
+#[test]
+fn a_committed_sends_pointers_are_written_when_its_leader_dies_before_writing_them() {
+    let dir = TempDir::new("cluster-outbox");
+    let mut members = start_outbox_cluster(&dir, "before-fan-out");
+    let mut at = 0;
+    let mut alice = device_on(&members[at], "alice", "phone");
+    let first = alice.send_text(DM, "direct", "c0", "m0");
+    assert!(
+        first.as_ref().map_or(true, |r| r["op"] != "sent"),
+        "the leader stops before it answers: {first:?}"
+    );
+    let victim = stopped_at(&mut members, "before-fan-out");
+    let sent = send_as_device(&members, &mut at, &mut alice, "c0", "m0");
+    assert_eq!(sent["duplicate"], true, "stored before the crash: {sent}");
+    one_pointer_in_each_inbox(&members, victim);
+}
+
+/// Issue 15: the leader of alice:bob's slot answers the send, writes both pointers and stops
+/// (crash point `before-fan-out-report`) before reporting them written. The next leader
+/// finds the send in the slot's outbox and writes its pointers again; each inbox's pointer
+/// claim answers the second copy as a duplicate, so each holds one pointer.
+#[test]
+fn an_answered_sends_pointers_are_taken_over_once_when_its_leader_dies_before_reporting() {
+    let dir = TempDir::new("cluster-outbox-report");
+    let mut members = start_outbox_cluster(&dir, "before-fan-out-report");
+    let mut at = 0;
+    let mut alice = device_on(&members[at], "alice", "phone");
+    let sent = send_as_device(&members, &mut at, &mut alice, "c0", "m0");
+    assert_eq!(sent["seq"], 1, "{sent}");
+    let victim = stopped_at(&mut members, "before-fan-out-report");
+    one_pointer_in_each_inbox(&members, victim);
+    let resumed: u64 = (0..members.len())
+        .filter(|&i| i != victim)
+        .map(|i| metric_sum(&members[i], "boltq_stream_fan_outs_resumed_total"))
+        .sum();
+    assert!(resumed >= 1, "taken over from the outbox: {resumed}");
+}
+
+/// Three messaging members that stop the first process reaching crash point `point` (and
+/// only that one: they share the `BOLTQ_FAULTS_ONCE_DIR`).
+fn start_outbox_cluster(dir: &TempDir, point: &str) -> Vec<Member> {
+    let once = dir.path().join("faults-once");
+    std::fs::create_dir_all(&once).unwrap();
+    let place = Place {
+        env: vec![
+            ("BOLTQ_FAULTS".to_string(), point.to_string()),
+            (
+                "BOLTQ_FAULTS_ONCE_DIR".to_string(),
+                once.display().to_string(),
+            ),
+        ],
+        ..Place::default()
+    };
+    start_cluster_with(
+        dir,
+        std::array::from_fn(|_| place.clone()),
+        &support::gateway::messaging_toml(),
+        support::ReadyBy::PlainReadyz,
+    )
+}
+
+/// The member that stopped at crash point `point` (it no longer answers), reaped.
+fn stopped_at(members: &mut [Member], point: &str) -> usize {
+    let mut victim = None;
+    eventually(&format!("a member stops at {point}"), || {
+        victim = members
+            .iter()
+            .position(|m| http_get_at(&m.place.host, m.http, "/health").is_err());
+        victim.is_some()
+    });
+    let victim = victim.unwrap();
+    let (_, log) = members[victim].server.take().unwrap().stop(libc::SIGKILL);
+    assert!(log.contains(&format!("crash point {point}")), "{log}");
+    victim
+}
+
+/// Alice's and bob's inboxes each hold one pointer on every member but `victim`, and still
+/// do a while later (nothing is written twice, and the send was reported).
+fn one_pointer_in_each_inbox(members: &[Member], victim: usize) {
+    let survivors: Vec<usize> = (0..members.len()).filter(|&i| i != victim).collect();
+    let inboxes = ["chat.inbox.alice", "chat.inbox.bob"];
+    let pointers_at = |i: usize| -> Vec<Option<u64>> {
+        inboxes
+            .iter()
+            .map(|inbox| partition_at(&members[i], inbox).map(|(next, _)| next))
+            .collect()
+    };
+    eventually(
+        "one pointer in each inbox, written by the new leader",
+        || {
+            survivors
+                .iter()
+                .all(|&i| pointers_at(i) == [Some(2), Some(2)])
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    for &i in &survivors {
+        assert_eq!(pointers_at(i), [Some(2), Some(2)], "{}", members[i].name);
+    }
+}
+
 /// Issue 15: offline pushes are the work of the node leading the inbox's slot, and a
 /// leader change does not lose one. Bob has no device. Alice's first message reaches the
 /// webhook (which anchors bob's push cursor through his inbox's slot group); her second is

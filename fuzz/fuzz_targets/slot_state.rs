@@ -4,8 +4,9 @@
 //! at a restart and from peers on the links.
 //!
 //! Beyond "never panics": a refusal has an error text; both decoders are canonical, so an
-//! accepted input re-encodes to exactly its bytes (a snapshot of the older version 1 to
-//! the same bytes as version 2, with an empty pointer-claims section).
+//! accepted input re-encodes to exactly its bytes (a snapshot of an older version to the
+//! same bytes as the current one, with an empty section for each it lacked: version 1 has
+//! neither pointer claims nor outbox, version 2 no outbox).
 #![no_main]
 
 use boltq::messaging::slot::{command, snapshot, StreamSlot, StreamSlotConfig};
@@ -28,11 +29,17 @@ fuzz_target!(|input: &[u8]| {
                 assert_eq!(again, input);
             } else {
                 // An older version is read and written as the current one: the same
-                // sections, then no pointer claims.
-                assert_eq!(input[0], snapshot::VERSION_WITHOUT_POINTER_CLAIMS);
+                // sections, then an empty one for each it lacked.
+                let missing = match input[0] {
+                    snapshot::VERSION_WITHOUT_OUTBOX => 1,
+                    snapshot::VERSION_WITHOUT_POINTER_CLAIMS => 2,
+                    other => panic!("version {other} was read"),
+                };
                 let mut upgraded = input.to_vec();
                 upgraded[0] = snapshot::VERSION;
-                upgraded.extend_from_slice(&0u32.to_le_bytes());
+                for _ in 0..missing {
+                    upgraded.extend_from_slice(&0u32.to_le_bytes());
+                }
                 assert_eq!(again, upgraded);
             }
         }

@@ -466,7 +466,7 @@ fn push_series(
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
-) -> [(&'static str, &'static str, u64); 10] {
+) -> [(&'static str, &'static str, u64); 12] {
     [
         (
             "boltq_stream_appends_total",
@@ -487,6 +487,16 @@ fn engine_shard_series(
             "boltq_stream_pointer_retries_total",
             "Inbox pointer appends tried again after one got no outcome (a leader change)",
             e.pointer_retries,
+        ),
+        (
+            "boltq_stream_fan_outs_total",
+            "In a cluster: sends whose inbox pointers this node began writing as the leader of their conversation's slot",
+            e.fan_outs,
+        ),
+        (
+            "boltq_stream_fan_outs_resumed_total",
+            "Of those, sends taken over from the slot's outbox (an earlier leader did not report them written)",
+            e.fan_outs_resumed,
         ),
         (
             "boltq_stream_duplicates_total",

@@ -345,7 +345,8 @@ fn put_outcome(o: &Outcome, out: &mut Vec<u8>) {
 }
 
 /// kind 0 appended: duplicate u8, message_id, topic (text each), partition u32, seq u64,
-/// timestamp_ns i64; 1 stored: seq u64, clamped u8; 2 unchanged: stored u64; 3 refused: text.
+/// timestamp_ns i64; 1 stored: seq u64, clamped u8; 2 unchanged: stored u64; 3 refused: text;
+/// 4 busy: text; 5 fanned out: cleared u32.
 fn put_stream_outcome(o: &StreamOutcome, out: &mut Vec<u8>) {
     match o {
         StreamOutcome::Appended { coords, duplicate } => {
@@ -369,6 +370,14 @@ fn put_stream_outcome(o: &StreamOutcome, out: &mut Vec<u8>) {
         StreamOutcome::Refused(why) => {
             out.push(3);
             put_text(why, out);
+        }
+        StreamOutcome::Busy(why) => {
+            out.push(4);
+            put_text(why, out);
+        }
+        StreamOutcome::FannedOut { cleared } => {
+            out.push(5);
+            out.extend_from_slice(&cleared.to_le_bytes());
         }
     }
 }
@@ -394,6 +403,10 @@ fn stream_outcome(r: &mut Reader) -> Result<StreamOutcome, ForwardError> {
             stored: r.u64("cursor")?,
         }),
         3 => StreamOutcome::Refused(text(r, "refusal")?),
+        4 => StreamOutcome::Busy(text(r, "refusal")?),
+        5 => StreamOutcome::FannedOut {
+            cleared: r.u32("cleared")?,
+        },
         k => return Err(ForwardError(format!("unknown stream outcome {k}"))),
     })
 }
@@ -546,6 +559,8 @@ mod tests {
                 }),
                 StreamOutcome::Committed(Commit::Unchanged { stored: 8 }),
                 StreamOutcome::Refused("no".into()),
+                StreamOutcome::Busy("later".into()),
+                StreamOutcome::FannedOut { cleared: 7 },
             ]
             .map(Answer::StreamApplied),
         );
@@ -590,6 +605,7 @@ mod tests {
             key: Bytes::from_static(b"k"),
             headers: vec![],
             payload: Bytes::from_static(b"hello"),
+            fanout: vec!["bob".into()],
         };
         for cmd in [
             SlotCommand::Queue(Command::Publish {

@@ -86,6 +86,7 @@ mod tests {
             key: Default::default(),
             headers: vec![],
             payload: bytes::Bytes::from_static(b"hi"),
+            fanout: vec!["bob".into()],
         }));
         let data = encode(&broker, &streams).expect("encode");
         let (b, s) = decode(&data, &cfg(), &StreamSlotConfig::default()).expect("decode");

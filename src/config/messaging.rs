@@ -307,12 +307,17 @@ impl Default for PresenceConfig {
     }
 }
 
+/// Largest `messaging.chat.fanout_on_write_limit`: a send names the members it fans out to
+/// in its replicated command (`messaging::slot::FANOUT_MEMBERS_MAX`), and writes one pointer
+/// per member; a group larger than this is read at its own partition.
+pub const FANOUT_ON_WRITE_LIMIT_MAX: u32 = 4096;
+
 /// `[messaging.chat]`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ChatConfig {
     /// Groups up to this size (inclusive) fan out on write. Default 256;
-    /// 0 behaves as 256 (v1).
+    /// 0 behaves as 256 (v1); at most [`FANOUT_ON_WRITE_LIMIT_MAX`].
     pub fanout_on_write_limit: u32,
     /// Default 16; 1..=4096.
     pub conversation_partitions: u32,

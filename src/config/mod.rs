@@ -69,7 +69,7 @@ pub use error::ConfigError;
 pub use messaging::{
     AclRuleConfig, ChatConfig, DedupConfig, GatewayConfig, GatewayTlsConfig, IdentityConfig,
     IdentityKeyConfig, MessagingConfig, PresenceConfig, PushConfig, ReplicationConfig,
-    ReplicationRole, SignalsConfig, StreamConfig,
+    ReplicationRole, SignalsConfig, StreamConfig, FANOUT_ON_WRITE_LIMIT_MAX,
 };
 
 /// A way to read an environment variable. The binary passes

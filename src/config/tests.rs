@@ -799,6 +799,7 @@ fn each_validation_error_names_its_key() {
         ("[messaging.chat]\ninbox_partitions = 0", "messaging.chat.inbox_partitions"),
         ("[messaging.chat]\nmembership_timeout = \"0s\"", "messaging.chat.membership_timeout"),
         ("[messaging.chat]\nfanout_on_write_limit = -1", "messaging.chat.fanout_on_write_limit"),
+        ("[messaging.chat]\nfanout_on_write_limit = 4097", "messaging.chat.fanout_on_write_limit"),
         ("[messaging.dedup]\nttl = \"0s\"", "messaging.dedup.ttl"),
         ("[messaging.signals]\nrate_per_second = 0", "messaging.signals.rate_per_second"),
         ("[messaging.signals]\nburst = 0", "messaging.signals.burst"),

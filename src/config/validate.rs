@@ -492,6 +492,12 @@ fn messaging(c: &Config, env: EnvLookup) -> Check {
 
     let ch = &m.chat;
     range(
+        "messaging.chat.fanout_on_write_limit",
+        u64::from(ch.fanout_on_write_limit),
+        0,
+        u64::from(super::messaging::FANOUT_ON_WRITE_LIMIT_MAX),
+    )?;
+    range(
         "messaging.chat.conversation_partitions",
         u64::from(ch.conversation_partitions),
         1,

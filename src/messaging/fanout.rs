@@ -48,19 +48,39 @@ pub fn plan(members: &[String], limit: usize) -> Strategy {
     }
 }
 
-/// The headers of every pointer of one send: the send's own (`message_id`, `sender`,
-/// `kind`, `conversation`, `client_msg_id` when given) plus `pointer`, `conv_seq` and
-/// `conv_partition`, sorted by name (records store headers sorted).
+/// The send's headers every pointer repeats, sorted by name: all of them the server's
+/// (a client's values for these names never reach a record).
+pub const POINTER_COPIED_HEADERS: [&str; 5] = [
+    "client_msg_id",
+    "conversation",
+    "kind",
+    "message_id",
+    "sender",
+];
+
+/// The headers of a send's record that its pointers repeat ([`POINTER_COPIED_HEADERS`]), in
+/// the record's order (sorted by name).
+pub fn copied_headers(record_headers: &[(Bytes, Bytes)]) -> Vec<(Bytes, Bytes)> {
+    record_headers
+        .iter()
+        .filter(|(k, _)| {
+            POINTER_COPIED_HEADERS
+                .iter()
+                .any(|c| c.as_bytes() == k.as_ref())
+        })
+        .cloned()
+        .collect()
+}
+
+/// The headers of every pointer of one send: the send's copied ones ([`copied_headers`])
+/// plus `pointer`, `conv_seq` and `conv_partition`, sorted by name (records store headers
+/// sorted).
 pub fn pointer_headers(
-    send_headers: &[(String, String)],
+    copied: &[(Bytes, Bytes)],
     conv_seq: u64,
     conv_partition: u32,
 ) -> Vec<(Bytes, Bytes)> {
-    let mut h: Vec<(Bytes, Bytes)> = send_headers
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "pointer" | "conv_seq" | "conv_partition"))
-        .map(|(k, v)| (Bytes::from(k.clone()), Bytes::from(v.clone())))
-        .collect();
+    let mut h = copied_headers(copied);
     h.push((Bytes::from_static(b"pointer"), Bytes::from_static(b"1")));
     h.push((
         Bytes::from_static(b"conv_seq"),
@@ -108,11 +128,15 @@ mod tests {
 
     #[test]
     fn pointers_carry_the_coordinates_sorted_and_cannot_be_forged() {
-        let send = vec![
-            ("message_id".to_string(), "m1".to_string()),
-            ("sender".to_string(), "alice".to_string()),
-            ("conv_seq".to_string(), "999".to_string()),
-        ];
+        let send: Vec<(Bytes, Bytes)> = [
+            ("conv_seq", "999"),
+            ("mood", "calm"),
+            ("message_id", "m1"),
+            ("sender", "alice"),
+        ]
+        .iter()
+        .map(|(k, v)| (Bytes::from(*k), Bytes::from(*v)))
+        .collect();
         let h = pointer_headers(&send, 42, 6);
         let pairs: Vec<(String, String)> = h
             .iter()

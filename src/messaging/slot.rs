@@ -25,9 +25,18 @@
 //! entries live only as long as such a retry can come ([`POINTER_CLAIM_TTL_NS`]), so the
 //! pointers of busy conversations do not shorten the window of sends.
 //!
+//! A send that fans out on write names its members in the command; the slot keeps them in
+//! its outbox ([`StreamSlot::outbox`]) until a [`StreamCommand::FannedOut`] reports the
+//! pointers written. The outbox is the fan-out's durable promise: whichever node leads the
+//! slot writes the pointers of every send in it, so a send acknowledged (or committed and
+//! retried) is not left without its pointers when the node that proposed it, or the leader
+//! that was writing them, dies. A second writing is answered as a duplicate through the
+//! pointer claims.
+//!
 //! Limits: the entries of the tables are capped by their own caps (`CURSOR_KEYS_MAX`,
 //! the dedup `entries_max`, [`POINTER_CLAIMS_PER_SLOT_MAX`]); partitions per slot by
-//! [`PARTITIONS_PER_SLOT_MAX`].
+//! [`PARTITIONS_PER_SLOT_MAX`]; the outbox by [`OUTBOX_SENDS_PER_SLOT_MAX`] and
+//! [`OUTBOX_MEMBERS_PER_SLOT_MAX`] (a send past them is refused as busy, to retry).
 //!
 //! [`pointer_claims`]: StreamSlot::pointer_claims The
 //! configuration ([`StreamSlotConfig`]) must be the same on every node, as the queue
@@ -41,7 +50,9 @@ mod tests;
 
 use crate::messaging::cursor::{Commit, CursorError, CursorMap};
 use crate::messaging::dedup::{Claim, Coordinates, DedupTable};
+use crate::messaging::fanout;
 use boltq_io::record::{self, Record};
+use bytes::Bytes;
 pub use command::{Append, DedupClaim, StreamCommand};
 use std::collections::BTreeMap;
 
@@ -63,6 +74,23 @@ pub const POINTER_CLAIM_TTL_NS: i64 = 60 * 1_000_000_000;
 /// pointers of the slot may then store its pointer twice (a repeated entry in an inbox,
 /// with the same `message_id`), never lose it.
 pub const POINTER_CLAIMS_PER_SLOT_MAX: usize = 1024;
+
+/// Most members one send fans out to on write (`messaging.chat.fanout_on_write_limit` is
+/// capped at it): the command carries them.
+pub const FANOUT_MEMBERS_MAX: usize = 4096;
+const _: () = assert!(crate::config::FANOUT_ON_WRITE_LIMIT_MAX as usize == FANOUT_MEMBERS_MAX);
+
+/// Most sends of a slot whose pointers are not yet reported written, and most members they
+/// name together (~40 B each: with 256 slots at most ~700 MB per node, reached only when
+/// inbox slots stay without a leader while sends go on). Sends past either are refused as
+/// busy (retryable): the outbox is what keeps a send's pointers from being lost, so it is
+/// never cut.
+pub const OUTBOX_SENDS_PER_SLOT_MAX: usize = 4096;
+pub const OUTBOX_MEMBERS_PER_SLOT_MAX: usize = 65_536;
+
+/// Longest value of a header a pointer repeats: a send whose record holds a longer one is
+/// refused (the gateway's values are far shorter).
+pub const POINTER_HEADER_VALUE_BYTES_MAX: usize = 1024;
 
 /// The first sequence number of a partition (as a stream log numbers its records).
 pub const FIRST_SEQ: u64 = 1;
@@ -106,6 +134,25 @@ pub enum StreamOutcome {
     Committed(Commit),
     /// Refused alike by every replica; nothing changed.
     Refused(String),
+    /// Refused alike by every replica for a while (a limit that frees itself, such as the
+    /// outbox's): nothing changed; the same command may succeed shortly.
+    Busy(String),
+    /// A fan-out report applied: this many sends left the outbox (the rest had already).
+    FannedOut {
+        cleared: u32,
+    },
+}
+
+/// A send in the outbox: its conversation partition and sequence number.
+pub type OutboxKey = (String, u32, u64);
+
+/// The pointers a send still owes its members' inboxes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FanOut {
+    /// Sorted, distinct, valid ids.
+    pub members: Vec<String>,
+    /// The send's headers every pointer repeats (`fanout::copied_headers`), sorted.
+    pub headers: Vec<(Bytes, Bytes)>,
 }
 
 /// A record the slot appended: each node writes it into its own log of the partition.
@@ -122,6 +169,9 @@ pub struct StreamSlot {
     cursors: CursorMap,
     dedup: DedupTable,
     pointer_claims: DedupTable,
+    outbox: BTreeMap<OutboxKey, FanOut>,
+    /// The members of every outbox entry together.
+    outbox_members: usize,
 }
 
 impl StreamSlot {
@@ -131,6 +181,8 @@ impl StreamSlot {
             pointer_claims: DedupTable::new(POINTER_CLAIM_TTL_NS, POINTER_CLAIMS_PER_SLOT_MAX),
             partitions: BTreeMap::new(),
             cursors: CursorMap::new(),
+            outbox: BTreeMap::new(),
+            outbox_members: 0,
         }
     }
 
@@ -159,11 +211,17 @@ impl StreamSlot {
         &self.pointer_claims
     }
 
+    /// The sends whose pointers are not yet reported written, by conversation position.
+    pub fn outbox(&self) -> &BTreeMap<OutboxKey, FanOut> {
+        &self.outbox
+    }
+
     pub fn is_empty(&self) -> bool {
         self.partitions.is_empty()
             && self.cursors.is_empty()
             && self.dedup.is_empty()
             && self.pointer_claims.is_empty()
+            && self.outbox.is_empty()
     }
 
     /// Applies one committed command.
@@ -181,9 +239,21 @@ impl StreamSlot {
                 };
                 (outcome, None)
             }
+            StreamCommand::FannedOut { sends } => (self.clear_fanned_out(sends), None),
         };
         self.check_invariants();
         applied
+    }
+
+    fn clear_fanned_out(&mut self, sends: &[OutboxKey]) -> StreamOutcome {
+        let mut cleared = 0u32;
+        for key in sends {
+            if let Some(fan_out) = self.outbox.remove(key) {
+                self.outbox_members -= fan_out.members.len();
+                cleared += 1;
+            }
+        }
+        StreamOutcome::FannedOut { cleared }
     }
 
     fn append(&mut self, append: &Append) -> (StreamOutcome, Option<Appended>) {
@@ -228,7 +298,7 @@ impl StreamSlot {
                 },
                 Some(appended),
             ),
-            Err(why) => (refused(&why), None),
+            Err(refusal) => (refusal, None),
         }
     }
 
@@ -239,14 +309,16 @@ impl StreamSlot {
         }
     }
 
-    /// Numbers the record and moves the partition's position past it.
-    fn store(&mut self, append: &Append) -> Result<(Coordinates, Appended), String> {
+    /// Numbers the record, moves the partition's position past it and puts its fan-out in
+    /// the outbox; the error is the answer when nothing was stored.
+    fn store(&mut self, append: &Append) -> Result<(Coordinates, Appended), StreamOutcome> {
         let at = (append.topic.clone(), append.partition);
         if !self.partitions.contains_key(&at) && self.partitions.len() >= PARTITIONS_PER_SLOT_MAX {
-            return Err(format!(
+            return Err(refused(&format!(
                 "this slot holds {PARTITIONS_PER_SLOT_MAX} partitions already"
-            ));
+            )));
         }
+        let fan_out = self.fan_out_of(append)?;
         let position = self.partitions.get(&at).copied().unwrap_or_default();
         let record = Record {
             seq: position.next_seq,
@@ -258,8 +330,14 @@ impl StreamSlot {
             payload: append.payload.clone(),
         };
         let mut frame = Vec::new();
-        record::encode(&record, &mut frame).map_err(|e| e.to_string())?;
+        record::encode(&record, &mut frame).map_err(|e| refused(&e.to_string()))?;
         debug_assert!(position.next_seq >= FIRST_SEQ);
+        if let Some(fan_out) = fan_out {
+            self.outbox_members += fan_out.members.len();
+            let key = (append.topic.clone(), append.partition, record.seq);
+            let before = self.outbox.insert(key, fan_out);
+            assert!(before.is_none(), "a sequence number is given once");
+        }
         let next = Position {
             next_seq: position.next_seq + 1,
             digest: crc32c::crc32c_append(position.digest, &frame),
@@ -286,8 +364,44 @@ impl StreamSlot {
         Ok((coords, appended))
     }
 
+    /// The outbox entry a fanning-out append adds, or why it cannot be taken now.
+    fn fan_out_of(&self, append: &Append) -> Result<Option<FanOut>, StreamOutcome> {
+        if append.fanout.is_empty() {
+            return Ok(None);
+        }
+        if self.outbox.len() >= OUTBOX_SENDS_PER_SLOT_MAX
+            || self.outbox_members + append.fanout.len() > OUTBOX_MEMBERS_PER_SLOT_MAX
+        {
+            return Err(StreamOutcome::Busy(format!(
+                "{} sends of this slot wait for their inbox pointers (limits \
+                 {OUTBOX_SENDS_PER_SLOT_MAX} sends, {OUTBOX_MEMBERS_PER_SLOT_MAX} members); \
+                 retry shortly",
+                self.outbox.len()
+            )));
+        }
+        let headers = fanout::copied_headers(&append.headers);
+        if headers
+            .iter()
+            .any(|(_, v)| v.len() > POINTER_HEADER_VALUE_BYTES_MAX)
+        {
+            return Err(refused(&format!(
+                "a header the pointers repeat is over {POINTER_HEADER_VALUE_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(Some(FanOut {
+            members: append.fanout.clone(),
+            headers,
+        }))
+    }
+
     fn check_invariants(&self) {
         debug_assert!(self.partitions.len() <= PARTITIONS_PER_SLOT_MAX);
+        debug_assert!(self.outbox.len() <= OUTBOX_SENDS_PER_SLOT_MAX);
+        debug_assert!(self.outbox_members <= OUTBOX_MEMBERS_PER_SLOT_MAX);
+        debug_assert_eq!(
+            self.outbox_members,
+            self.outbox.values().map(|f| f.members.len()).sum::<usize>()
+        );
     }
 }
 
@@ -377,6 +491,19 @@ impl<'a> Reader<'a> {
         }
         let bytes = self.take(len, what)?;
         std::str::from_utf8(bytes).map_err(|_| format!("{what} is not UTF-8"))
+    }
+
+    /// A `u16`-length-prefixed byte string of at most `bytes_max` bytes.
+    pub(crate) fn take_bytes16(
+        &mut self,
+        what: &str,
+        bytes_max: usize,
+    ) -> Result<&'a [u8], String> {
+        let len = usize::from(self.u16(what)?);
+        if len > bytes_max {
+            return Err(format!("{what} is {len} bytes, over {bytes_max}"));
+        }
+        self.take(len, what)
     }
 
     /// A count of items that take at least `item_bytes_min` bytes each: refused when what

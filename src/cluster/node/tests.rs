@@ -421,6 +421,7 @@ fn send(n: u64) -> StreamCommand {
         key: Bytes::new(),
         headers: vec![],
         payload: Bytes::from(format!("send {n}")),
+        fanout: Vec::new(),
     })
 }
 

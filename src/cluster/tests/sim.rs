@@ -6,8 +6,9 @@
 //! on one slot, that publish, consume and ack through whichever node they believe leads it,
 //! and (the messaging plane, issue 15) send to a stream partition with a dedup id (a
 //! device's or an inbox pointer's claim, alternately), retrying a send whose outcome they
-//! did not learn (and sometimes one they did) under the same id,
-//! and commit a reader's cursor.
+//! did not learn (and sometimes one they did) under the same id (a device's send names a
+//! member to fan out to, which puts it in the slot's outbox), and commit a reader's cursor
+//! or report a send's pointers written (which takes it out of the outbox).
 //!
 //! Membership changes under the same faults: a fourth node boots empty at `JOIN_MS`, each
 //! slot's leader adds it as a learner, then swaps it in for one of the first three voters
@@ -27,7 +28,9 @@
 //! record digests, cursors, dedup entries) byte for byte, the partition's records are
 //! numbered 1.. without a gap, every acknowledged send is the record at its acknowledged
 //! sequence number, no send id was ever stored twice (a retry or a duplicate answers with
-//! the first copy's coordinates), and no replica's cursor is behind an acknowledged commit.
+//! the first copy's coordinates), no replica's cursor is behind an acknowledged commit, and
+//! every acknowledged send that fans out is in every member's outbox until a report naming
+//! it was proposed (and out of it once such a report was acknowledged).
 //!
 //! Persistence is asynchronous, as the journal's group commit makes it: each group's raft
 //! log (`image_log.rs`) is a list of records on the node's simulated disk; a node's writes
@@ -209,6 +212,8 @@ enum Request {
     /// Send number `n` of the slot's sender (its dedup id and payload say `n`).
     Send(u64),
     Commit(u64),
+    /// The pointers of the send at this seq are written: out of the outbox.
+    Report(u64),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -260,6 +265,10 @@ struct Ledger {
     stream_next: BTreeMap<(u64, u16), u64>,
     /// Slot → the highest cursor an acknowledged commit reported.
     cursor_acked: BTreeMap<u16, u64>,
+    /// (slot, seq) of every send a fan-out report was proposed for (its outcome may have
+    /// been lost), and of those whose report was acknowledged.
+    report_proposed: BTreeSet<(u16, u64)>,
+    reported: BTreeSet<(u16, u64)>,
     violations: Vec<String>,
 }
 
@@ -608,8 +617,14 @@ impl Sim {
             let client = &mut self.clients[c];
             match result {
                 Ok(id) => {
-                    if let Request::Ack(message) = &request {
-                        self.ledger.ack_proposed.insert(*message);
+                    match &request {
+                        Request::Ack(message) => {
+                            self.ledger.ack_proposed.insert(*message);
+                        }
+                        Request::Report(seq) => {
+                            self.ledger.report_proposed.insert((slot, *seq));
+                        }
+                        _ => {}
                     }
                     client.waiting = Some(Waiting {
                         node: target,
@@ -649,6 +664,13 @@ impl Sim {
             .max()
             .unwrap_or(0);
         let commit_to = 1 + self.rng.below(newest + 1);
+        // A reader's report names a seq already stored (at or below an acknowledged send's),
+        // so an acknowledged report is applied after the send it names.
+        let reports = self.clients[c].kind == Kind::Reader && newest > 0;
+        let report_at = (reports && self.rng.below(2) == 0).then(|| 1 + self.rng.below(newest));
+        if let Some(seq) = report_at {
+            return Request::Report(seq);
+        }
         let client = &mut self.clients[c];
         match client.kind {
             // The id's first byte is its slot, as the server's ids are.
@@ -677,7 +699,12 @@ impl Sim {
                     key: Bytes::new(),
                     headers: vec![],
                     payload: send_payload(*n),
+                    fanout: send_fanout(*n),
                 }));
+            }
+            Request::Report(seq) => {
+                let sends = vec![(stream_of(client.slot), 0, *seq)];
+                return Proposed::Stream(StreamCommand::FannedOut { sends });
             }
             Request::Commit(seq) => {
                 return Proposed::Stream(StreamCommand::Commit {
@@ -847,6 +874,9 @@ impl Sim {
                 };
                 let acked = self.ledger.cursor_acked.entry(slot).or_default();
                 *acked = (*acked).max(at);
+            }
+            (Request::Report(seq), StreamOutcome::FannedOut { .. }) => {
+                self.ledger.reported.insert((slot, seq));
             }
             (request, outcome) => self
                 .ledger
@@ -1073,6 +1103,25 @@ fn stream_violations(ledger: &Ledger, slot: u16, replicas: &[&Replica]) -> Vec<S
             ));
         }
     }
+    for ((_, n), coords) in ledger.sent.range((slot, 0)..=(slot, u64::MAX)) {
+        if send_fanout(*n).is_empty() {
+            continue;
+        }
+        let key = (stream_of(slot), 0, coords.seq);
+        let owed = !ledger.report_proposed.contains(&(slot, coords.seq));
+        let reported = ledger.reported.contains(&(slot, coords.seq));
+        for r in replicas {
+            let held = r.streams().outbox().contains_key(&key);
+            if (owed && !held) || (reported && held) {
+                violations.push(format!(
+                    "slot {slot}: node {} {} send {n}'s fan-out (seq {}) in its outbox",
+                    r.group().id(),
+                    if held { "still holds" } else { "lost" },
+                    coords.seq
+                ));
+            }
+        }
+    }
     let acked = ledger.cursor_acked.get(&slot).copied().unwrap_or(0);
     let key = reader_cursor(slot);
     for r in replicas {
@@ -1104,6 +1153,14 @@ fn send_claim(topic: &str, n: u64) -> DedupClaim {
     match n % 2 {
         0 => DedupClaim::Send(key),
         _ => DedupClaim::Pointer(key),
+    }
+}
+
+/// A device's send (even n) fans out to one member; an inbox pointer's never does.
+fn send_fanout(n: u64) -> Vec<String> {
+    match n % 2 {
+        0 => vec![format!("member{}", n % 3)],
+        _ => Vec::new(),
     }
 }
 

@@ -47,15 +47,12 @@ impl Engine {
         };
         if let Some(replication) = self.replication() {
             let claim = dedup_key.map(DedupClaim::Send);
+            // The pointers are the slot leader's to write, from the slot's outbox.
             let ok = self.append_replicated(replication, &req, claim).await?;
             let mut stats = self.stats.borrow_mut();
             match ok.duplicate {
                 true => stats.duplicates += 1,
                 false => stats.appends += 1,
-            }
-            drop(stats);
-            if !ok.duplicate && !req.pointer_members.is_empty() {
-                self.fan_out(&req, &ok.coords);
             }
             return Ok(ok);
         }

@@ -22,11 +22,10 @@ pub struct AppendReq {
     pub user: String,
     /// `(conversation, client_msg_id)` when the send is idempotent.
     pub dedup: Option<(String, String)>,
-    /// Inbox pointers to write after the conversation record (fan-out on write); empty for
-    /// fan-out on read and for plain publishes.
+    /// Inbox pointers to write after the conversation record (fan-out on write): sorted,
+    /// distinct, valid ids; empty for fan-out on read and for plain publishes. Each pointer
+    /// repeats the record's `fanout::POINTER_COPIED_HEADERS`.
     pub pointer_members: Vec<String>,
-    /// Headers every pointer carries (message_id, sender, kind, conversation, client_msg_id).
-    pub pointer_headers: Vec<(String, String)>,
 }
 
 /// Where an append landed.
@@ -93,7 +92,8 @@ pub enum StreamMsg {
         records: Vec<Record>,
         first_seq: u64,
     },
-    /// To the inbox partition owner, one-way: inbox pointers to append.
+    /// To the inbox partition owner: inbox pointers to append. One-way, or as a request
+    /// answered with `StreamReply::Pointed` once they are written or given up.
     Pointers {
         topic: String,
         partition: u32,
@@ -157,4 +157,6 @@ pub enum StreamReply {
     Stats(Box<super::stats::EngineStats>),
     Partitions(Vec<PartitionStats>),
     Cursors(Box<GroupCursors>),
+    /// The pointers asked for are written, or given up (counted as failures there).
+    Pointed,
 }

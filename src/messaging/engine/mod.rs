@@ -13,7 +13,8 @@
 //! durable append), `read`, `commit` and `admin` each hold both sides of their request
 //! (the asking shard's method and the owner's handler); `owned` is an owned partition
 //! (opened on first use, records made durable then published to watching shards);
-//! `pointers` is fan-out on write into inboxes; `topics` is the catalog and topic creation
+//! `pointers` is fan-out on write into inboxes (`outbox`: the slot leader's writing of
+//! them in a cluster); `topics` is the catalog and topic creation
 //! on shard 0; `latency` the send-latency histograms; `replicated` the same steps through
 //! the slots' Raft groups with `cluster.enabled`.
 
@@ -26,6 +27,7 @@ mod latency;
 pub mod mesh;
 pub mod mirror;
 mod on_mesh;
+mod outbox;
 mod owned;
 mod pointers;
 mod read;
@@ -105,6 +107,9 @@ pub struct Engine {
     /// Owned partitions whose copy here stops at a hole (seq of the first missing record):
     /// a snapshot carried this node's replica past records it never wrote.
     incomplete: RefCell<HashMap<PartitionKey, u64>>,
+    /// With `cluster.enabled`: the sends whose pointers this shard writes as their slot's
+    /// leader.
+    outbox_work: outbox::OutboxWork,
 }
 
 /// The engine's view of its shard: it sends [`StreamMsg`]s and answers with
@@ -146,6 +151,7 @@ impl Engine {
             pointer_hook: RefCell::new(None),
             replication: std::cell::OnceCell::new(),
             incomplete: RefCell::new(HashMap::new()),
+            outbox_work: outbox::OutboxWork::default(),
         });
         boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();
         Ok(engine)

@@ -94,6 +94,7 @@ impl Engine {
                 let c = self.cursors_owned(&topic, partition, &group);
                 self.reply(token, StreamReply::Cursors(Box::new(c)));
             }
+            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, Some(token)),
             other => log::warn!("[stream] {other:?} is not a request"),
         }
     }
@@ -120,22 +121,33 @@ impl Engine {
                     .borrow_mut()
                     .apply_tail(&(topic, partition), records, first_seq);
             }
-            StreamMsg::Pointers {
-                topic,
-                partition,
-                user,
-                pointers,
-            } => {
-                let me = Rc::clone(self);
-                boltq_shards::spawn(async move {
-                    me.append_pointers(topic, partition, user, pointers).await;
-                })
-                .detach();
-            }
+            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, None),
             StreamMsg::Created { topic, partitions } => {
                 self.catalog.borrow_mut().insert(topic, partitions);
             }
             other => log::warn!("[stream] {other:?} is not a one-way message"),
         }
+    }
+
+    /// Appends inbox pointers in a spawned task; answers `token`, when the sender waits,
+    /// once they are written or given up.
+    fn on_pointers(self: &Rc<Self>, msg: StreamMsg, token: Option<ReplyToken>) {
+        let StreamMsg::Pointers {
+            topic,
+            partition,
+            user,
+            pointers,
+        } = msg
+        else {
+            return;
+        };
+        let me = Rc::clone(self);
+        boltq_shards::spawn(async move {
+            me.append_pointers(topic, partition, user, pointers).await;
+            if let Some(token) = token {
+                me.reply(token, StreamReply::Pointed);
+            }
+        })
+        .detach();
     }
 }

@@ -39,13 +39,12 @@ impl Engine {
         *self.pointer_hook.borrow_mut() = Some(hook);
     }
 
-    /// Writes one inbox pointer per member (fan-out on write), batched per owner shard.
+    /// Writes one inbox pointer per member (fan-out on write), batched per owner shard: a
+    /// single node's fan-out (in a cluster the conversation slot's leader writes them from
+    /// the slot's outbox: `outbox.rs`).
     pub(super) fn fan_out(&self, req: &AppendReq, coords: &Coordinates) {
-        let headers = crate::messaging::fanout::pointer_headers(
-            &req.pointer_headers,
-            coords.seq,
-            coords.partition,
-        );
+        let headers =
+            crate::messaging::fanout::pointer_headers(&req.headers, coords.seq, coords.partition);
         for member in &req.pointer_members {
             let inbox = topic::inbox_topic(member);
             let count = self.partitions_of(
@@ -100,7 +99,6 @@ impl Engine {
                         user: user.clone(),
                         dedup: None,
                         pointer_members: Vec::new(),
-                        pointer_headers: Vec::new(),
                     };
                     let attempt = || async {
                         if self.closing.get() {

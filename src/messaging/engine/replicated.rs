@@ -89,10 +89,11 @@ pub(super) const REPLICA_USER: &str = "";
 
 impl Engine {
     /// From now on this shard's partitions are replicated through `replication`.
-    pub fn set_replication(&self, replication: Rc<dyn StreamReplication>) {
+    pub fn set_replication(self: &Rc<Self>, replication: Rc<dyn StreamReplication>) {
         if self.replication.set(replication).is_err() {
             panic!("the engine's replication is set once");
         }
+        boltq_shards::spawn(Rc::clone(self).outbox_loop()).detach();
     }
 
     pub(super) fn replication(&self) -> Option<&Rc<dyn StreamReplication>> {
@@ -133,11 +134,13 @@ impl Engine {
             key: req.key.clone(),
             headers: req.headers.clone(),
             payload: req.payload.clone(),
+            fanout: req.pointer_members.clone(),
         });
         let slot = partition_slot(&req.topic, req.partition);
         match replication.submit(slot, cmd).await? {
             StreamOutcome::Appended { coords, duplicate } => Ok(AppendOk { coords, duplicate }),
             StreamOutcome::Refused(why) => Err(StreamError::Invalid(why)),
+            StreamOutcome::Busy(why) => Err(StreamError::Limited(why)),
             other => Err(StreamError::Internal(format!(
                 "an append answered {other:?}"
             ))),
@@ -208,7 +211,9 @@ impl Engine {
         // as a single node publishes per durable round), then the push dispatcher is told.
         let mut newest: HashMap<PartitionKey, u64> = HashMap::new();
         let mut pointers: Vec<(PartitionKey, u64)> = Vec::new();
+        let mut slots: std::collections::BTreeSet<u16> = std::collections::BTreeSet::new();
         for (slot, appended) in records {
+            slots.insert(slot);
             let Appended {
                 topic,
                 partition,
@@ -238,6 +243,10 @@ impl Engine {
         }
         for (key, seq) in newest {
             self.publish_copied(&key, seq);
+        }
+        // The sends just applied that owe pointers: this node writes them if it leads.
+        for slot in slots {
+            self.write_outbox(slot, false);
         }
         let hook = self.pointer_hook.borrow().clone();
         if let Some(hook) = hook {

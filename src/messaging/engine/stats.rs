@@ -12,6 +12,11 @@ pub struct EngineStats {
     pub pointer_failures: u64,
     /// In a cluster: pointer appends tried again after an attempt got no outcome.
     pub pointer_retries: u64,
+    /// In a cluster: sends whose pointers this shard began writing as their conversation
+    /// slot's leader, and of those the ones taken over from the slot's outbox (left by an
+    /// earlier leader, or by a report that got no outcome).
+    pub fan_outs: u64,
+    pub fan_outs_resumed: u64,
     pub duplicates: u64,
     pub cursor_keys: u64,
     pub cursor_commits: u64,
@@ -35,6 +40,8 @@ impl EngineStats {
         self.pointer_appends += o.pointer_appends;
         self.pointer_failures += o.pointer_failures;
         self.pointer_retries += o.pointer_retries;
+        self.fan_outs += o.fan_outs;
+        self.fan_outs_resumed += o.fan_outs_resumed;
         self.duplicates += o.duplicates;
         self.cursor_keys += o.cursor_keys;
         self.cursor_commits += o.cursor_commits;

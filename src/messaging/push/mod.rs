@@ -419,7 +419,6 @@ impl Pusher {
                 user: DEAD_LETTER_WRITER.to_string(),
                 dedup: None,
                 pointer_members: Vec::new(),
-                pointer_headers: Vec::new(),
             };
             if let Err(e) = self.engine.append(req).await {
                 log::warn!("[push] appending to {DEAD_LETTER_TOPIC}: {e}; trying again");

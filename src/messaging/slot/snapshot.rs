@@ -1,17 +1,20 @@
 //! A [`StreamSlot`]'s state as bytes: the messaging part of a slot's Raft snapshot.
 //!
 //! ```text
-//! version u8 (2)
+//! version u8 (3)
 //! partitions: count u32, then each: topic str16, partition u32, next_seq u64, digest u32
 //! cursors:    count u32, then each: body_len u16, a cursor commit record body
 //! dedup:      count u32, then each, oldest first: sender, conversation, client_msg_id,
 //!             message_id, topic (str16 each), partition u32, seq u64, timestamp_ns i64,
 //!             expires_ns i64
 //! pointer claims: as dedup
+//! outbox:     count u32, then each, by key: topic str16, partition u32, seq u64,
+//!             member count u16, each member str16, header count u8, each header:
+//!             name str16, value str16
 //! ```
 //!
-//! Version 1 (before pointer claims) has no last section; it is still read, with no
-//! pointer claims.
+//! Version 1 (before pointer claims) has neither of the last two sections, version 2 no
+//! outbox; both are still read, without them.
 //!
 //! Everything in a deterministic order (partitions and cursors by key, dedup entries by
 //! age), so equal states encode to equal bytes: the simulator compares replicas this way.
@@ -19,23 +22,30 @@
 //! decoder does; a state that does not fit the configured caps is refused, not cut.
 
 use super::{
-    put_str16, Position, Reader, StreamSlot, StreamSlotConfig, FIRST_SEQ, MESSAGE_ID_BYTES_MAX,
+    put_str16, FanOut, Position, Reader, StreamSlot, StreamSlotConfig, FANOUT_MEMBERS_MAX,
+    FIRST_SEQ, MESSAGE_ID_BYTES_MAX, OUTBOX_MEMBERS_PER_SLOT_MAX, OUTBOX_SENDS_PER_SLOT_MAX,
+    POINTER_HEADER_VALUE_BYTES_MAX,
 };
 use crate::messaging::cursor::{self, CURSOR_RECORD_BYTES_MAX};
 use crate::messaging::dedup::{
     Coordinates, DedupKey, DedupTable, CLIENT_MSG_ID_BYTES_MAX, CONVERSATION_BYTES_MAX,
     SENDER_BYTES_MAX,
 };
-use crate::messaging::topic::{validate_topic, TOPIC_ENCODED_BYTES_MAX};
+use crate::messaging::fanout::POINTER_COPIED_HEADERS;
+use crate::messaging::topic::{valid_id, validate_topic, ID_BYTES_MAX, TOPIC_ENCODED_BYTES_MAX};
+use bytes::Bytes;
 
-pub const VERSION: u8 = 2;
-/// The version without pointer claims, still read.
+pub const VERSION: u8 = 3;
+/// The version without an outbox, still read.
+pub const VERSION_WITHOUT_OUTBOX: u8 = 2;
+/// The version without pointer claims and outbox, still read.
 pub const VERSION_WITHOUT_POINTER_CLAIMS: u8 = 1;
 
 /// Smallest encoded partition, cursor and dedup entry: what bounds each count.
 const PARTITION_BYTES_MIN: usize = 2 + 1 + 4 + 8 + 4;
 const CURSOR_BYTES_MIN: usize = 2 + 1;
 const DEDUP_BYTES_MIN: usize = 5 * 2 + 4 + 8 + 8 + 8;
+const OUTBOX_BYTES_MIN: usize = 2 + 4 + 8 + 2 + 3 + 1;
 
 impl StreamSlot {
     pub fn encode_snapshot(&self, out: &mut Vec<u8>) {
@@ -58,20 +68,24 @@ impl StreamSlot {
         }
         encode_dedup(&self.dedup, out);
         encode_dedup(&self.pointer_claims, out);
+        encode_outbox(self, out);
     }
 
     pub fn decode_snapshot(bytes: &[u8], cfg: StreamSlotConfig) -> Result<StreamSlot, String> {
         let mut r = Reader::new(bytes);
         let version = r.u8("version")?;
-        if version != VERSION && version != VERSION_WITHOUT_POINTER_CLAIMS {
+        if !(VERSION_WITHOUT_POINTER_CLAIMS..=VERSION).contains(&version) {
             return Err(format!("messaging slot snapshot version {version} unknown"));
         }
         let mut slot = StreamSlot::new(cfg);
         decode_partitions(&mut r, &mut slot)?;
         decode_cursors(&mut r, &mut slot)?;
         decode_dedup(&mut r, "dedup", &mut slot.dedup)?;
-        if version == VERSION {
+        if version >= VERSION_WITHOUT_OUTBOX {
             decode_dedup(&mut r, "pointer claim", &mut slot.pointer_claims)?;
+        }
+        if version >= VERSION {
+            decode_outbox(&mut r, &mut slot)?;
         }
         r.finish("messaging slot snapshot")?;
         Ok(slot)
@@ -183,6 +197,117 @@ fn decode_dedup(r: &mut Reader<'_>, what: &str, table: &mut DedupTable) -> Resul
         }
     }
     Ok(())
+}
+
+fn encode_outbox(slot: &StreamSlot, out: &mut Vec<u8>) {
+    put_count(slot.outbox.len(), out);
+    for ((topic, partition, seq), fan_out) in &slot.outbox {
+        put_str16(topic, out);
+        out.extend_from_slice(&partition.to_le_bytes());
+        out.extend_from_slice(&seq.to_le_bytes());
+        let members = u16::try_from(fan_out.members.len()).expect("members are capped");
+        out.extend_from_slice(&members.to_le_bytes());
+        for member in &fan_out.members {
+            put_str16(member, out);
+        }
+        let headers = u8::try_from(fan_out.headers.len()).expect("five copied headers at most");
+        out.push(headers);
+        for (name, value) in &fan_out.headers {
+            put_bytes16(name, out);
+            put_bytes16(value, out);
+        }
+    }
+}
+
+fn decode_outbox(r: &mut Reader<'_>, slot: &mut StreamSlot) -> Result<(), String> {
+    let n = r.count("outbox count", OUTBOX_BYTES_MIN)?;
+    if n > OUTBOX_SENDS_PER_SLOT_MAX {
+        return Err(format!(
+            "{n} outbox entries, over {OUTBOX_SENDS_PER_SLOT_MAX}"
+        ));
+    }
+    for _ in 0..n {
+        let topic = r
+            .str16("outbox topic", TOPIC_ENCODED_BYTES_MAX)?
+            .to_string();
+        validate_topic(&topic).map_err(|e| format!("outbox topic: {e}"))?;
+        let partition = r.u32("outbox partition")?;
+        let seq = r.u64("outbox seq")?;
+        if seq < FIRST_SEQ || seq >= slot.position(&topic, partition).next_seq {
+            return Err(format!(
+                "an outbox entry at {topic}/{partition} seq {seq}, which was never appended"
+            ));
+        }
+        let members = decode_members(r)?;
+        let headers = decode_copied_headers(r)?;
+        slot.outbox_members += members.len();
+        if slot.outbox_members > OUTBOX_MEMBERS_PER_SLOT_MAX {
+            return Err(format!("outbox members over {OUTBOX_MEMBERS_PER_SLOT_MAX}"));
+        }
+        let key = (topic, partition, seq);
+        if slot
+            .outbox
+            .last_key_value()
+            .is_some_and(|(last, _)| *last >= key)
+        {
+            return Err("outbox entries out of order or repeated".into());
+        }
+        slot.outbox.insert(key, FanOut { members, headers });
+    }
+    Ok(())
+}
+
+fn decode_members(r: &mut Reader<'_>) -> Result<Vec<String>, String> {
+    let n = usize::from(r.u16("outbox member count")?);
+    if n == 0 || n > FANOUT_MEMBERS_MAX || n * 3 > r.left() {
+        return Err(format!(
+            "{n} outbox members: none, over the limit or the bytes left"
+        ));
+    }
+    let mut members: Vec<String> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let member = r.str16("outbox member", ID_BYTES_MAX)?;
+        if !valid_id(member) {
+            return Err(format!("outbox member {member:?} is not a valid id"));
+        }
+        if members.last().is_some_and(|last| last.as_str() >= member) {
+            return Err("outbox members out of order or repeated".into());
+        }
+        members.push(member.to_string());
+    }
+    Ok(members)
+}
+
+fn decode_copied_headers(r: &mut Reader<'_>) -> Result<Vec<(Bytes, Bytes)>, String> {
+    let n = usize::from(r.u8("outbox header count")?);
+    if n > POINTER_COPIED_HEADERS.len() {
+        return Err(format!("{n} outbox headers"));
+    }
+    let mut headers: Vec<(Bytes, Bytes)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = r.str16("outbox header name", 32)?;
+        if !POINTER_COPIED_HEADERS.contains(&name) {
+            return Err(format!("outbox header {name:?} is not one pointers repeat"));
+        }
+        if headers
+            .last()
+            .is_some_and(|(last, _)| last.as_ref() >= name.as_bytes())
+        {
+            return Err("outbox headers out of order or repeated".into());
+        }
+        let value = r.take_bytes16("outbox header value", POINTER_HEADER_VALUE_BYTES_MAX)?;
+        headers.push((
+            Bytes::copy_from_slice(name.as_bytes()),
+            Bytes::copy_from_slice(value),
+        ));
+    }
+    Ok(headers)
+}
+
+fn put_bytes16(bytes: &[u8], out: &mut Vec<u8>) {
+    let len = u16::try_from(bytes.len()).expect("header values are capped below 64 KiB");
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(bytes);
 }
 
 fn put_count(n: usize, out: &mut Vec<u8>) {

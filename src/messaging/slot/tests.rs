@@ -19,6 +19,7 @@ fn append(topic: &str, partition: u32, now_ns: i64, dedup: Option<&str>, body: &
             Bytes::from(format!("m-{body}")),
         )],
         payload: Bytes::from(body.to_string()),
+        fanout: Vec::new(),
     }
 }
 
@@ -175,14 +176,197 @@ fn random_command(rng: &mut Rng, now_ns: &mut i64) -> StreamCommand {
             seq: rng.below(30),
         };
     }
+    if rng.below(6) == 0 {
+        let sends = (0..1 + rng.below(3))
+            .map(|_| (topic.to_string(), partition, 1 + rng.below(30)))
+            .collect();
+        return StreamCommand::FannedOut { sends };
+    }
     let id = format!("c{}", rng.below(40));
     let dedup = (rng.below(2) == 0).then_some(id.as_str());
     let body = format!("b{}", rng.below(1000));
     let mut a = append(topic, partition, *now_ns, dedup, &body);
     if rng.below(2) == 0 {
         a.dedup = a.dedup.map(|c| DedupClaim::Pointer(c.key().clone()));
+    } else if rng.below(2) == 0 {
+        a.fanout = ["bob", "carol", "dave"][..1 + rng.below(3) as usize]
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
     }
     StreamCommand::Append(a)
+}
+
+/// A device's send to bob and carol, as the gateway writes it: the server's headers and
+/// one of the client's.
+fn fanning_out(now_ns: i64, client_msg_id: Option<&str>, body: &str) -> Append {
+    let mut a = append("chat.dm.a", 0, now_ns, client_msg_id, body);
+    a.headers
+        .push((Bytes::from_static(b"mood"), Bytes::from_static(b"calm")));
+    a.headers
+        .push((Bytes::from_static(b"sender"), Bytes::from_static(b"alice")));
+    a.headers.sort();
+    a.fanout = vec!["bob".into(), "carol".into()];
+    a
+}
+
+/// Issue 15: a send that fans out owes its pointers from the command that stores it until a
+/// report says they are written, whichever node writes them; a retried send owes nothing
+/// more; the outbox is bounded, and a send past its bounds is refused as busy with nothing
+/// stored, so the same send succeeds once reports free room.
+#[test]
+fn a_send_that_fans_out_is_owed_in_the_outbox_until_reported() {
+    let mut slot = StreamSlot::new(StreamSlotConfig::default());
+    let (first, _) = apply_append(&mut slot, fanning_out(SECOND_NS, Some("c1"), "hi"));
+    assert!(matches!(
+        first,
+        StreamOutcome::Appended {
+            duplicate: false,
+            ..
+        }
+    ));
+    let key = ("chat.dm.a".to_string(), 0, 1);
+    let owed = slot.outbox().get(&key).expect("owed").clone();
+    assert_eq!(owed.members, ["bob", "carol"]);
+    let names: Vec<&[u8]> = owed.headers.iter().map(|(k, _)| k.as_ref()).collect();
+    assert_eq!(
+        names,
+        [&b"message_id"[..], b"sender"],
+        "only the headers pointers repeat"
+    );
+    let (again, _) = apply_append(&mut slot, fanning_out(2 * SECOND_NS, Some("c1"), "hi"));
+    assert!(matches!(
+        again,
+        StreamOutcome::Appended {
+            duplicate: true,
+            ..
+        }
+    ));
+    let _ = apply_append(&mut slot, append("chat.dm.a", 0, 3, None, "plain"));
+    assert_eq!(
+        slot.outbox().len(),
+        1,
+        "a retry and a plain append owe nothing"
+    );
+
+    let report = |sends: Vec<(String, u32, u64)>| StreamCommand::FannedOut { sends };
+    let other = ("chat.dm.a".to_string(), 0, 99);
+    let (cleared, _) = slot.apply(&report(vec![key.clone(), other.clone()]));
+    assert_eq!(cleared, StreamOutcome::FannedOut { cleared: 1 });
+    assert!(slot.outbox().is_empty());
+    let (cleared, _) = slot.apply(&report(vec![key]));
+    assert_eq!(
+        cleared,
+        StreamOutcome::FannedOut { cleared: 0 },
+        "reports repeat harmlessly"
+    );
+
+    // Full by sends: the next one is busy, stores nothing and keeps no claim.
+    for n in 0..OUTBOX_SENDS_PER_SLOT_MAX {
+        let (o, _) = apply_append(&mut slot, fanning_out(4, None, &n.to_string()));
+        assert!(matches!(o, StreamOutcome::Appended { .. }), "{o:?}");
+    }
+    let position = slot.position("chat.dm.a", 0);
+    let (busy, effect) = apply_append(&mut slot, fanning_out(5, Some("c2"), "late"));
+    assert!(matches!(busy, StreamOutcome::Busy(_)), "{busy:?}");
+    assert!(effect.is_none());
+    assert_eq!(slot.position("chat.dm.a", 0), position);
+    let (_, oldest) = slot.outbox().first_key_value().expect("full");
+    let oldest = oldest.clone();
+    let first_owed = slot.outbox().keys().next().cloned().expect("full");
+    let _ = slot.apply(&report(vec![first_owed]));
+    assert_eq!(oldest.members.len(), 2);
+    let (stored, _) = apply_append(&mut slot, fanning_out(6, Some("c2"), "late"));
+    assert!(
+        matches!(
+            stored,
+            StreamOutcome::Appended {
+                duplicate: false,
+                ..
+            }
+        ),
+        "the busy send's claim was released: {stored:?}"
+    );
+
+    // Full by members.
+    let mut slot = StreamSlot::new(StreamSlotConfig::default());
+    let many: Vec<String> = (0..FANOUT_MEMBERS_MAX)
+        .map(|i| format!("u{i:05}"))
+        .collect();
+    let per_send = OUTBOX_MEMBERS_PER_SLOT_MAX / FANOUT_MEMBERS_MAX;
+    for n in 0..=per_send {
+        let mut a = fanning_out(7, None, &n.to_string());
+        a.fanout = many.clone();
+        let (o, _) = apply_append(&mut slot, a);
+        let expect_busy = n == per_send;
+        assert_eq!(
+            matches!(o, StreamOutcome::Busy(_)),
+            expect_busy,
+            "send {n}: {o:?}"
+        );
+    }
+
+    // A header the pointers repeat that is too long is refused for good.
+    let mut long = fanning_out(8, None, "long");
+    long.headers.retain(|(k, _)| k.as_ref() != b"sender");
+    long.headers.push((
+        Bytes::from_static(b"sender"),
+        Bytes::from(vec![b'a'; POINTER_HEADER_VALUE_BYTES_MAX + 1]),
+    ));
+    long.headers.sort();
+    let (refused, _) = apply_append(&mut StreamSlot::new(StreamSlotConfig::default()), long);
+    assert!(matches!(refused, StreamOutcome::Refused(_)), "{refused:?}");
+}
+
+/// Fan-out lists are bounded and canonical at both ends of the wire.
+#[test]
+fn fan_out_lists_out_of_order_repeated_invalid_or_too_long_are_refused() {
+    let encode = |fanout: Vec<&str>| {
+        let mut a = append("chat.dm.a", 0, 1, None, "x");
+        a.fanout = fanout.into_iter().map(String::from).collect();
+        command::encode(&StreamCommand::Append(a), &mut Vec::new())
+    };
+    assert!(encode(vec!["bob", "carol"]).is_ok());
+    for bad in [
+        vec!["carol", "bob"],
+        vec!["bob", "bob"],
+        vec!["b#b"],
+        vec![""],
+    ] {
+        assert!(encode(bad.clone()).is_err(), "{bad:?}");
+    }
+    let too_many: Vec<String> = (0..=FANOUT_MEMBERS_MAX)
+        .map(|i| format!("u{i:05}"))
+        .collect();
+    let mut a = append("chat.dm.a", 0, 1, None, "x");
+    a.fanout = too_many;
+    assert!(command::encode(&StreamCommand::Append(a), &mut Vec::new()).is_err());
+    // On the decoding side: swap two members of a valid command.
+    let mut a = append("chat.dm.a", 0, 1, None, "x");
+    a.fanout = vec!["bob".into(), "cat".into()];
+    let mut bytes = Vec::new();
+    command::encode(&StreamCommand::Append(a), &mut bytes).expect("valid");
+    let at = bytes.windows(3).position(|w| w == b"bob").expect("bob");
+    bytes[at..at + 3].copy_from_slice(b"cat");
+    let at = bytes.windows(3).rposition(|w| w == b"cat").expect("cat");
+    bytes[at..at + 3].copy_from_slice(b"bob");
+    let err = command::decode(&bytes).expect_err("out of order");
+    assert!(err.contains("out of order"), "{err}");
+    // Reports: none, or past the cap, are refused.
+    let report = |n: usize| StreamCommand::FannedOut {
+        sends: vec![("chat.dm.a".to_string(), 0, 1); n],
+    };
+    assert!(command::encode(&report(0), &mut Vec::new()).is_err());
+    assert!(command::encode(
+        &report(command::FANNED_OUT_PER_COMMAND_MAX),
+        &mut Vec::new()
+    )
+    .is_ok());
+    assert!(command::encode(
+        &report(command::FANNED_OUT_PER_COMMAND_MAX + 1),
+        &mut Vec::new()
+    )
+    .is_err());
 }
 
 /// An inbox pointer's append carrying its claim (the message id in the inbox).
@@ -261,9 +445,10 @@ fn a_retried_pointer_is_stored_once_and_its_claim_is_kept_apart_from_sends() {
     ));
 }
 
-/// A snapshot written before pointer claims existed (version 1, no last section) is read.
+/// Snapshots written before pointer claims (version 1) or the outbox (version 2) existed,
+/// without those last sections, are read.
 #[test]
-fn a_snapshot_without_pointer_claims_is_still_read() {
+fn snapshots_without_pointer_claims_or_outbox_are_still_read() {
     let cfg = StreamSlotConfig::default();
     let mut slot = StreamSlot::new(cfg.clone());
     let _ = apply_append(
@@ -271,15 +456,21 @@ fn a_snapshot_without_pointer_claims_is_still_read() {
         append("chat.dm.a", 0, SECOND_NS, Some("c1"), "x"),
     );
     let bytes = snapshot_bytes(&slot);
-    let no_pointer_claims = 0u32.to_le_bytes();
-    assert!(bytes.ends_with(&no_pointer_claims));
-    let mut old = bytes[..bytes.len() - no_pointer_claims.len()].to_vec();
-    old[0] = super::snapshot::VERSION_WITHOUT_POINTER_CLAIMS;
-    let read = StreamSlot::decode_snapshot(&old, cfg.clone()).expect("a version 1 snapshot");
-    assert_eq!(snapshot_bytes(&read), bytes);
-    // The current version must carry the section.
-    old[0] = VERSION_BYTE;
-    assert!(StreamSlot::decode_snapshot(&old, cfg).is_err());
+    let empty_section = 0u32.to_le_bytes();
+    for (version, sections) in [
+        (super::snapshot::VERSION_WITHOUT_OUTBOX, 1),
+        (super::snapshot::VERSION_WITHOUT_POINTER_CLAIMS, 2),
+    ] {
+        let cut = sections * empty_section.len();
+        assert!(bytes[bytes.len() - cut..].iter().all(|b| *b == 0));
+        let mut old = bytes[..bytes.len() - cut].to_vec();
+        old[0] = version;
+        let read = StreamSlot::decode_snapshot(&old, cfg.clone()).expect("an older snapshot");
+        assert_eq!(snapshot_bytes(&read), bytes, "version {version}");
+        // The current version must carry the sections.
+        old[0] = VERSION_BYTE;
+        assert!(StreamSlot::decode_snapshot(&old, cfg.clone()).is_err());
+    }
 }
 
 #[test]

@@ -95,7 +95,6 @@ async fn publish(engine: &Engine, p: Publish, out: &mut Vec<u8>) -> Result<(), S
         user: BACKEND_USER.to_string(),
         dedup: None,
         pointer_members: Vec::new(),
-        pointer_headers: Vec::new(),
     };
     let ok = engine.append(req).await.map_err(error_text)?;
     let c = &ok.coords;

@@ -54,7 +54,6 @@ pub(super) async fn publish(
         user: c.user(),
         dedup: None,
         pointer_members: Vec::new(),
-        pointer_headers: Vec::new(),
     };
     match c.gw.engine.append(req).await {
         Ok(ok) => c.send_frame(text(|o| {

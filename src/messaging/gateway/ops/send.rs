@@ -67,15 +67,8 @@ pub(super) async fn send(
         fanout::Strategy::OnWrite(m) => m,
         fanout::Strategy::OnRead => Vec::new(),
     };
-    // Pointer records repeat the server's headers; without pointers nothing else needs
-    // them, so they move into the record instead of being copied.
-    let pointer_headers = if pointer_members.is_empty() {
-        all.append(&mut server);
-        Vec::new()
-    } else {
-        all.extend(server.iter().cloned());
-        server
-    };
+    // Pointers repeat these from the record (`fanout::copied_headers`).
+    all.append(&mut server);
     let req = AppendReq {
         topic: topic_name.clone(),
         partition: p,
@@ -86,7 +79,6 @@ pub(super) async fn send(
         dedup: (!client_msg_id.is_empty())
             .then(|| (conversation.to_string(), client_msg_id.to_string())),
         pointer_members,
-        pointer_headers,
     };
     c.gw.stats.borrow_mut().sends += 1;
     match c.gw.engine.append(req).await {

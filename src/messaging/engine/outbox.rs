@@ -1,0 +1,226 @@
+//! The leader's side of the replicated outbox (`messaging::slot`, issue 15): in a cluster
+//! the node leading a conversation's slot writes the inbox pointers of every send in the
+//! slot's outbox, then reports them written (`FannedOut`), which takes the send out.
+//!
+//! A send enters the outbox in the same applied command that stores it, so its pointers
+//! are owed from the moment it is committed, whoever proposed it. The leader starts a
+//! send's pointers as soon as it applies it; a node that becomes leader finds the sends
+//! its predecessor left unreported on its next look ([`OUTBOX_CHECK_MS`]) and writes them
+//! again. Pointers written twice that way are stored once: each goes through its inbox's
+//! pointer claim (`pointers.rs`), which answers the second copy as a duplicate.
+//!
+//! Trade-off: a send's pointers wait for the conversation's leader to apply it (it is the
+//! leader that answers the send, so no later than the `sent` reply), and each send costs
+//! one more replicated command, shared by every send reported in the same round (one
+//! `FannedOut` per slot per round, up to `FANNED_OUT_PER_COMMAND_MAX`).
+
+use super::mesh::{StreamError, StreamMsg, StreamReply};
+use super::pointers::POINTER_RETRY_WINDOW_MS;
+use super::{Engine, MESH_TIMEOUT_MS};
+use crate::messaging::fanout;
+use crate::messaging::slot::command::FANNED_OUT_PER_COMMAND_MAX;
+use crate::messaging::slot::{FanOut, OutboxKey, StreamCommand, StreamOutcome};
+use crate::messaging::topic::{self, Namespace};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How often the leader of a slot looks for sends in its outbox that nobody on this node is
+/// writing (left by a previous leader, or by a report that was lost).
+pub const OUTBOX_CHECK_MS: u64 = 500;
+/// Most sends whose pointers one shard writes at a time; more wait for the next look.
+pub const FAN_OUTS_IN_FLIGHT_MAX: usize = 4096;
+/// The pause before a report that got no outcome is proposed again.
+const REPORT_RETRY_PAUSE_MS: u64 = 100;
+
+/// What this shard is doing about the outboxes of the slots it leads.
+#[derive(Default)]
+pub(super) struct OutboxWork {
+    /// Sends whose pointers are being written here, or written and not yet reported.
+    writing: RefCell<HashSet<OutboxKey>>,
+    /// Sends written, by slot, waiting for the next report.
+    written: RefCell<BTreeMap<u16, Vec<OutboxKey>>>,
+    /// Whether a task is proposing reports.
+    reporting: Cell<bool>,
+}
+
+impl Engine {
+    /// Starts writing the pointers of the sends in slot `slot`'s outbox that nobody here is
+    /// writing, if this node leads the slot. `resumed` counts them as taken over.
+    pub(super) fn write_outbox(self: &Rc<Self>, slot: u16, resumed: bool) {
+        let Some(replication) = self.replication() else {
+            return;
+        };
+        if self.closing.get() || !replication.leads(slot) {
+            return;
+        }
+        let mut started: Vec<(OutboxKey, FanOut)> = Vec::new();
+        replication.with_slot(slot, &mut |s| {
+            let writing = self.outbox_work.writing.borrow();
+            let room = FAN_OUTS_IN_FLIGHT_MAX.saturating_sub(writing.len());
+            started = s
+                .outbox()
+                .iter()
+                .filter(|(key, _)| !writing.contains(*key))
+                .take(room)
+                .map(|(key, fan_out)| (key.clone(), fan_out.clone()))
+                .collect();
+        });
+        if started.is_empty() {
+            return;
+        }
+        if !resumed {
+            // Tests stop a leader here: its sends are committed, their pointers not written.
+            crate::faults::crash_point("before-fan-out");
+        }
+        let mut stats = self.stats.borrow_mut();
+        stats.fan_outs += started.len() as u64;
+        if resumed {
+            stats.fan_outs_resumed += started.len() as u64;
+        }
+        drop(stats);
+        for (key, fan_out) in started {
+            self.outbox_work.writing.borrow_mut().insert(key.clone());
+            let me = Rc::clone(self);
+            boltq_shards::spawn(
+                async move { me.write_pointers(slot, key, fan_out, resumed).await },
+            )
+            .detach();
+        }
+    }
+
+    /// Looks at the outboxes of the slots this node leads every [`OUTBOX_CHECK_MS`], so a
+    /// new leader takes over the sends its predecessor left (runs while the engine does).
+    pub(super) async fn outbox_loop(self: Rc<Self>) {
+        while !self.closing.get() {
+            boltq_shards::sleep(Duration::from_millis(OUTBOX_CHECK_MS)).await;
+            for slot in self.led_slots().unwrap_or_default() {
+                self.write_outbox(slot, true);
+            }
+        }
+    }
+
+    /// Writes one send's pointers, one per member, each on its inbox's owner shard (which
+    /// retries one without an outcome under its claim), then has the send reported.
+    async fn write_pointers(
+        self: Rc<Self>,
+        slot: u16,
+        key: OutboxKey,
+        fan_out: FanOut,
+        resumed: bool,
+    ) {
+        let (_, partition, seq) = &key;
+        let headers = fanout::pointer_headers(&fan_out.headers, *seq, *partition);
+        let sender = fan_out
+            .headers
+            .iter()
+            .find(|(k, _)| k.as_ref() == b"sender")
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        let writes = fan_out.members.iter().map(|member| {
+            let inbox = topic::inbox_topic(member);
+            let ns = Namespace::Inbox {
+                user: member.clone(),
+            };
+            let inbox_partition =
+                topic::partition_for(member.as_bytes(), self.partitions_of(&inbox, &ns));
+            let owner = self.owner(&inbox, inbox_partition);
+            let msg = StreamMsg::Pointers {
+                topic: inbox,
+                partition: inbox_partition,
+                user: sender.clone(),
+                pointers: vec![headers.clone()],
+            };
+            // The owner answers once its retries end: give it their whole window.
+            self.ask_within(owner, msg, POINTER_RETRY_WINDOW_MS + MESH_TIMEOUT_MS)
+        });
+        for written in futures_util::future::join_all(writes).await {
+            match written {
+                Ok(StreamReply::Pointed) => {}
+                Ok(other) => log::warn!("[stream] a pointer write answered {other:?}"),
+                // Counted and logged where it failed; the send is reported all the same:
+                // a pointer given up is not written again by the next leader either.
+                Err(e) => log::warn!("[stream] pointer of {}/{}#{seq}: {e}", key.0, key.1),
+            }
+        }
+        if !resumed {
+            // Tests stop a leader here: the pointers are written, the send is still owed.
+            crate::faults::crash_point("before-fan-out-report");
+        }
+        self.outbox_work
+            .written
+            .borrow_mut()
+            .entry(slot)
+            .or_default()
+            .push(key);
+        if !self.outbox_work.reporting.replace(true) {
+            boltq_shards::spawn(Rc::clone(&self).report_written()).detach();
+        }
+    }
+
+    /// Proposes what was written, one `FannedOut` per slot per round, until nothing is
+    /// left to report. A report without an outcome is proposed again while this node leads
+    /// the slot; otherwise the next leader writes those sends again (claims make that
+    /// harmless).
+    async fn report_written(self: Rc<Self>) {
+        loop {
+            let written = std::mem::take(&mut *self.outbox_work.written.borrow_mut());
+            if written.is_empty() {
+                break;
+            }
+            let reports = written.into_iter().flat_map(|(slot, sends)| {
+                let chunks: Vec<Vec<OutboxKey>> = sends
+                    .chunks(FANNED_OUT_PER_COMMAND_MAX)
+                    .map(<[OutboxKey]>::to_vec)
+                    .collect();
+                chunks.into_iter().map(move |sends| (slot, sends))
+            });
+            let outcomes = futures_util::future::join_all(reports.map(|(slot, sends)| {
+                let me = Rc::clone(&self);
+                async move {
+                    let outcome = me.report(slot, sends.clone()).await;
+                    (slot, sends, outcome)
+                }
+            }))
+            .await;
+            let mut again = false;
+            for (slot, sends, outcome) in outcomes {
+                let leads = self.replication().is_some_and(|r| r.leads(slot));
+                if outcome.is_err() && leads && !self.closing.get() {
+                    let mut written = self.outbox_work.written.borrow_mut();
+                    written.entry(slot).or_default().extend(sends);
+                    again = true;
+                    continue;
+                }
+                let mut writing = self.outbox_work.writing.borrow_mut();
+                for key in &sends {
+                    writing.remove(key);
+                }
+            }
+            if again {
+                boltq_shards::sleep(Duration::from_millis(REPORT_RETRY_PAUSE_MS)).await;
+            }
+        }
+        self.outbox_work.reporting.set(false);
+    }
+
+    async fn report(&self, slot: u16, sends: Vec<OutboxKey>) -> Result<(), StreamError> {
+        let replication = self
+            .replication()
+            .ok_or_else(|| StreamError::Internal("no replication".into()))?;
+        match replication
+            .submit(slot, StreamCommand::FannedOut { sends })
+            .await
+        {
+            Ok(StreamOutcome::FannedOut { .. }) => Ok(()),
+            Ok(other) => Err(StreamError::Internal(format!(
+                "a fan-out report answered {other:?}"
+            ))),
+            Err(e) => {
+                log::debug!("[stream] fan-out report of slot {slot}: {e}; again");
+                Err(e)
+            }
+        }
+    }
+}
