@@ -2,6 +2,7 @@
 # A three-node cluster against one node, measured in one run (docs/benchmarks.md, issue 14).
 #
 #   tools/bench-cluster.sh            # 10 s per scenario; SECS=3 for a quick look
+#   CHAT_ONLY=1 tools/bench-cluster.sh  # only the 3-node chat row (A/B runs of the chat path)
 #
 # Every server: release build, fresh temporary data dir, fsync = "always", one shard. The
 # single node and the three cluster nodes share CPU 0 (one host's worth of cores for all
@@ -19,6 +20,7 @@ WARM=${WARM:-2}
 RATE=${RATE:-500}
 CHAT_RATE=${CHAT_RATE:-2000}
 CHAT_DEVICES=${CHAT_DEVICES:-1000}
+CHAT_ONLY=${CHAT_ONLY:-}
 SECRET=0123456789abcdef0123456789abcdef
 WORK=$(mktemp -d /tmp/boltq-cluster-bench.XXXXXX)
 SERVERS=()
@@ -86,13 +88,15 @@ QUEUE=(queue --producers 1 --consumers 1 --depth 64 --size 100 --duration-secs "
 # Open loop: a window deep enough that the rate, not the window, sets the pace.
 OPEN=(publish --rate "$RATE" --connections 4 --depth 64 --size 100 --duration-secs "$SECS")
 
-tcp=$(free_port); http=$(free_port)
-start single "$tcp" "$http"; pid=$STARTED; ready "$http"
-row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
-row "single node: publish @${RATE}/s" "$tcp" "$http" "${OPEN[@]}"
 CHAT=(chat --secret "$SECRET" --devices "$CHAT_DEVICES" --rate "$CHAT_RATE" --duration-secs "$SECS" --warmup-secs "$WARM")
-chat_row "single node: chat @${CHAT_RATE}/s" "$http" "${CHAT[@]}"
-kill "$pid"; wait "$pid" 2>/dev/null || true
+if [ -z "$CHAT_ONLY" ]; then
+  tcp=$(free_port); http=$(free_port)
+  start single "$tcp" "$http"; pid=$STARTED; ready "$http"
+  row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
+  row "single node: publish @${RATE}/s" "$tcp" "$http" "${OPEN[@]}"
+  chat_row "single node: chat @${CHAT_RATE}/s" "$http" "${CHAT[@]}"
+  kill "$pid"; wait "$pid" 2>/dev/null || true
+fi
 
 declare -a TCP HTTP RAFT PID
 for i in 1 2 3; do TCP[$i]=$(free_port); HTTP[$i]=$(free_port); RAFT[$i]=$(free_port); done
@@ -105,6 +109,10 @@ for i in 1 2 3; do
 done
 for i in 1 2 3; do ready "${HTTP[$i]}"; done
 sleep 6   # one leader-balancing round
+if [ -n "$CHAT_ONLY" ]; then
+  chat_row "3 nodes: chat @${CHAT_RATE}/s" "${HTTP[1]}" "${CHAT[@]}"
+  exit 0
+fi
 row "3 nodes: queue via n1" "${TCP[1]}" "${HTTP[1]}" "${QUEUE[@]}"
 row "3 nodes: publish @${RATE}/s" "${TCP[1]}" "${HTTP[1]}" "${OPEN[@]}"
 chat_row "3 nodes: chat @${CHAT_RATE}/s" "${HTTP[1]}" "${CHAT[@]}"
