@@ -48,7 +48,7 @@ pub mod snapshot;
 #[cfg(test)]
 mod tests;
 
-use crate::messaging::cursor::{Commit, CursorError, CursorMap};
+use crate::messaging::cursor::{Commit, CursorError, CursorKey, CursorMap, PUSH_DISPATCHER_GROUP};
 use crate::messaging::dedup::{Claim, Coordinates, DedupTable};
 use crate::messaging::fanout;
 use boltq_io::record::{self, Record};
@@ -102,6 +102,12 @@ pub struct StreamSlotConfig {
     pub dedup_ttl_ns: i64,
     /// Dedup entries per slot; 0: the default.
     pub dedup_entries_max: usize,
+    /// `messaging.push.enabled`: an inbox partition's first pointer with no
+    /// `push-dispatcher` cursor anchors that cursor at itself, in the same apply, so the
+    /// push of a never-seen inbox's first pointer is owed from the moment it is committed
+    /// (the next leader's dispatcher starts there), not from a commit its dispatcher makes
+    /// later.
+    pub anchor_push_cursors: bool,
 }
 
 /// A partition's replicated position.
@@ -172,6 +178,7 @@ pub struct StreamSlot {
     outbox: BTreeMap<OutboxKey, FanOut>,
     /// The members of every outbox entry together.
     outbox_members: usize,
+    anchor_push_cursors: bool,
 }
 
 impl StreamSlot {
@@ -183,6 +190,7 @@ impl StreamSlot {
             cursors: CursorMap::new(),
             outbox: BTreeMap::new(),
             outbox_members: 0,
+            anchor_push_cursors: cfg.anchor_push_cursors,
         }
     }
 
@@ -343,6 +351,7 @@ impl StreamSlot {
             digest: crc32c::crc32c_append(position.digest, &frame),
         };
         self.partitions.insert(at, next);
+        self.anchor_push_cursor(&append.topic, append.partition, position.next_seq);
         let message_id = record
             .headers
             .iter()
@@ -362,6 +371,22 @@ impl StreamSlot {
             record,
         };
         Ok((coords, appended))
+    }
+
+    /// Anchors the push cursor of an inbox partition at `seq`, its record just stored, if
+    /// it has none (see `StreamSlotConfig::anchor_push_cursors`). A cursor the caps refuse
+    /// is not anchored here (alike on every replica); the dispatcher anchors it then.
+    fn anchor_push_cursor(&mut self, topic: &str, partition: u32, seq: u64) {
+        if !self.anchor_push_cursors || !topic.starts_with(crate::messaging::topic::INBOX_PREFIX) {
+            return;
+        }
+        let Ok(key) = CursorKey::new(topic, partition, PUSH_DISPATCHER_GROUP, "") else {
+            return;
+        };
+        if self.cursors.get(&key).is_none() {
+            let next_seq = self.position(topic, partition).next_seq;
+            let _ = self.cursors.commit(&key, seq, next_seq);
+        }
     }
 
     /// The outbox entry a fanning-out append adds, or why it cannot be taken now.

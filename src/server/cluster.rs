@@ -315,6 +315,7 @@ pub fn stream_slot_config(m: &crate::config::MessagingConfig) -> StreamSlotConfi
     StreamSlotConfig {
         dedup_ttl_ns: i64::try_from(m.dedup.ttl.as_nanos()).unwrap_or(i64::MAX),
         dedup_entries_max: per_slot,
+        anchor_push_cursors: m.push.enabled,
     }
 }
 

@@ -72,6 +72,7 @@ fn a_retried_send_gets_the_first_copys_coordinates_until_the_window_passes() {
     let cfg = StreamSlotConfig {
         dedup_ttl_ns: 60 * SECOND_NS,
         dedup_entries_max: 0,
+        anchor_push_cursors: false,
     };
     let mut slot = StreamSlot::new(cfg);
     let (first, _) = apply_append(
@@ -166,7 +167,7 @@ fn cursors_move_forward_only_and_never_past_the_partition() {
 /// A random command against a few partitions, dedup ids and cursors.
 fn random_command(rng: &mut Rng, now_ns: &mut i64) -> StreamCommand {
     *now_ns += rng.below(20 * SECOND_NS as u64) as i64;
-    let topic = ["chat.dm.a", "chat.dm.b", "chat.group.g"][rng.below(3) as usize];
+    let topic = ["chat.dm.a", "chat.inbox.b", "chat.group.g"][rng.below(3) as usize];
     let partition = rng.below(2) as u32;
     if rng.below(4) == 0 {
         let device = format!("d{}", rng.below(3));
@@ -369,6 +370,51 @@ fn fan_out_lists_out_of_order_repeated_invalid_or_too_long_are_refused() {
     .is_err());
 }
 
+/// Issue 15: with push on, an inbox partition's first pointer anchors its push cursor in
+/// the same apply (so the next leader's dispatcher finds the inbox), at the pointer; later
+/// pointers, other topics and a cursor the dispatcher moved are left alone; with push off
+/// nothing is anchored.
+#[test]
+fn an_inboxs_first_pointer_anchors_its_push_cursor_when_push_is_on() {
+    let on = StreamSlotConfig {
+        anchor_push_cursors: true,
+        ..StreamSlotConfig::default()
+    };
+    let push_key = |topic: &str| {
+        CursorKey::new(
+            topic,
+            0,
+            crate::messaging::cursor::PUSH_DISPATCHER_GROUP,
+            "",
+        )
+        .expect("key")
+    };
+    let mut slot = StreamSlot::new(on.clone());
+    let _ = apply_append(&mut slot, append("chat.inbox.bob", 0, 1, None, "a"));
+    let _ = apply_append(&mut slot, append("chat.inbox.bob", 0, 2, None, "b"));
+    assert_eq!(slot.cursors().get(&push_key("chat.inbox.bob")), Some(1));
+    // The dispatcher moves it; later pointers do not take it back.
+    let _ = slot.apply(&StreamCommand::Commit {
+        key: push_key("chat.inbox.bob"),
+        seq: 3,
+    });
+    let _ = apply_append(&mut slot, append("chat.inbox.bob", 0, 3, None, "c"));
+    assert_eq!(slot.cursors().get(&push_key("chat.inbox.bob")), Some(3));
+    // An inbox first written to later is anchored at its own first pointer.
+    let _ = apply_append(&mut slot, append("chat.inbox.carol", 0, 4, None, "x"));
+    let _ = apply_append(&mut slot, append("chat.inbox.carol", 0, 5, None, "y"));
+    assert_eq!(slot.cursors().get(&push_key("chat.inbox.carol")), Some(1));
+    let _ = apply_append(&mut slot, append("chat.dm.a", 0, 6, None, "hi"));
+    assert_eq!(slot.cursors().get(&push_key("chat.dm.a")), None);
+    // A snapshot carries the anchors like any cursor.
+    let resumed = StreamSlot::decode_snapshot(&snapshot_bytes(&slot), on).expect("decodes");
+    assert_eq!(snapshot_bytes(&resumed), snapshot_bytes(&slot));
+
+    let mut off = StreamSlot::new(StreamSlotConfig::default());
+    let _ = apply_append(&mut off, append("chat.inbox.bob", 0, 1, None, "a"));
+    assert!(off.cursors().is_empty());
+}
+
 /// An inbox pointer's append carrying its claim (the message id in the inbox).
 fn pointer(now_ns: i64, message_id: &str) -> Append {
     let mut a = append("chat.inbox.bob", 0, now_ns, None, message_id);
@@ -385,6 +431,7 @@ fn a_retried_pointer_is_stored_once_and_its_claim_is_kept_apart_from_sends() {
     let cfg = StreamSlotConfig {
         dedup_ttl_ns: 600 * SECOND_NS,
         dedup_entries_max: 2,
+        anchor_push_cursors: false,
     };
     let mut slot = StreamSlot::new(cfg);
     let (first, effect) = apply_append(&mut slot, pointer(SECOND_NS, "m1"));
@@ -478,6 +525,7 @@ fn replicas_that_apply_the_same_commands_agree_and_a_snapshot_resumes_exactly() 
     let cfg = StreamSlotConfig {
         dedup_ttl_ns: 60 * SECOND_NS,
         dedup_entries_max: 16,
+        anchor_push_cursors: true,
     };
     for seed in 0..50 {
         let mut rng = Rng::new(seed);
