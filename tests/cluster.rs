@@ -1961,6 +1961,13 @@ fn an_answered_sends_pointers_are_taken_over_once_when_its_leader_dies_before_re
         .map(|i| metric_sum(&members[i], "boltq_stream_fan_outs_resumed_total"))
         .sum();
     assert!(resumed >= 1, "taken over from the outbox: {resumed}");
+    eventually("the send reported written, out of the outbox", || {
+        (0..members.len())
+            .filter(|&i| i != victim)
+            .map(|i| metric_sum(&members[i], "boltq_stream_outbox_sends"))
+            .sum::<u64>()
+            == 0
+    });
 }
 
 /// Three messaging members that stop the first process reaching crash point `point` (and

@@ -466,7 +466,7 @@ fn push_series(
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
-) -> [(&'static str, &'static str, u64); 12] {
+) -> [(&'static str, &'static str, u64); 13] {
     [
         (
             "boltq_stream_appends_total",
@@ -497,6 +497,11 @@ fn engine_shard_series(
             "boltq_stream_fan_outs_resumed_total",
             "Of those, sends taken over from the slot's outbox (an earlier leader did not report them written)",
             e.fan_outs_resumed,
+        ),
+        (
+            "boltq_stream_outbox_sends",
+            "In a cluster: sends in the outboxes of the slots this node leads, their inbox pointers not yet reported written",
+            e.outbox_sends,
         ),
         (
             "boltq_stream_duplicates_total",

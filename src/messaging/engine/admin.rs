@@ -22,6 +22,13 @@ impl Engine {
             .map(|o| o.pending.borrow().len() as u64)
             .sum();
         s.partitions_incomplete = self.incomplete.borrow().len() as u64;
+        if let Some(replication) = self.replication() {
+            for slot in (0..boltq_shards::SLOTS).filter(|&slot| replication.leads(slot)) {
+                replication.with_slot(slot, &mut |streams| {
+                    s.outbox_sends += streams.outbox().len() as u64;
+                });
+            }
+        }
         s
     }
 

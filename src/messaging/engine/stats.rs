@@ -17,6 +17,9 @@ pub struct EngineStats {
     /// earlier leader, or by a report that got no outcome).
     pub fan_outs: u64,
     pub fan_outs_resumed: u64,
+    /// In a cluster: sends in the outboxes of the slots this node leads (pointers owed and
+    /// not reported written); summed over nodes, each send counts once.
+    pub outbox_sends: u64,
     pub duplicates: u64,
     pub cursor_keys: u64,
     pub cursor_commits: u64,
@@ -42,6 +45,7 @@ impl EngineStats {
         self.pointer_retries += o.pointer_retries;
         self.fan_outs += o.fan_outs;
         self.fan_outs_resumed += o.fan_outs_resumed;
+        self.outbox_sends += o.outbox_sends;
         self.duplicates += o.duplicates;
         self.cursor_keys += o.cursor_keys;
         self.cursor_commits += o.cursor_commits;
