@@ -211,7 +211,20 @@ async def scenario_verify_acked(url, secret, acked_path):
     by_id = {r["headers"]["client_msg_id"]: r["seq"] for r in seen}
     for cid, seq in acked:
         assert by_id.get(cid) == int(seq), f"acknowledged {cid} at {seq} missing or moved"
-    print(json.dumps({"acked": len(acked), "stored": len(seen)}))
+    # Each acknowledged send has its pointer in bob's inbox (fan-out on write): the `sent`
+    # reply comes once the pointers are durable too.
+    pointers, frm = [], 1
+    while True:
+        page = await bob.request({"op": "history", "topic": "chat.inbox.bob", "from_seq": frm, "limit": 200})
+        recs = page.get("records", [])
+        if not recs:
+            break
+        pointers += recs
+        frm = recs[-1]["seq"] + 1
+    pointed = {(p["headers"].get("client_msg_id"), p["headers"].get("conv_seq")) for p in pointers}
+    for cid, seq in acked:
+        assert (cid, seq) in pointed, f"acknowledged {cid} at {seq} has no pointer in bob's inbox"
+    print(json.dumps({"acked": len(acked), "stored": len(seen), "pointers": len(pointers)}))
 
 
 async def scenario_commit_many(url, secret):

@@ -1,6 +1,6 @@
 //! A client-facing append: routed to the partition's owner, checked against the dedup
 //! table (a resent message answers with its first coordinates), appended durably, then
-//! fanned out to the members' inboxes.
+//! fanned out to the members' inboxes (durably too, before the answer).
 
 use super::latency::latency_us;
 use super::mesh::{AppendOk, AppendReq, StreamError, StreamMsg, StreamReply};
@@ -8,6 +8,7 @@ use super::mirror::PartitionKey;
 use super::owned::Owned;
 use super::{now_ns, Engine};
 use crate::messaging::dedup::{Claim, Coordinates, DedupKey};
+use crate::messaging::fanout;
 use crate::messaging::slot::DedupClaim;
 use crate::messaging::topic::Namespace;
 use boltq_io::record::Record;
@@ -75,26 +76,42 @@ impl Engine {
             }
         }
         let result = self.append_durable(&key, &part, &req).await;
-        let mut dedup = self.dedup.borrow_mut();
+        if let Ok(coords) = &result {
+            self.stats.borrow_mut().appends += 1;
+            // Before the claim completes: a retry meanwhile is told to wait (in flight),
+            // and a duplicate answer, like the first, means the pointers are on disk.
+            self.write_send_pointers(&req, coords).await;
+        }
         match (&result, &dedup_key) {
             (Ok(coords), Some(k)) => {
-                dedup.complete(k, coords.clone(), now_ns());
+                self.dedup
+                    .borrow_mut()
+                    .complete(k, coords.clone(), now_ns());
             }
             (Err(_), Some(k)) => {
-                dedup.release(k);
+                self.dedup.borrow_mut().release(k);
             }
             _ => {}
         }
-        drop(dedup);
         let coords = result?;
-        self.stats.borrow_mut().appends += 1;
-        if !req.pointer_members.is_empty() {
-            self.fan_out(&req, &coords);
-        }
         Ok(AppendOk {
             coords,
             duplicate: false,
         })
+    }
+
+    /// A single node's fan-out of a stored send: its pointers, durable before the answer.
+    async fn write_send_pointers(&self, req: &AppendReq, coords: &Coordinates) {
+        if req.pointer_members.is_empty() {
+            return;
+        }
+        let headers = fanout::pointer_headers(&req.headers, coords.seq, coords.partition);
+        let answered = self
+            .write_pointers_to(&req.pointer_members, &headers, &req.user)
+            .await;
+        if !answered {
+            self.stats.borrow_mut().pointer_failures += 1;
+        }
     }
 
     /// Appends one record and waits until it is durable; then it is visible.

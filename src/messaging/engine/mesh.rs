@@ -92,8 +92,8 @@ pub enum StreamMsg {
         records: Vec<Record>,
         first_seq: u64,
     },
-    /// To the inbox partition owner: inbox pointers to append. One-way, or as a request
-    /// answered with `StreamReply::Pointed` once they are written or given up.
+    /// To the inbox partition owner: inbox pointers to append; answered with
+    /// `StreamReply::Pointed` once they are written or given up.
     Pointers {
         topic: String,
         partition: u32,

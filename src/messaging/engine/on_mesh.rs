@@ -94,7 +94,7 @@ impl Engine {
                 let c = self.cursors_owned(&topic, partition, &group);
                 self.reply(token, StreamReply::Cursors(Box::new(c)));
             }
-            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, Some(token)),
+            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, token),
             other => log::warn!("[stream] {other:?} is not a request"),
         }
     }
@@ -121,7 +121,6 @@ impl Engine {
                     .borrow_mut()
                     .apply_tail(&(topic, partition), records, first_seq);
             }
-            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, None),
             StreamMsg::Created { topic, partitions } => {
                 self.catalog.borrow_mut().insert(topic, partitions);
             }
@@ -129,9 +128,9 @@ impl Engine {
         }
     }
 
-    /// Appends inbox pointers in a spawned task; answers `token`, when the sender waits,
-    /// once they are written or given up.
-    fn on_pointers(self: &Rc<Self>, msg: StreamMsg, token: Option<ReplyToken>) {
+    /// Appends inbox pointers in a spawned task; answers `token` once they are written or
+    /// given up.
+    fn on_pointers(self: &Rc<Self>, msg: StreamMsg, token: ReplyToken) {
         let StreamMsg::Pointers {
             topic,
             partition,
@@ -144,9 +143,7 @@ impl Engine {
         let me = Rc::clone(self);
         boltq_shards::spawn(async move {
             me.append_pointers(topic, partition, user, pointers).await;
-            if let Some(token) = token {
-                me.reply(token, StreamReply::Pointed);
-            }
+            me.reply(token, StreamReply::Pointed);
         })
         .detach();
     }

@@ -18,13 +18,12 @@
 //! new leader writes again up to that much more of its predecessor's sends, which their
 //! pointer claims answer as duplicates.
 
-use super::mesh::{StreamError, StreamMsg, StreamReply};
+use super::mesh::StreamError;
 use super::pointers::POINTER_RETRY_WINDOW_MS;
-use super::{Engine, MESH_TIMEOUT_MS};
+use super::Engine;
 use crate::messaging::fanout;
 use crate::messaging::slot::command::FANNED_OUT_PER_COMMAND_MAX;
 use crate::messaging::slot::{FanOut, OutboxKey, StreamCommand, StreamOutcome};
-use crate::messaging::topic::{self, Namespace};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
@@ -140,39 +139,14 @@ impl Engine {
             .find(|(k, _)| k.as_ref() == b"sender")
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default();
-        let writes = fan_out.members.iter().map(|member| {
-            let inbox = topic::inbox_topic(member);
-            let ns = Namespace::Inbox {
-                user: member.clone(),
-            };
-            let inbox_partition =
-                topic::partition_for(member.as_bytes(), self.partitions_of(&inbox, &ns));
-            let owner = self.owner(&inbox, inbox_partition);
-            let msg = StreamMsg::Pointers {
-                topic: inbox,
-                partition: inbox_partition,
-                user: sender.clone(),
-                pointers: vec![headers.clone()],
-            };
-            // The owner answers once its retries end: give it their whole window.
-            self.ask_within(owner, msg, POINTER_RETRY_WINDOW_MS + MESH_TIMEOUT_MS)
-        });
+        let answered = self
+            .write_pointers_to(&fan_out.members, &headers, &sender)
+            .await;
         let members = fan_out.members.len();
-        let mut unanswered = false;
-        for written in futures_util::future::join_all(writes).await {
-            match written {
-                Ok(StreamReply::Pointed) => {}
-                Ok(other) => log::warn!("[stream] a pointer write answered {other:?}"),
-                Err(e) => {
-                    log::warn!("[stream] pointer of {}/{}#{seq}: {e}", key.0, key.1);
-                    unanswered = true;
-                }
-            }
-        }
         let work = &self.outbox_work;
         work.pointers_in_flight
             .set(work.pointers_in_flight.get() - members);
-        if unanswered {
+        if !answered {
             work.writing.borrow_mut().remove(&key);
             return;
         }

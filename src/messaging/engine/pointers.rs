@@ -8,9 +8,9 @@
 //! retries last, so the copy committed after all answers as a duplicate: a pointer is stored
 //! once, not lost and not doubled.
 
-use super::mesh::{AppendReq, StreamError, StreamMsg};
-use super::{now_ns, Engine};
-use crate::messaging::dedup::{Coordinates, DedupKey};
+use super::mesh::{AppendReq, StreamError, StreamMsg, StreamReply};
+use super::{now_ns, Engine, MESH_TIMEOUT_MS};
+use crate::messaging::dedup::DedupKey;
 use crate::messaging::slot::{DedupClaim, POINTER_CLAIM_TTL_NS};
 use crate::messaging::topic::{self, Namespace};
 use boltq_io::record::Record;
@@ -39,35 +39,47 @@ impl Engine {
         *self.pointer_hook.borrow_mut() = Some(hook);
     }
 
-    /// Writes one inbox pointer per member (fan-out on write), batched per owner shard: a
-    /// single node's fan-out (in a cluster the conversation slot's leader writes them from
-    /// the slot's outbox: `outbox.rs`).
-    pub(super) fn fan_out(&self, req: &AppendReq, coords: &Coordinates) {
-        let headers =
-            crate::messaging::fanout::pointer_headers(&req.headers, coords.seq, coords.partition);
-        for member in &req.pointer_members {
+    /// Writes one inbox pointer per member (fan-out on write), each on its inbox's owner
+    /// shard, and waits until every owner wrote its pointer durably or gave it up (counted
+    /// there). Used by a single node before it answers a send, so a `sent` reply means the
+    /// pointers are on disk too, and in a cluster by the conversation slot's leader
+    /// (`outbox.rs`). False when an owner never answered (the mesh refused or timed the
+    /// request out): that pointer may be missing.
+    pub(super) async fn write_pointers_to(
+        &self,
+        members: &[String],
+        headers: &[(Bytes, Bytes)],
+        sender: &str,
+    ) -> bool {
+        let writes = members.iter().map(|member| {
             let inbox = topic::inbox_topic(member);
-            let count = self.partitions_of(
-                &inbox,
-                &Namespace::Inbox {
-                    user: member.clone(),
-                },
-            );
-            let partition = topic::partition_for(member.as_bytes(), count);
-            let msg = StreamMsg::Pointers {
-                topic: inbox.clone(),
-                partition,
-                user: req.user.clone(),
-                pointers: vec![headers.clone()],
+            let ns = Namespace::Inbox {
+                user: member.clone(),
             };
-            if self.shard.send(self.owner(&inbox, partition), msg).is_err() {
-                self.stats.borrow_mut().pointer_failures += 1;
-                log::warn!(
-                    "[stream] partial fan-out for {}: outbox full",
-                    coords.message_id
-                );
+            let partition =
+                topic::partition_for(member.as_bytes(), self.partitions_of(&inbox, &ns));
+            let owner = self.owner(&inbox, partition);
+            let msg = StreamMsg::Pointers {
+                topic: inbox,
+                partition,
+                user: sender.to_string(),
+                pointers: vec![headers.to_vec()],
+            };
+            // The owner answers once its retries end: give it their whole window.
+            self.ask_within(owner, msg, POINTER_RETRY_WINDOW_MS + MESH_TIMEOUT_MS)
+        });
+        let mut answered = true;
+        for written in futures_util::future::join_all(writes).await {
+            match written {
+                Ok(StreamReply::Pointed) => {}
+                Ok(other) => log::warn!("[stream] a pointer write answered {other:?}"),
+                Err(e) => {
+                    log::warn!("[stream] a pointer write got no answer: {e}");
+                    answered = false;
+                }
             }
         }
+        answered
     }
 
     pub(super) async fn append_pointers(
