@@ -2033,6 +2033,17 @@ fn one_pointer_in_each_inbox(members: &[Member], victim: usize) {
     }
 }
 
+/// `[messaging.push]` calling `hook`, with a grace delay of 5 s (room to kill a leader
+/// before it pushes).
+fn push_toml(hook: &support::webhook::Webhook) -> String {
+    format!(
+        "[messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
+         signing_secret = \"push-signing-secret-of-at-least-32-bytes\"\n\
+         grace_delay = \"5s\"\ntimeout = \"2s\"\n",
+        hook.url()
+    )
+}
+
 /// Issue 15: offline pushes are the work of the node leading the inbox's slot, and a
 /// leader change does not lose one. Bob has no device. Alice's first message reaches the
 /// webhook (which anchors bob's push cursor through his inbox's slot group); her second is
@@ -2043,12 +2054,7 @@ fn one_pointer_in_each_inbox(members: &[Member], victim: usize) {
 fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
     let dir = TempDir::new("cluster-push");
     let hook = support::webhook::Webhook::start(&[]);
-    let push = format!(
-        "[messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
-         signing_secret = \"push-signing-secret-of-at-least-32-bytes\"\n\
-         grace_delay = \"5s\"\ntimeout = \"2s\"\n",
-        hook.url()
-    );
+    let push = push_toml(&hook);
     let mut members = start_messaging_cluster(&dir, "", &push);
     let mut alice_at = 0;
     let mut alice = device_on(&members[alice_at], "alice", "phone");
@@ -2092,12 +2098,7 @@ fn an_offline_push_is_sent_by_the_new_leader_when_its_inbox_leader_dies() {
 fn the_first_pointer_of_a_new_inbox_is_pushed_when_its_leader_dies_before_anchoring_it() {
     let dir = TempDir::new("cluster-push-anchor");
     let hook = support::webhook::Webhook::start(&[]);
-    let push = format!(
-        "[messaging.push]\nenabled = true\nwebhook_url = \"{}\"\n\
-         signing_secret = \"push-signing-secret-of-at-least-32-bytes\"\n\
-         grace_delay = \"5s\"\ntimeout = \"2s\"\n",
-        hook.url()
-    );
+    let push = push_toml(&hook);
     let place = Place {
         env: vec![(
             "BOLTQ_FAULTS".to_string(),

@@ -192,18 +192,23 @@ async def scenario_send_until_killed(url, secret, acked_path, round_no):
             return
 
 
+async def history_of(device, topic):
+    """Every record of `topic` from seq 1, read page by page."""
+    out, frm = [], 1
+    while True:
+        page = await device.request({"op": "history", "topic": topic, "from_seq": frm, "limit": 200})
+        recs = page.get("records", [])
+        if not recs:
+            return out
+        out += recs
+        frm = recs[-1]["seq"] + 1
+
+
 async def scenario_verify_acked(url, secret, acked_path):
     # A sender killed mid-line leaves a partial last line: only whole lines count.
     acked = [f for f in (l.split() for l in open(acked_path).read().splitlines()) if len(f) == 2]
     bob = await Device.connect(url, mint(secret, "bob"), "laptop")
-    seen, frm = [], 1
-    while True:
-        page = await bob.request({"op": "history", "topic": "chat.direct.alice:bob", "from_seq": frm, "limit": 200})
-        recs = page.get("records", [])
-        if not recs:
-            break
-        seen += recs
-        frm = recs[-1]["seq"] + 1
+    seen = await history_of(bob, "chat.direct.alice:bob")
     seqs = [r["seq"] for r in seen]
     assert seqs == list(range(1, len(seqs) + 1)), "gap-free"
     ids = [r["headers"]["client_msg_id"] for r in seen]
@@ -213,14 +218,7 @@ async def scenario_verify_acked(url, secret, acked_path):
         assert by_id.get(cid) == int(seq), f"acknowledged {cid} at {seq} missing or moved"
     # Each acknowledged send has its pointer in bob's inbox (fan-out on write): the `sent`
     # reply comes once the pointers are durable too.
-    pointers, frm = [], 1
-    while True:
-        page = await bob.request({"op": "history", "topic": "chat.inbox.bob", "from_seq": frm, "limit": 200})
-        recs = page.get("records", [])
-        if not recs:
-            break
-        pointers += recs
-        frm = recs[-1]["seq"] + 1
+    pointers = await history_of(bob, "chat.inbox.bob")
     pointed = {(p["headers"].get("client_msg_id"), p["headers"].get("conv_seq")) for p in pointers}
     for cid, seq in acked:
         assert (cid, seq) in pointed, f"acknowledged {cid} at {seq} has no pointer in bob's inbox"
