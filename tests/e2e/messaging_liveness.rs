@@ -197,8 +197,8 @@ fn read_response_head(sock: &mut TcpStream) -> (u16, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
-/// A device silent after `hello` (it does not even answer pings) is closed with 4010 once
-/// `pong_timeout` passes; a device sending a `ping` op every tenth of the deadline, for more
+/// A device silent after `hello` (it does not even answer pings, of which it got one every
+/// third of the deadline) is closed with 4010 once `pong_timeout` passes; a device sending a `ping` op every tenth of the deadline, for more
 /// than twice the deadline, is still open and answered — requests alone re-arm it.
 #[test]
 fn a_silent_device_is_closed_with_4010_and_a_talking_one_stays_open() {
@@ -242,6 +242,9 @@ fn a_silent_device_is_closed_with_4010_and_a_talking_one_stays_open() {
          server log:\n{}",
         s.log()
     );
+    // It was pinged every third of the deadline before that: a device that answers pings
+    // stays open without sending anything else.
+    assert!(pings >= 2, "{pings} pings before the close");
 
     // The talker outlived the silent one and is still served.
     talker.send(&json!({"op": "ping", "id": "last"}));

@@ -111,12 +111,8 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     gw.conns.borrow_mut().insert(id, Rc::clone(&out));
     gw.stats.borrow_mut().connections += 1;
     let writer = boltq_shards::spawn(write_loop(sender, Rc::clone(&c), progress));
-    let liveness = boltq_shards::spawn(liveness_loop(Rc::clone(&c)));
-    let expiry = boltq_shards::spawn(expiry_timer(Rc::clone(&c)));
     read_loop(&mut receiver, &c).await;
     teardown(&c).await;
-    drop(liveness);
-    drop(expiry);
     // The writer drains what is queued (≤ CLOSE_DRAIN_MS) and sends the close frame.
     if !out.is_closing() {
         out.close(1000, "", true);
@@ -132,28 +128,50 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     gw.conns.borrow_mut().remove(&id);
 }
 
+/// Reads requests until the connection ends, and keeps its clocks: a ping (and presence
+/// heartbeat) every [`ping_interval`], the close of a client silent past its deadline, and
+/// the close at token expiry whether or not the client sends anything (spec/messaging-edge.md
+/// §19 decision 2). The clocks live here rather than in tasks of their own: an idle
+/// connection then costs one task for reading and one for writing.
 async fn read_loop(
     receiver: &mut async_tungstenite::WebSocketReceiver<Socket>,
     c: &Rc<Connection>,
 ) {
     let pong_timeout = c.gw.settings.pong_timeout;
+    let ping_every = ping_interval(c);
+    let mut next_ping = Instant::now() + ping_every;
+    let expires_at = token_expiry(c);
     loop {
         // Backpressure: do not take new requests while replies cannot leave. No deadline
         // here: the writer closes a client whose socket stops taking bytes.
         if !c.out.has_room() && !c.out.wait_room().await {
             return;
         }
+        let now = Instant::now();
+        if expires_at.is_some_and(|at| now >= at) {
+            expire(c);
+            return;
+        }
+        if now >= next_ping {
+            if c.out.is_closing() {
+                return;
+            }
+            c.out.push(Message::Ping(Vec::new().into()), None);
+            super::ops::heartbeat(c);
+            next_ping = now + ping_every;
+        }
         let deadline = if c.session.borrow().is_none() {
             Duration::from_millis(HELLO_TIMEOUT_MS)
         } else {
             pong_timeout
         };
-        let wait = c
-            .last_inbound
-            .get()
-            .checked_add(deadline)
-            .map(|d| d.saturating_duration_since(Instant::now()))
-            .unwrap_or(deadline);
+        let silent_until = c.last_inbound.get().checked_add(deadline);
+        let wake_at = [silent_until, Some(next_ping), expires_at]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(next_ping);
+        let wait = wake_at.saturating_duration_since(now);
         let next = boltq_shards::timeout(wait, receiver.next());
         let done = async {
             loop {
@@ -166,6 +184,8 @@ async fn read_loop(
         };
         let item = match futures_lite::future::or(next, done).await {
             None if c.out.finished() || c.out.closing().is_some() => return,
+            // A clock is due: the top of the loop acts on a ping or the expiry.
+            None if silent_until.is_none_or(|at| Instant::now() < at) => continue,
             None => {
                 c.out.close(4010, "liveness timeout", false);
                 return;
@@ -348,30 +368,25 @@ fn advance_positions(c: &Connection, marks: &mut Vec<(SubKey, u64)>) {
 /// deadline (any inbound frame re-arms it). Each ping also refreshes the presence
 /// heartbeat, so the tick is at most a third of `presence.ttl` too: a live socket's
 /// session never expires between two heartbeats.
-async fn liveness_loop(c: Rc<Connection>) {
+/// How often a connection is pinged and its presence refreshed: well inside both the
+/// client's pong deadline and the presence TTL.
+fn ping_interval(c: &Connection) -> Duration {
     let ttl = c.gw.ephemeral.settings.borrow().presence_ttl;
-    let every = (c.gw.settings.pong_timeout / 3)
+    (c.gw.settings.pong_timeout / 3)
         .min(ttl / 3)
-        .max(Duration::from_millis(100));
-    loop {
-        boltq_shards::sleep(every).await;
-        if c.out.is_closing() {
-            return;
-        }
-        c.out.push(Message::Ping(Vec::new().into()), None);
-        super::ops::heartbeat(&c);
-    }
+        .max(Duration::from_millis(100))
 }
 
-/// Closes the connection when its token expires (plus leeway), whether or not the client
-/// sends anything (spec/messaging-edge.md §19 decision 2).
-async fn expiry_timer(c: Rc<Connection>) {
-    let Some(exp_s) = c.principal.borrow().expires_at_s else {
-        return;
-    };
+/// When the connection's token expires (plus leeway), if it does.
+fn token_expiry(c: &Connection) -> Option<Instant> {
+    let exp_s = c.principal.borrow().expires_at_s?;
     let at_s = exp_s.saturating_add(c.gw.settings.leeway_s);
     let left_s = at_s.saturating_sub(super::now_s()).max(0) as u64;
-    boltq_shards::sleep(Duration::from_secs(left_s)).await;
+    Some(Instant::now() + Duration::from_secs(left_s))
+}
+
+/// Tells the client its token expired and closes the connection.
+fn expire(c: &Connection) {
     c.send_error(
         "",
         ErrorCode::Unauthenticated,
