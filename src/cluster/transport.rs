@@ -860,8 +860,6 @@ mod tests {
         out
     }
 
-    /// Writes `bytes` on a new connection and says whether the listener closed it (a read
-    /// returns end of stream) within two seconds.
     /// A listening node 1 and node 2's links to it, connected.
     async fn connected() -> (SharedListener, boltq_shards::Task<()>, Delivered, Outbound) {
         let (shared, serving, got) = listen();
@@ -874,6 +872,8 @@ mod tests {
         (shared, serving, got, out)
     }
 
+    /// Writes `bytes` on a new connection and says whether the listener closed it (a read
+    /// returns end of stream) within two seconds.
     async fn closed_after(addr: SocketAddr, bytes: &[u8]) -> bool {
         let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
         conn.write_all(bytes).await.unwrap();

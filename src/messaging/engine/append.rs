@@ -8,7 +8,6 @@ use super::mirror::PartitionKey;
 use super::owned::Owned;
 use super::{now_ns, Engine};
 use crate::messaging::dedup::{Claim, Coordinates, DedupKey};
-use crate::messaging::fanout;
 use crate::messaging::slot::DedupClaim;
 use crate::messaging::topic::Namespace;
 use boltq_io::record::Record;
@@ -105,9 +104,9 @@ impl Engine {
         if req.pointer_members.is_empty() {
             return;
         }
-        let headers = fanout::pointer_headers(&req.headers, coords.seq, coords.partition);
+        let at = (coords.seq, coords.partition);
         let answered = self
-            .write_pointers_to(&req.pointer_members, &headers, &req.user)
+            .write_pointers_to(&req.pointer_members, &req.headers, at, &req.user)
             .await;
         if !answered {
             self.stats.borrow_mut().pointer_failures += 1;

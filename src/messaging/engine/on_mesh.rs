@@ -94,7 +94,20 @@ impl Engine {
                 let c = self.cursors_owned(&topic, partition, &group);
                 self.reply(token, StreamReply::Cursors(Box::new(c)));
             }
-            msg @ StreamMsg::Pointers { .. } => self.on_pointers(msg, token),
+            StreamMsg::Pointers {
+                topic,
+                partition,
+                user,
+                pointers,
+            } => {
+                // Answered once the pointers are written or given up.
+                let me = Rc::clone(self);
+                boltq_shards::spawn(async move {
+                    me.append_pointers(topic, partition, user, pointers).await;
+                    me.reply(token, StreamReply::Pointed);
+                })
+                .detach();
+            }
             other => log::warn!("[stream] {other:?} is not a request"),
         }
     }
@@ -126,25 +139,5 @@ impl Engine {
             }
             other => log::warn!("[stream] {other:?} is not a one-way message"),
         }
-    }
-
-    /// Appends inbox pointers in a spawned task; answers `token` once they are written or
-    /// given up.
-    fn on_pointers(self: &Rc<Self>, msg: StreamMsg, token: ReplyToken) {
-        let StreamMsg::Pointers {
-            topic,
-            partition,
-            user,
-            pointers,
-        } = msg
-        else {
-            return;
-        };
-        let me = Rc::clone(self);
-        boltq_shards::spawn(async move {
-            me.append_pointers(topic, partition, user, pointers).await;
-            me.reply(token, StreamReply::Pointed);
-        })
-        .detach();
     }
 }

@@ -21,7 +21,6 @@
 use super::mesh::StreamError;
 use super::pointers::POINTER_RETRY_WINDOW_MS;
 use super::Engine;
-use crate::messaging::fanout;
 use crate::messaging::slot::command::FANNED_OUT_PER_COMMAND_MAX;
 use crate::messaging::slot::{FanOut, OutboxKey, StreamCommand, StreamOutcome};
 use std::cell::{Cell, RefCell};
@@ -132,7 +131,6 @@ impl Engine {
         resumed: bool,
     ) {
         let (_, partition, seq) = &key;
-        let headers = fanout::pointer_headers(&fan_out.headers, *seq, *partition);
         let sender = fan_out
             .headers
             .iter()
@@ -140,7 +138,12 @@ impl Engine {
             .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
             .unwrap_or_default();
         let answered = self
-            .write_pointers_to(&fan_out.members, &headers, &sender)
+            .write_pointers_to(
+                &fan_out.members,
+                &fan_out.headers,
+                (*seq, *partition),
+                &sender,
+            )
             .await;
         let members = fan_out.members.len();
         let work = &self.outbox_work;

@@ -39,18 +39,22 @@ impl Engine {
         *self.pointer_hook.borrow_mut() = Some(hook);
     }
 
-    /// Writes one inbox pointer per member (fan-out on write), each on its inbox's owner
-    /// shard, and waits until every owner wrote its pointer durably or gave it up (counted
-    /// there). Used by a single node before it answers a send, so a `sent` reply means the
-    /// pointers are on disk too, and in a cluster by the conversation slot's leader
-    /// (`outbox.rs`). False when an owner never answered (the mesh refused or timed the
-    /// request out): that pointer may be missing.
+    /// Writes one inbox pointer per member (fan-out on write) to the send at `conv_seq` of
+    /// `conv_partition` whose record holds `send_headers`, each on its inbox's owner shard,
+    /// and waits until every owner wrote its pointer durably or gave it up (counted there).
+    /// Used by a single node before it answers a send, so a `sent` reply means the pointers
+    /// are on disk too, and in a cluster by the conversation slot's leader (`outbox.rs`).
+    /// False when an owner never answered (the mesh refused or timed the request out):
+    /// that pointer may be missing.
     pub(super) async fn write_pointers_to(
         &self,
         members: &[String],
-        headers: &[(Bytes, Bytes)],
+        send_headers: &[(Bytes, Bytes)],
+        (conv_seq, conv_partition): (u64, u32),
         sender: &str,
     ) -> bool {
+        let headers =
+            crate::messaging::fanout::pointer_headers(send_headers, conv_seq, conv_partition);
         let writes = members.iter().map(|member| {
             let inbox = topic::inbox_topic(member);
             let ns = Namespace::Inbox {
