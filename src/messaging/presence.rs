@@ -17,7 +17,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+mod device_map;
 mod remote;
+pub use device_map::DeviceMap;
 pub use remote::{RemoteChange, REMOTE_DEVICES_PER_USER_MAX, REMOTE_SESSIONS_MAX};
 
 /// Device sessions one directory (one shard) holds.
@@ -135,7 +137,7 @@ struct Session {
 
 #[derive(Debug, Default)]
 struct UserEntry {
-    devices: BTreeMap<String, Session>,
+    devices: DeviceMap<Session>,
     watchers: BTreeSet<Watcher>,
     /// Devices bound on other nodes of a cluster, by (node, device), as those nodes
     /// reported them (`remote.rs`).
@@ -314,7 +316,7 @@ impl PresenceDirectory {
         let deadline = now_ns.saturating_sub(self.ttl_ns);
         let mut stale: Vec<(String, String)> = Vec::new();
         for (user, entry) in &self.users {
-            for (device, s) in &entry.devices {
+            for (device, s) in entry.devices.iter() {
                 if s.last_seen_ns < deadline {
                     stale.push((user.clone(), device.clone()));
                 }
@@ -333,7 +335,7 @@ impl PresenceDirectory {
     pub fn local_devices(&self) -> Vec<(String, String, PresenceState)> {
         let mut out: Vec<(String, String, PresenceState)> = Vec::with_capacity(self.sessions);
         for (user, entry) in &self.users {
-            for (device, s) in &entry.devices {
+            for (device, s) in entry.devices.iter() {
                 out.push((user.clone(), device.clone(), s.state));
             }
         }

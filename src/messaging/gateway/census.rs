@@ -2,8 +2,8 @@
 //! shard's census (with its typing and push numbers) asked over the mesh.
 
 use super::{GatewayCtx, GatewayMsg};
-use crate::messaging::presence::{self, Delivery, EventKind, PresenceState};
-use std::collections::{BTreeMap, HashMap};
+use crate::messaging::presence::{self, Delivery, DeviceMap, EventKind, PresenceState};
+use std::collections::HashMap;
 
 /// Every presence state, in the order of [`PresenceCensus::by_state`].
 pub const PRESENCE_STATES: [PresenceState; 3] = [
@@ -49,7 +49,7 @@ pub struct UserPresence {
 /// accepted, and a per-state count is kept so a scrape is O(1).
 #[derive(Debug, Default)]
 pub struct PresenceCensus {
-    users: HashMap<String, BTreeMap<String, (PresenceState, i64)>>,
+    users: HashMap<String, DeviceMap<(PresenceState, i64)>>,
     by_state: [u64; 3],
 }
 
@@ -107,7 +107,7 @@ impl PresenceCensus {
             .users
             .get(user)
             .into_iter()
-            .flatten()
+            .flat_map(DeviceMap::iter)
             .map(|(device, (state, since_ns))| DevicePresence {
                 device: device.clone(),
                 state: *state,
