@@ -81,7 +81,22 @@ fn ws_config(read_limit: usize) -> WebSocketConfig {
         .max_frame_size(Some(read_limit))
 }
 
-pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<GatewayCtx>) {
+type Receiver = async_tungstenite::WebSocketReceiver<Socket>;
+type Sender = async_tungstenite::WebSocketSender<Socket>;
+
+/// Opens the WebSocket on an upgraded `conn` and starts its writer; returns the connection's
+/// life (the request loop and the close) for the caller to spawn as a task of its own.
+///
+/// Trade-off: two steps rather than one task from the upgrade on. A task is sized for its
+/// largest moment and keeps its arguments for its whole life, so a single task would carry
+/// the socket, the principal and the handshake's state (about 1.5 KB) through days of idle
+/// connection; the task that runs [`run`] holds three handles.
+pub async fn open(
+    conn: Conn,
+    leftover: Vec<u8>,
+    principal: Principal,
+    gw: Rc<GatewayCtx>,
+) -> impl std::future::Future<Output = ()> {
     let progress = Rc::new(SendProgress::default());
     let ws = WebSocketStream::from_partially_read(
         Metered::new(conn, Rc::clone(&progress)),
@@ -90,7 +105,7 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
         Some(ws_config(gw.settings.read_limit_bytes)),
     )
     .await;
-    let (sender, mut receiver) = ws.split();
+    let (sender, receiver) = ws.split();
     let id = gw.next_conn_id();
     let out = Rc::new(Outbound::new(
         gw.settings.send_buffer_frames,
@@ -111,7 +126,20 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
     gw.conns.borrow_mut().insert(id, Rc::clone(&out));
     gw.stats.borrow_mut().connections += 1;
     let writer = boltq_shards::spawn(write_loop(sender, Rc::clone(&c), progress));
+    run(c, receiver, writer)
+}
+
+/// Serves the connection's requests until it ends, then closes it.
+async fn run(c: Rc<Connection>, mut receiver: Receiver, writer: Task<Sender>) {
     read_loop(&mut receiver, &c).await;
+    // Boxed: a connection closes once; its idle task should not carry the close's space.
+    Box::pin(close(c, receiver, writer)).await;
+}
+
+/// Leaves presence and subscriptions, lets the writer drain and send the close frame, and
+/// shuts the socket.
+async fn close(c: Rc<Connection>, receiver: Receiver, writer: Task<Sender>) {
+    let out = Rc::clone(&c.out);
     teardown(&c).await;
     // The writer drains what is queued (≤ CLOSE_DRAIN_MS) and sends the close frame.
     if !out.is_closing() {
@@ -125,7 +153,7 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
             ws.get_ref().get_ref().abort().await;
         }
     }
-    gw.conns.borrow_mut().remove(&id);
+    c.gw.conns.borrow_mut().remove(&c.id);
 }
 
 /// Reads requests until the connection ends, and keeps its clocks: a ping (and presence
@@ -133,10 +161,7 @@ pub async fn run(conn: Conn, leftover: Vec<u8>, principal: Principal, gw: Rc<Gat
 /// the close at token expiry whether or not the client sends anything (spec/messaging-edge.md
 /// §19 decision 2). The clocks live here rather than in tasks of their own: an idle
 /// connection then costs one task for reading and one for writing.
-async fn read_loop(
-    receiver: &mut async_tungstenite::WebSocketReceiver<Socket>,
-    c: &Rc<Connection>,
-) {
+async fn read_loop(receiver: &mut Receiver, c: &Rc<Connection>) {
     let pong_timeout = c.gw.settings.pong_timeout;
     let ping_every = ping_interval(c);
     let mut next_ping = Instant::now() + ping_every;
@@ -265,11 +290,7 @@ pub fn slow_consumer(c: &Connection) {
 /// for `slow_consumer_timeout` while the batch waits (issue 17): the client is then a
 /// slow consumer, closed with 1008 if the close frame can still get out within
 /// `CLOSE_DRAIN_MS`, else dropped without one.
-async fn write_loop(
-    mut sender: async_tungstenite::WebSocketSender<Socket>,
-    c: Rc<Connection>,
-    progress: Rc<SendProgress>,
-) -> async_tungstenite::WebSocketSender<Socket> {
+async fn write_loop(mut sender: Sender, c: Rc<Connection>, progress: Rc<SendProgress>) -> Sender {
     let stall_after = c.gw.settings.slow_consumer_timeout;
     let out = Rc::clone(&c.out);
     let mut batch: Vec<Out> = Vec::new();
@@ -281,14 +302,15 @@ async fn write_loop(
             // The batch waits from now: the time the writer sat idle before it is not the
             // device's fault.
             progress.restart();
-            // Boxed: the write's future exists only while a batch is written, so an idle
-            // connection's task does not carry its size. The write is polled first, so a
-            // write that completes as the deadline passes counts as progress.
-            let write = Box::pin(write_batch(&mut sender, &mut batch, &mut marks));
-            let written = futures_lite::future::or(async { Some(write.await) }, async {
-                progress.stalled(stall_after).await;
-                None
-            })
+            // Boxed: the write and its stall clock exist only while a batch is written, so
+            // an idle connection's task does not carry their size.
+            let written = Box::pin(write_unless_stalled(
+                &mut sender,
+                &mut batch,
+                &mut marks,
+                &progress,
+                stall_after,
+            ))
             .await;
             batch.clear();
             match written {
@@ -314,32 +336,57 @@ async fn write_loop(
             }
         }
         if let Some((code, reason)) = out.closing() {
-            let frame = CloseFrame {
-                code: CloseCode::from(code),
-                reason: reason.into(),
-            };
-            let _ = boltq_shards::timeout(
-                Duration::from_millis(CLOSE_DRAIN_MS),
-                sender.close(Some(frame)),
-            )
-            .await;
+            // Boxed for the same reason: a connection closes once.
+            Box::pin(send_close(&mut sender, code, reason)).await;
             break;
         }
         // Going idle: an idle connection keeps no batch buffers (memory per connection is
         // budgeted); a busy one reuses them from wake-up to wake-up.
         batch = Vec::new();
         marks = Vec::new();
+        out.release_idle_buffer();
         out.has_work.wait(t).await;
     }
     out.finish();
     sender
 }
 
+/// Writes the batch, or gives up once the socket has accepted no byte for `stall_after`
+/// (`None`). The write is polled first, so a write that completes as the deadline passes
+/// counts as progress.
+async fn write_unless_stalled(
+    sender: &mut Sender,
+    batch: &mut Vec<Out>,
+    marks: &mut Vec<(SubKey, u64)>,
+    progress: &SendProgress,
+    stall_after: Duration,
+) -> Option<Result<(), WsError>> {
+    let write = write_batch(sender, batch, marks);
+    futures_lite::future::or(async { Some(write.await) }, async {
+        progress.stalled(stall_after).await;
+        None
+    })
+    .await
+}
+
+/// Sends the close frame, giving it `CLOSE_DRAIN_MS` to leave.
+async fn send_close(sender: &mut Sender, code: u16, reason: String) {
+    let frame = CloseFrame {
+        code: CloseCode::from(code),
+        reason: reason.into(),
+    };
+    let _ = boltq_shards::timeout(
+        Duration::from_millis(CLOSE_DRAIN_MS),
+        sender.close(Some(frame)),
+    )
+    .await;
+}
+
 /// Feeds the batch's frames to the socket's write buffer in order and flushes once,
 /// collecting the subscription marks the batch carries into `marks`. The batch is at most
 /// `WRITE_BATCH_BYTES_MAX` (or one frame); the caller watches the socket's progress.
 async fn write_batch(
-    sender: &mut async_tungstenite::WebSocketSender<Socket>,
+    sender: &mut Sender,
     batch: &mut Vec<Out>,
     marks: &mut Vec<(SubKey, u64)>,
 ) -> Result<(), WsError> {

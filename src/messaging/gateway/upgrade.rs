@@ -113,10 +113,13 @@ pub async fn serve(mut conn: Conn, req: Request, leftover: Vec<u8>, gw: Rc<Gatew
     if conn.write_all(response.as_bytes()).await.is_err() {
         return;
     }
-    drop(req); // the request's headers are not kept for the connection's life
-               // Its own task, so the HTTP server's task (sized for every admin route) ends here: an
-               // idle WebSocket then costs only what it uses. Shutdown finds it in `gw.conns`.
-    boltq_shards::spawn(super::connection::run(conn, leftover, principal, gw)).detach();
+    // The request's headers are not kept for the connection's life.
+    drop(req);
+    // The connection's life runs in its own task, so the HTTP server's task (sized for
+    // every admin route) ends here: an idle WebSocket then costs only what it uses.
+    // Shutdown finds it in `gw.conns`.
+    let life = super::connection::open(conn, leftover, principal, gw).await;
+    boltq_shards::spawn(life).detach();
 }
 
 #[cfg(test)]
