@@ -65,6 +65,7 @@ async fn start(
         membership: None,
         link_tls: None,
         streams: Default::default(),
+        shared: Default::default(),
         stream_hooks: None,
         founding_states: Default::default(),
     };

@@ -909,6 +909,49 @@ fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
     expect_durable_backlog(&members[2], &members[1]);
 }
 
+/// Replicas that apply the same log with different settings hold different states (a
+/// follower refusing a publish its leader accepted), so a member whose shared settings
+/// differ is refused by its peers, with a warning naming the setting and both values,
+/// while the others keep serving; once its settings match it takes part again.
+#[test]
+fn a_member_whose_shared_settings_differ_is_refused_until_they_match() {
+    let dir = TempDir::new("cluster-settings");
+    let mut members = start_cluster(&dir);
+    let (code, _) = members[2].server.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    let cfg = dir.path().join("n3.toml");
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("{toml}\n[queue]\ncapacity = 5\n")).unwrap();
+    support::wait_until_bindable(&[members[2].tcp, members[2].http]);
+    members[2].start_until(support::ReadyBy::LogLine);
+    let warning = "queue.capacity = 1048576 here, 5 there";
+    eventually("n1 and n2 to refuse n3, naming the setting", || {
+        let log = members[0].server.as_ref().unwrap().log();
+        log.contains("refused the raft link from node") && log.contains(warning)
+    });
+    let (code, body) = http_get(members[2].http, "/readyz").unwrap();
+    assert_eq!(code, 503, "n3 hears from no leader: {body}");
+    // The slots n3 led elect new leaders among n1 and n2 (a publish meanwhile may be
+    // answered "outcome unknown"); then they serve without n3.
+    let mut client = members[0].client();
+    eventually("n1 and n2 to acknowledge a publish without n3", || {
+        client
+            .publish(
+                &queue(0),
+                "\"while n3 differs\"",
+                None,
+                PublishOptions::default(),
+            )
+            .is_ok()
+    });
+    // Alike again: n3 takes part (`start` waits for its /readyz: a leader of every slot).
+    let (code, _) = members[2].server.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    std::fs::write(&cfg, toml).unwrap();
+    support::wait_until_bindable(&[members[2].tcp, members[2].http]);
+    members[2].start();
+}
+
 #[test]
 fn a_node_whose_members_were_reconfigured_refuses_to_start() {
     let dir = TempDir::new("cluster-members");

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod node;
 pub mod replica;
 pub mod serve;
+pub mod shared_settings;
 pub mod slot_snapshot;
 pub mod storage;
 pub mod transport;

@@ -23,6 +23,7 @@ use super::image_log::Recovered;
 use super::membership::MemberChange;
 use super::metrics::NodeMetrics;
 use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
+use super::shared_settings::SharedSettings;
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
 use crate::messaging::engine::replicated::StreamRead;
@@ -77,6 +78,9 @@ pub struct NodeConfig {
     pub link_tls: Option<Arc<rustls::ClientConfig>>,
     /// The messaging state's settings, the same on every member.
     pub streams: StreamSlotConfig,
+    /// What every member must share (`shared_settings.rs`): the links say it in their
+    /// hello and refuse a peer that differs.
+    pub shared: SharedSettings,
     /// The messaging plane's logs on this node, from the first round on (a restart applies
     /// its log again before anyone could set them later); `None`: the plane is off here
     /// (records are dropped, peers' reads refused).
@@ -308,7 +312,7 @@ impl Node {
             Some(h) => (Some(Rc::new(h.sink)), Some(Rc::new(h.reader))),
             None => (None, None),
         };
-        let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone());
+        let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone(), &cfg.shared);
         let node_id = cfg.node_id;
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
         let admitted = cfg
@@ -363,7 +367,7 @@ impl Node {
             }
         });
         let mut tasks = vec![
-            transport::serve(listener, node_id, deliver),
+            transport::serve(listener, node_id, node.cfg.shared.clone(), deliver),
             boltq_shards::spawn(Rc::clone(&node).run(logs)),
         ];
         if let Some(m) = &node.cfg.membership {

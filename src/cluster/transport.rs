@@ -4,7 +4,9 @@
 //!
 //! ```text
 //! stream = hello frame*
-//! hello  = magic "BQRAFT2\n" | from:u64 | to:u64       (the dialling node, the dialled one)
+//! hello  = magic "BQRAFT3\n" | from:u64 | to:u64       (the dialling node, the dialled one)
+//!          | settings_len:u16 | settings               (the dialling node's shared
+//!                                                        settings, shared_settings.rs)
 //! frame  = len:u32 | kind:u8 | body                    (len counts kind and body,
 //!                                                        ≤ wire::BATCH_BYTES_MAX + 1)
 //! kind   = 1 raft batch (wire.rs) | 2 forwarded command | 3 its reply (forward.rs)
@@ -49,11 +51,14 @@
 //!
 //! Inbound: a connection must say hello within `HELLO_TIMEOUT_MS` and name this node as
 //! `to`; every message of a batch must come from the node the hello named (a peer speaks
-//! for itself only). Anything else closes the connection with a log line. Not built:
-//! heartbeat coalescing per node pair.
+//! for itself only). Anything else closes the connection with a log line. A peer whose
+//! shared settings differ from this node's is refused the same way, with a warning that
+//! names each setting (at most one per peer per `REFUSAL_LOG_MS`: it dials again every
+//! `BACKOFF_MS_MAX`). Not built: heartbeat coalescing per node pair.
 
 use super::directory::Directory;
 use super::forward;
+use super::shared_settings::{SharedSettings, SETTINGS_BYTES_MAX};
 use super::wire::{self, SlotMessage};
 use boltq_io::connect::connect_tcp;
 use boltq_io::event::Event;
@@ -69,7 +74,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT2\n";
+pub const HELLO_MAGIC: &[u8; 8] = b"BQRAFT3\n";
 const KIND_RAFT: u8 = 1;
 const KIND_FORWARD: u8 = 2;
 const KIND_REPLY: u8 = 3;
@@ -98,11 +103,16 @@ pub enum Incoming {
     /// A presence or typing frame for the gateway (`messaging::gateway::relay`).
     Relay(Bytes),
 }
-const HELLO_BYTES: usize = 8 + 8 + 8;
+/// The hello's fixed part; the settings follow.
+const HELLO_BYTES: usize = 8 + 8 + 8 + 2;
 pub const HELLO_TIMEOUT_MS: u64 = 5_000;
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
 pub const BACKOFF_MS_MIN: u64 = 50;
 pub const BACKOFF_MS_MAX: u64 = 2_000;
+/// Least time between two warnings about the same refused peer.
+pub const REFUSAL_LOG_MS: u64 = 60_000;
+/// Peers whose last refusal warning is remembered (more: the memory starts over).
+const REFUSALS_REMEMBERED_MAX: usize = 1024;
 /// How long a peer may leave written data unacknowledged, or keepalive probes unanswered,
 /// before its link is closed and dialled again. Far above a round trip between hosts of
 /// one site; a peer whose process stalls still has its kernel acknowledge.
@@ -157,6 +167,8 @@ struct Link {
     greeting: Rc<RefCell<Option<Vec<u8>>>>,
     /// Numbers this link's snapshot transfers.
     transfers: Cell<u64>,
+    /// This node's shared settings, encoded, for the hello.
+    settings: Rc<[u8]>,
 }
 
 /// This node's outbound links, one per peer, each written by its own task.
@@ -168,17 +180,20 @@ pub struct Outbound {
     greeting: Rc<RefCell<Option<Vec<u8>>>>,
     counters: Rc<RefCell<LinkCounters>>,
     tls: Option<Arc<rustls::ClientConfig>>,
+    settings: Rc<[u8]>,
 }
 
 impl Outbound {
-    /// Starts a link from `node_id` to each of `peers` (id → address), over TLS with `tls`.
-    /// Dropping the `Outbound` stops them.
+    /// Starts a link from `node_id` to each of `peers` (id → address), over TLS with `tls`;
+    /// each says hello with `settings`. Dropping the `Outbound` stops them.
     pub fn start(
         node_id: u64,
         peers: &BTreeMap<u64, SocketAddr>,
         tls: Option<Arc<rustls::ClientConfig>>,
+        settings: &SharedSettings,
     ) -> Outbound {
         let mut out = Outbound {
+            settings: settings.encode().into(),
             node_id,
             links: BTreeMap::new(),
             reports: Rc::new(RefCell::new(Vec::new())),
@@ -214,6 +229,7 @@ impl Outbound {
             reports: Rc::clone(&self.reports),
             greeting: Rc::clone(&self.greeting),
             transfers: Cell::new(0),
+            settings: Rc::clone(&self.settings),
         });
         self.tasks
             .insert(to, boltq_shards::spawn(Rc::clone(&link).run()));
@@ -388,10 +404,15 @@ impl Link {
         loop {
             match self.connect().await {
                 Ok(conn) => {
-                    backoff_ms = BACKOFF_MS_MIN;
+                    let connected_at = std::time::Instant::now();
                     self.update(|s| s.connects += 1);
                     self.connected.set(true);
                     let e = self.write_frames(conn).await;
+                    // A connection the peer closes at once (it refused this node) must not
+                    // be dialled again at once: only one that lived resets the backoff.
+                    if connected_at.elapsed() >= Duration::from_millis(BACKOFF_MS_MAX) {
+                        backoff_ms = BACKOFF_MS_MIN;
+                    }
                     self.connected.set(false);
                     self.drop_queue();
                     log::info!(
@@ -427,10 +448,13 @@ impl Link {
                 .await?,
             ),
         };
-        let mut hello = Vec::with_capacity(HELLO_BYTES);
+        let mut hello = Vec::with_capacity(HELLO_BYTES + self.settings.len());
         hello.extend_from_slice(HELLO_MAGIC);
         hello.extend_from_slice(&self.from.to_le_bytes());
         hello.extend_from_slice(&self.to.to_le_bytes());
+        let settings_len = u16::try_from(self.settings.len()).expect("≤ SETTINGS_BYTES_MAX");
+        hello.extend_from_slice(&settings_len.to_le_bytes());
+        hello.extend_from_slice(&self.settings);
         let greeting = self.greeting.borrow().clone();
         if let Some(frame) = greeting {
             hello.extend_from_slice(&(frame.len() as u32).to_le_bytes());
@@ -670,9 +694,77 @@ pub type Deliver = Rc<dyn Fn(u64, Incoming)>;
 /// the hello timeout); more are closed at once.
 pub const INBOUND_CONNECTIONS_MAX: usize = 256;
 
+/// What inbound connections check their peer against, and when each refused peer was
+/// last warned about.
+struct Admission {
+    node_id: u64,
+    settings: SharedSettings,
+    warned: RefCell<BTreeMap<u64, std::time::Instant>>,
+}
+
+impl Admission {
+    /// Warns about a refused peer, at most once per `REFUSAL_LOG_MS` for each.
+    fn refused(&self, from: u64, peer: &str, reason: &str) {
+        let now = std::time::Instant::now();
+        let mut warned = self.warned.borrow_mut();
+        let quiet = Duration::from_millis(REFUSAL_LOG_MS);
+        if warned
+            .get(&from)
+            .is_some_and(|at| now.duration_since(*at) < quiet)
+        {
+            log::debug!("raft link from node {from} ({peer}) refused again: {reason}");
+            return;
+        }
+        if warned.len() >= REFUSALS_REMEMBERED_MAX {
+            warned.clear();
+        }
+        warned.insert(from, now);
+        log::warn!(
+            "refused the raft link from node {from} ({peer}) to node {}: its settings differ \
+             from this node's, and members that differ apply the same log differently ({reason}). \
+             Every member must run the same values: set them alike on every member and \
+             restart the members that differ",
+            self.node_id
+        );
+    }
+}
+
+/// Why an inbound connection ended.
+enum Closed {
+    /// The peer's shared settings differ from this node's.
+    Refused {
+        from: u64,
+        reason: String,
+    },
+    Error(String),
+}
+
+impl From<String> for Closed {
+    fn from(e: String) -> Closed {
+        Closed::Error(e)
+    }
+}
+
+impl From<&str> for Closed {
+    fn from(e: &str) -> Closed {
+        Closed::Error(e.to_string())
+    }
+}
+
 /// Accepts peers' connections for node `node_id` and delivers what they send, until the
-/// returned task is dropped (which also stops the connections' readers).
-pub fn serve(listener: Listener, node_id: u64, deliver: Deliver) -> boltq_shards::Task<()> {
+/// returned task is dropped (which also stops the connections' readers). A peer must share
+/// `settings` (those both name).
+pub fn serve(
+    listener: Listener,
+    node_id: u64,
+    settings: SharedSettings,
+    deliver: Deliver,
+) -> boltq_shards::Task<()> {
+    let admission = Rc::new(Admission {
+        node_id,
+        settings,
+        warned: RefCell::new(BTreeMap::new()),
+    });
     boltq_shards::spawn(async move {
         let mut readers: Vec<(Rc<Cell<bool>>, boltq_shards::Task<()>)> = Vec::new();
         loop {
@@ -694,9 +786,10 @@ pub fn serve(listener: Listener, node_id: u64, deliver: Deliver) -> boltq_shards
             }
             let done = Rc::new(Cell::new(false));
             let deliver = Rc::clone(&deliver);
+            let admission = Rc::clone(&admission);
             let finished = Rc::clone(&done);
             let task = boltq_shards::spawn(async move {
-                read_peer(conn, node_id, deliver).await;
+                read_peer(conn, &admission, deliver).await;
                 finished.set(true);
             });
             readers.push((done, task));
@@ -704,25 +797,54 @@ pub fn serve(listener: Listener, node_id: u64, deliver: Deliver) -> boltq_shards
     })
 }
 
-async fn read_peer(mut conn: Conn, node_id: u64, deliver: Deliver) {
+async fn read_peer(mut conn: Conn, admission: &Admission, deliver: Deliver) {
     let peer = conn
         .peer_addr()
         .map_or_else(|_| "?".to_string(), |a| a.to_string());
-    if let Err(e) = read_frames(&mut conn, node_id, &deliver).await {
-        log::info!("raft connection from {peer} to node {node_id} closed: {e}");
+    match read_frames(&mut conn, admission, &deliver).await {
+        Ok(()) => {}
+        Err(Closed::Refused { from, reason }) => admission.refused(from, &peer, &reason),
+        Err(Closed::Error(e)) => log::info!(
+            "raft connection from {peer} to node {} closed: {e}",
+            admission.node_id
+        ),
     }
 }
 
-async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result<(), String> {
+/// Reads the hello: the dialling node's id and its shared settings.
+async fn read_hello(conn: &mut Conn, node_id: u64) -> Result<(u64, SharedSettings), String> {
     let mut hello = [0u8; HELLO_BYTES];
-    boltq_shards::timeout(
+    conn.read_exact(&mut hello)
+        .await
+        .map_err(|e| format!("reading the hello: {e}"))?;
+    let (from, settings_len) = check_hello(&hello, node_id)?;
+    let mut settings = vec![0u8; settings_len];
+    conn.read_exact(&mut settings)
+        .await
+        .map_err(|e| format!("reading node {from}'s settings: {e}"))?;
+    let settings =
+        SharedSettings::decode(&settings).map_err(|e| format!("node {from}'s hello: {e}"))?;
+    Ok((from, settings))
+}
+
+async fn read_frames(
+    conn: &mut Conn,
+    admission: &Admission,
+    deliver: &Deliver,
+) -> Result<(), Closed> {
+    let (from, settings) = boltq_shards::timeout(
         Duration::from_millis(HELLO_TIMEOUT_MS),
-        conn.read_exact(&mut hello),
+        read_hello(conn, admission.node_id),
     )
     .await
-    .ok_or("no hello in time")?
-    .map_err(|e| format!("reading the hello: {e}"))?;
-    let from = check_hello(&hello, node_id)?;
+    .ok_or("no hello in time")??;
+    let differences = admission.settings.differences(&settings);
+    if !differences.is_empty() {
+        return Err(Closed::Refused {
+            from,
+            reason: differences.join("; "),
+        });
+    }
     // After the hello: a TLS connection has its socket at hand once the handshake is done.
     conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))
         .map_err(|e| format!("node {from}: {e}"))?;
@@ -734,10 +856,10 @@ async fn read_frames(conn: &mut Conn, node_id: u64, deliver: &Deliver) -> Result
             .map_err(|e| format!("node {from}: {e}"))?;
         let len = u32::from_le_bytes(len) as usize;
         if len == 0 || len > wire::BATCH_BYTES_MAX + 1 {
-            return Err(format!(
+            return Err(Closed::Error(format!(
                 "node {from} sent a frame of {len} bytes (limit {})",
                 wire::BATCH_BYTES_MAX + 1
-            ));
+            )));
         }
         let mut body = vec![0u8; len];
         conn.read_exact(&mut body)
@@ -784,8 +906,9 @@ fn decode_frame(from: u64, frame: Bytes) -> Result<Incoming, String> {
     }
 }
 
-/// The dialling node's id, if the hello is ours and addressed to `node_id`.
-fn check_hello(hello: &[u8; HELLO_BYTES], node_id: u64) -> Result<u64, String> {
+/// The dialling node's id and the length of its settings, if the hello is ours,
+/// addressed to `node_id` and within the limits.
+fn check_hello(hello: &[u8; HELLO_BYTES], node_id: u64) -> Result<(u64, usize), String> {
     if &hello[..8] != HELLO_MAGIC {
         return Err("not a raft link (bad hello)".into());
     }
@@ -799,7 +922,13 @@ fn check_hello(hello: &[u8; HELLO_BYTES], node_id: u64) -> Result<u64, String> {
             "node {from} dialled node {to}, but this is node {node_id}"
         ));
     }
-    Ok(from)
+    let settings_len = usize::from(u16::from_le_bytes([hello[24], hello[25]]));
+    if settings_len > SETTINGS_BYTES_MAX {
+        return Err(format!(
+            "node {from} sent settings of {settings_len} bytes (limit {SETTINGS_BYTES_MAX})"
+        ));
+    }
+    Ok((from, settings_len))
 }
 
 #[cfg(test)]
@@ -827,12 +956,19 @@ mod tests {
 
     /// Node 1 listening, with what it was delivered.
     fn listen() -> (SharedListener, boltq_shards::Task<()>, Delivered) {
+        listen_with(SharedSettings::default())
+    }
+
+    /// Node 1 listening with `settings`, with what it was delivered.
+    fn listen_with(
+        settings: SharedSettings,
+    ) -> (SharedListener, boltq_shards::Task<()>, Delivered) {
         let shared = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let listener = Listener::for_shard(&shared, None).unwrap();
         let got = Rc::new(RefCell::new(Vec::new()));
         let sink = Rc::clone(&got);
         let deliver: Deliver = Rc::new(move |from, batch| sink.borrow_mut().push((from, batch)));
-        (shared, serve(listener, 1, deliver), got)
+        (shared, serve(listener, 1, settings, deliver), got)
     }
 
     async fn until(what: &str, f: impl Fn() -> bool) {
@@ -846,9 +982,15 @@ mod tests {
     }
 
     fn hello(from: u64, to: u64) -> Vec<u8> {
+        hello_with(from, to, &[])
+    }
+
+    fn hello_with(from: u64, to: u64, settings: &[u8]) -> Vec<u8> {
         let mut h = HELLO_MAGIC.to_vec();
         h.extend_from_slice(&from.to_le_bytes());
         h.extend_from_slice(&to.to_le_bytes());
+        h.extend_from_slice(&(settings.len() as u16).to_le_bytes());
+        h.extend_from_slice(settings);
         h
     }
 
@@ -864,7 +1006,7 @@ mod tests {
     async fn connected() -> (SharedListener, boltq_shards::Task<()>, Delivered, Outbound) {
         let (shared, serving, got) = listen();
         let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-        let out = Outbound::start(2, &peers, None);
+        let out = Outbound::start(2, &peers, None, &SharedSettings::default());
         until("the link to connect", || {
             out.stats(1).unwrap().connects == 1
         })
@@ -890,7 +1032,7 @@ mod tests {
         run(|| async {
             let (shared, _serving, got) = listen();
             let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
-            let mut out = Outbound::start(2, &BTreeMap::new(), None);
+            let mut out = Outbound::start(2, &BTreeMap::new(), None, &SharedSettings::default());
             let directory = Directory::new([Member {
                 name: "n2".into(),
                 addr: "127.0.0.1:9".into(),
@@ -955,7 +1097,12 @@ mod tests {
                 let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
                 probe.local_addr().unwrap()
             };
-            let out = Outbound::start(2, &BTreeMap::from([(1, addr)]), None);
+            let out = Outbound::start(
+                2,
+                &BTreeMap::from([(1, addr)]),
+                None,
+                &SharedSettings::default(),
+            );
             let mut snapshot = heartbeat(2, 1);
             snapshot.msg.set_msg_type(MessageType::MsgSnapshot);
             assert!(!out.send(1, &[snapshot]));
@@ -975,7 +1122,7 @@ mod tests {
             let (shared, _serving, got) = listen();
             let addr = shared.local_addr().unwrap();
             assert!(
-                closed_after(addr, b"GET / HTTP/1.1\r\n\r\nxxxxxx").await,
+                closed_after(addr, b"GET / HTTP/1.1\r\n\r\nxxxxxxxxxx").await,
                 "not a hello"
             );
             assert!(
@@ -1001,6 +1148,20 @@ mod tests {
             let mut empty = hello(2, 1);
             empty.extend_from_slice(&[0, 0, 0, 0]);
             assert!(closed_after(addr, &empty).await, "an empty frame");
+            let mut too_long = hello(2, 1);
+            let at = too_long.len() - 2;
+            too_long[at..].copy_from_slice(&((SETTINGS_BYTES_MAX + 1) as u16).to_le_bytes());
+            too_long.extend_from_slice(&vec![b'a'; SETTINGS_BYTES_MAX + 1]);
+            assert!(
+                closed_after(addr, &too_long).await,
+                "settings past their limit"
+            );
+            let mut bad_settings = hello_with(2, 1, b"NOT A SETTING\n");
+            bad_settings.extend_from_slice(&frame(&[heartbeat(2, 1)]));
+            assert!(
+                closed_after(addr, &bad_settings).await,
+                "undecodable settings"
+            );
             assert!(got.borrow().is_empty(), "nothing was delivered");
             // And a well-behaved peer is still served.
             let mut good = hello(2, 1);
@@ -1008,6 +1169,73 @@ mod tests {
             let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
             conn.write_all(&good).await.unwrap();
             until("the good batch", || got.borrow().len() == 1).await;
+        });
+    }
+
+    /// A peer whose shared settings differ is refused before anything it sends is
+    /// delivered; one that differs only in settings this node does not name is served,
+    /// and so is a link from a node with the same settings.
+    #[test]
+    fn a_peer_whose_shared_settings_differ_is_refused() {
+        run(|| async {
+            let ours = SharedSettings::new([("queue.capacity", "100"), ("server.shards", "2")]);
+            let (shared, _serving, got) = listen_with(ours.clone());
+            let addr = shared.local_addr().unwrap();
+            let differing = SharedSettings::new([("queue.capacity", "5"), ("server.shards", "2")]);
+            let mut refused = hello_with(2, 1, &differing.encode());
+            refused.extend_from_slice(&frame(&[heartbeat(2, 1)]));
+            assert!(closed_after(addr, &refused).await, "differing settings");
+            assert!(
+                got.borrow().is_empty(),
+                "nothing of a refused peer is delivered"
+            );
+            let newer = SharedSettings::new([
+                ("queue.capacity", "100"),
+                ("server.shards", "2"),
+                ("some.later.setting", "x"),
+            ]);
+            let mut accepted = hello_with(3, 1, &newer.encode());
+            accepted.extend_from_slice(&frame(&[heartbeat(3, 1)]));
+            let mut conn = connect_tcp(addr, Duration::from_secs(1)).await.unwrap();
+            conn.write_all(&accepted).await.unwrap();
+            until("the batch of a peer naming one more setting", || {
+                got.borrow().len() == 1
+            })
+            .await;
+            // A real link says hello with its node's settings.
+            let peers = BTreeMap::from([(1, addr)]);
+            let out = Outbound::start(2, &peers, None, &ours);
+            until("the link to connect", || {
+                out.stats(1).unwrap().connects == 1
+            })
+            .await;
+            until("the link's batch", || {
+                out.send(1, &[heartbeat(2, 1)]);
+                got.borrow().len() > 1
+            })
+            .await;
+        });
+    }
+
+    /// A link the peer closes at once is dialled again after a growing pause, not at once:
+    /// a refused node must not hammer its peers.
+    #[test]
+    fn a_link_closed_at_once_backs_off() {
+        run(|| async {
+            let differing = SharedSettings::new([("server.shards", "4")]);
+            let (shared, _serving, _got) =
+                listen_with(SharedSettings::new([("server.shards", "2")]));
+            let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
+            let out = Outbound::start(2, &peers, None, &differing);
+            let started = std::time::Instant::now();
+            while started.elapsed() < Duration::from_millis(3_000) {
+                out.send(1, &[heartbeat(2, 1)]);
+                boltq_shards::sleep(Duration::from_millis(20)).await;
+            }
+            // Without backing off: a connect every ~BACKOFF_MS_MIN plus the time to notice
+            // the close, dozens in 3 s; with it, 50 + 100 + ... + 1,600 ms ≈ 3.1 s: ≤ 6.
+            let connects = out.stats(1).unwrap().connects;
+            assert!((1..=6).contains(&connects), "{connects} connections in 3 s");
         });
     }
 

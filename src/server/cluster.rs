@@ -10,6 +10,7 @@ use super::ServerError;
 use crate::cluster::directory::{check_advertised, check_name, raft_id, Directory, Member, Role};
 use crate::cluster::group::{ElectionTicks, ELECTION_TICKS};
 use crate::cluster::node::{MembershipConfig, NodeConfig, StreamHooks};
+use crate::cluster::shared_settings::SharedSettings;
 use crate::config::{split_host_port, split_peer, Config};
 use crate::messaging::slot::StreamSlotConfig;
 use crate::queue::broker::BrokerConfig;
@@ -57,6 +58,8 @@ pub struct ClusterPlan {
     /// The client side of TLS on the links (`server.tls.enabled`); the listeners then
     /// speak TLS with the server's certificate.
     pub link_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// What every member must run alike (`shared_settings`).
+    pub shared: SharedSettings,
 }
 
 /// Records the member set (this node's name and its peers') in
@@ -244,6 +247,7 @@ impl ClusterPlan {
             earlier_boots,
             dir,
             link_tls,
+            shared: shared_settings(config, shard_count),
         })
     }
 
@@ -297,8 +301,59 @@ impl ClusterPlan {
                 admitted: std::sync::Arc::clone(&self.admitted),
             }),
             link_tls: self.link_tls.clone(),
+            shared: self.shared.clone(),
         }
     }
+}
+
+/// The settings whose values every member must share, as the links compare them: those
+/// a replica's apply reads (the queue plane's limits and timeouts, the messaging state's
+/// dedup and push settings) and those that decide where a command goes (shards,
+/// partition counts). Named by their configuration keys, with the unit a value is in.
+/// Not `messaging.stream.enabled`: a member may run with the plane off (its replicas keep
+/// following the log; it fills its copy from a peer when the plane is back on).
+pub fn shared_settings(config: &Config, shard_count: usize) -> SharedSettings {
+    let b = super::broker_config(config);
+    let s = stream_slot_config(&config.messaging);
+    let m = &config.messaging;
+    SharedSettings::new([
+        ("server.shards", shard_count.to_string()),
+        ("queue.ack_timeout_ns", b.ack_timeout_ns.to_string()),
+        ("queue.capacity", b.capacity_per_queue.to_string()),
+        (
+            "queue.retry_backoff_base_ns",
+            b.retry_backoff_base_ns.to_string(),
+        ),
+        (
+            "queue.retry_backoff_max_ns",
+            b.retry_backoff_max_ns.to_string(),
+        ),
+        (
+            "queue.durable_backlog_bytes_max",
+            b.durable_kept_bytes_max.to_string(),
+        ),
+        ("queue.queues_per_slot_max", b.queues_max.to_string()),
+        ("queue.slot_bytes_max", b.slot_bytes_max.to_string()),
+        ("queue.idle_queue_ttl_ns", b.idle_queue_ttl_ns.to_string()),
+        (
+            "messaging.stream.default_partitions",
+            m.stream.default_partitions.to_string(),
+        ),
+        (
+            "messaging.chat.conversation_partitions",
+            m.chat.conversation_partitions.to_string(),
+        ),
+        (
+            "messaging.chat.inbox_partitions",
+            m.chat.inbox_partitions.to_string(),
+        ),
+        ("messaging.dedup.ttl_ns", s.dedup_ttl_ns.to_string()),
+        (
+            "messaging.dedup.entries_per_slot",
+            s.dedup_entries_max.to_string(),
+        ),
+        ("messaging.push.enabled", s.anchor_push_cursors.to_string()),
+    ])
 }
 
 /// Dedup entries each slot's messaging state keeps when `messaging.dedup.max_entries` is 0

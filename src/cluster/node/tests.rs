@@ -59,6 +59,7 @@ impl Member {
             membership: None,
             link_tls: None,
             streams: Default::default(),
+            shared: Default::default(),
             stream_hooks: None,
             founding_states: BTreeMap::new(),
         };
