@@ -3,6 +3,7 @@
 #
 #   tools/bench-cluster.sh            # 10 s per scenario; SECS=3 for a quick look
 #   CHAT_ONLY=1 tools/bench-cluster.sh  # only the 3-node chat row (A/B runs of the chat path)
+#   RECONNECT_ONLY=1 tools/bench-cluster.sh  # only the reconnect-after-node-death row
 #
 # Every server: release build, fresh temporary data dir, fsync = "always", one shard. The
 # single node and the three cluster nodes share CPU 0 (one host's worth of cores for all
@@ -12,7 +13,9 @@
 # latency is the time those slots were without a leader. Every server has the messaging
 # plane on: chat rows (CHAT_RATE sends/s among CHAT_DEVICES devices on node 1's gateway)
 # compare send→sent and send→delivered on one node and on three, and a chat failover kills
-# the busiest other leader mid-run.
+# the busiest other leader mid-run. Last, reconnect after a node's death: RECONNECT_DEVICES
+# devices on node 1 go away, node 1 gets SIGKILL, a writer on node 2 writes to each of them,
+# and they come back on node 3 (fresh sessions, each subscribing from its committed cursor).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=${SECS:-10}
@@ -21,10 +24,13 @@ RATE=${RATE:-500}
 CHAT_RATE=${CHAT_RATE:-2000}
 CHAT_DEVICES=${CHAT_DEVICES:-1000}
 CHAT_ONLY=${CHAT_ONLY:-}
+RECONNECT_ONLY=${RECONNECT_ONLY:-}
+RECONNECT_DEVICES=${RECONNECT_DEVICES:-10000}
+ulimit -n "$(ulimit -Hn)"
 SECRET=0123456789abcdef0123456789abcdef
 WORK=$(mktemp -d /tmp/boltq-cluster-bench.XXXXXX)
 SERVERS=()
-trap 'kill "${SERVERS[@]}" 2>/dev/null; pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'kill "${SERVERS[@]}" 2>/dev/null; pkill -P $$ 2>/dev/null || true; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 
 if [ -z "${BOLTQ_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
   cargo build --release -q -p boltq -p boltq-tools
@@ -89,7 +95,7 @@ QUEUE=(queue --producers 1 --consumers 1 --depth 64 --size 100 --duration-secs "
 OPEN=(publish --rate "$RATE" --connections 4 --depth 64 --size 100 --duration-secs "$SECS")
 
 CHAT=(chat --secret "$SECRET" --devices "$CHAT_DEVICES" --rate "$CHAT_RATE" --duration-secs "$SECS" --warmup-secs "$WARM")
-if [ -z "$CHAT_ONLY" ]; then
+if [ -z "$CHAT_ONLY$RECONNECT_ONLY" ]; then
   tcp=$(free_port); http=$(free_port)
   start single "$tcp" "$http"; pid=$STARTED; ready "$http"
   row "single node: queue" "$tcp" "$http" "${QUEUE[@]}"
@@ -111,6 +117,35 @@ for i in 1 2 3; do ready "${HTTP[$i]}"; done
 sleep 6   # one leader-balancing round
 if [ -n "$CHAT_ONLY" ]; then
   chat_row "3 nodes: chat @${CHAT_RATE}/s" "${HTTP[1]}" "${CHAT[@]}"
+  exit 0
+fi
+
+# reconnect_row: devices on n1 go away, n1 gets SIGKILL, the writer on n2 writes, the
+# devices come back on n3. Prints devices, seconds from the reconnect's start until the
+# last device held everything written while it was away, welcomes, errors, failed checks.
+reconnect_row() {
+  local report="$WORK/reconnect.json"
+  "$BENCH_BIN" reconnect --secret "$SECRET" --devices "$RECONNECT_DEVICES" --away-messages 2 \
+    --url "ws://127.0.0.1:${HTTP[1]}/ws" --writer-url "ws://127.0.0.1:${HTTP[2]}/ws" \
+    --resume-url "ws://127.0.0.1:${HTTP[3]}/ws" --while-away-cmd "kill -9 ${PID[1]}" \
+    --connect-concurrency 256 --drain-timeout-secs 60 --cpus 1 --json --quiet >"$report" || true
+  python3 - "$report" <<'PY'
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit("reconnect after n1's death: no report (the run failed; its error is above)")
+x = r["messages"]
+failed = [name for name, ok in r["checks"].items() if not ok]
+print(f"reconnect after n1's death: {x.get('caught_up')} of {x.get('disconnected')} devices caught up "
+      f"in {x.get('all_caught_up_secs')} s on n3 (fresh sessions: {x.get('not_resumed')}; "
+      f"writes retried after 'retry': {x.get('send_retries')}), "
+      f"errors {r['errors']['total']} {json.dumps(r['errors'].get('by_kind', {}))[:300] if r['errors']['total'] else ''}, "
+      f"failed checks {failed or 'none'}")
+PY
+}
+if [ -n "$RECONNECT_ONLY" ]; then
+  reconnect_row
   exit 0
 fi
 row "3 nodes: queue via n1" "${TCP[1]}" "${HTTP[1]}" "${QUEUE[@]}"
@@ -144,3 +179,12 @@ print(max((n for n in led if n != "n1"), key=lambda n: led[n])[1:])')
 chat_row "chat failover (kill -9 n$victim2)" "${HTTP[1]}" "${CHAT[@]}" --max-errors 1000000
 echo "(chat: sends/s, send->sent p50/p99 ms, send->delivered p50/p99 ms, max delivery ms, errors;"
 echo " in the failover row, errors = sends answered 'retry' while n$victim2's slots elected)"
+
+# Reconnect after a node's death, with every node up again first.
+wait "${PID[$victim2]}" 2>/dev/null || true
+taskset -c 0 "$BOLTQ_BIN" --config "$WORK/n$victim2.toml" >>"$WORK/n$victim2.log" 2>&1 &
+PID[$victim2]=$!
+SERVERS+=("${PID[$victim2]}")
+ready "${HTTP[$victim2]}"
+sleep 6
+reconnect_row

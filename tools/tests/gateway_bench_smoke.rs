@@ -452,3 +452,125 @@ fn a_wrong_secret_is_a_setup_failure() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("HTTP 401"), "{err}");
 }
+
+/// Three clustered servers (one shard each) with the messaging plane on; `nodes[i]` is
+/// node i's process and admin HTTP port (the gateway shares it).
+struct Cluster {
+    nodes: Vec<(Child, u16)>,
+    _dir: TempDir,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (child, _) in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The status of `GET path` on 127.0.0.1:`port`, if it answered.
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+fn start_cluster() -> Cluster {
+    let dir = TempDir::new("gateway-bench-cluster");
+    let ports: Vec<(u16, u16, u16)> = (0..3)
+        .map(|_| (free_port(), free_port(), free_port()))
+        .collect();
+    let mut cluster = Cluster {
+        nodes: Vec::new(),
+        _dir: dir,
+    };
+    for (i, &(tcp, http, raft)) in ports.iter().enumerate() {
+        let peers: Vec<String> = (0..3)
+            .filter(|&j| j != i)
+            .map(|j| format!("\"n{j}@127.0.0.1:{}\"", ports[j].2))
+            .collect();
+        let base = cluster._dir.path();
+        let config = base.join(format!("n{i}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nhost = \"127.0.0.1\"\ntcp_port = {tcp}\nhttp_port = {http}\nshards = 1\n\
+                 [storage]\ndata_dir = \"{}\"\n\
+                 [messaging.stream]\nenabled = true\n\
+                 [messaging.identity]\nenabled = true\nkeys = [{{ id = \"k1\", secret = \"{SECRET}\" }}]\n\
+                 [messaging.gateway]\nenabled = true\n\
+                 [cluster]\nenabled = true\nnode_id = \"n{i}\"\nraft_addr = \"127.0.0.1:{raft}\"\npeers = [{}]\n",
+                base.join(format!("data-n{i}")).display(),
+                peers.join(", ")
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(base.join(format!("n{i}.log"))).unwrap();
+        let child = Command::new(server_binary())
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn a boltq node");
+        cluster.nodes.push((child, http));
+    }
+    // Ready: every node knows a leader for every slot.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for &(_, http, _) in &ports {
+        while http_status(http, "/readyz") != Some(200) {
+            assert!(std::time::Instant::now() < deadline, "cluster not ready");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    cluster
+}
+
+/// Issue 15's promise for devices whose node dies: they come back on another node with a
+/// fresh session (sessions live on their node), subscribe from their committed cursors,
+/// and receive everything written while they were away exactly once — the writes going
+/// through a third node while the dead node's slots elect new leaders.
+#[test]
+fn reconnect_on_another_node_after_its_node_dies_loses_and_repeats_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = start_cluster();
+    let url = |i: usize| format!("ws://127.0.0.1:{}/ws", cluster.nodes[i].1);
+    let kill = format!("kill -9 {}", cluster.nodes[0].0.id());
+    let out = Command::new(BENCH)
+        .args(["reconnect", "--devices", "40", "--away-messages", "3"])
+        .args(["--writers", "2", "--url", &url(0), "--writer-url", &url(1)])
+        .args(["--resume-url", &url(2), "--while-away-cmd", &kill])
+        .args(["--secret", SECRET, "--json", "--quiet"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run boltq-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "report is not JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_clean(out.status.code().unwrap_or(-1), &r);
+    let m = &r["messages"];
+    assert_eq!(acked_sends(&r), 120, "{r}");
+    assert_eq!(num(&m["disconnected"]), 40, "{r}");
+    assert_eq!(num(&m["not_resumed"]), 40, "fresh sessions on n2: {r}");
+    assert_eq!(num(&m["caught_up"]), 40, "{r}");
+    assert_eq!(num(&m["delivered"]), 120, "each write once: {r}");
+    assert!(
+        http_status(cluster.nodes[0].1, "/readyz").is_none(),
+        "n0 was killed"
+    );
+}

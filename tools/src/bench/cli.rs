@@ -398,4 +398,19 @@ pub struct ReconnectArgs {
     /// Sends in flight per writer connection.
     #[arg(long, default_value_t = 64)]
     pub depth: usize,
+    /// Where the roaming devices reconnect (default: --url), for example the gateway of
+    /// another node of a cluster. Sessions live on the node that made them, so on another
+    /// node a device starts a fresh session and subscribes from its committed cursor:
+    /// counted as not resumed, not as an error. ws:// only.
+    #[arg(long)]
+    pub resume_url: Option<String>,
+    /// Where the writers connect (default: --url): keep them off a node that
+    /// --while-away-cmd stops. ws:// only.
+    #[arg(long)]
+    pub writer_url: Option<String>,
+    /// Shell command (`sh -c`) run once every roaming device is away and before the
+    /// writers write, for example `kill -9 <pid>` of the node the devices were on. It must
+    /// exit 0.
+    #[arg(long)]
+    pub while_away_cmd: Option<String>,
 }

@@ -241,6 +241,9 @@ pub struct ErrorBody<'a> {
     pub code: Cow<'a, str>,
     #[serde(default, borrow)]
     pub message: Cow<'a, str>,
+    /// The server says the request may be retried (sent only when true).
+    #[serde(default)]
+    pub retryable: bool,
 }
 
 impl ErrorBody<'_> {

@@ -7,6 +7,7 @@ use crate::bench::gateway::ws;
 use crate::bench::poll;
 use crate::bench::stats::{Counters, Op};
 use crate::bench::transport::Stream;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 
 impl Worker<'_> {
@@ -16,6 +17,25 @@ impl Worker<'_> {
                 return;
             };
             self.start_connect(i, now);
+        }
+    }
+
+    /// Where device `i` connects: `reconnect`'s other addresses for a reconnecting device
+    /// or a writer, else the run's.
+    fn endpoint(&self, i: usize) -> (&ws::Url, SocketAddr) {
+        let d = &self.devs[i];
+        let other = self.run.reconnect.as_ref().and_then(|p| {
+            if d.reconnecting {
+                p.resume_at.as_ref()
+            } else if !d.spec.roams {
+                p.writers_at.as_ref()
+            } else {
+                None
+            }
+        });
+        match other {
+            Some(e) => (&e.url, e.addr),
+            None => (&self.run.url, self.run.addr),
         }
     }
 
@@ -30,9 +50,11 @@ impl Worker<'_> {
             start: now,
             written: now,
             prime: false,
+            seq: 0,
         });
         Counters::add(&self.shared.counters.sent[Op::Hello as usize], 1);
-        let opened = poll::connect_nonblocking(&self.run.addr).and_then(|s| {
+        let addr = self.endpoint(i).1;
+        let opened = poll::connect_nonblocking(&addr).and_then(|s| {
             s.set_nodelay(true)?;
             let flags = (libc::EPOLLIN | libc::EPOLLOUT) as u32;
             self.epoll.add(s.as_raw_fd(), i as u64, flags)?;
@@ -67,7 +89,9 @@ impl Worker<'_> {
         random[..8].copy_from_slice(&d.random().to_ne_bytes());
         random[8..].copy_from_slice(&d.random().to_ne_bytes());
         d.upgrade_key = ws::upgrade_key(random);
-        let request = ws::upgrade_request(&self.run.url, &d.spec.token, &d.upgrade_key);
+        let (token, key) = (&self.devs[i].spec.token, &self.devs[i].upgrade_key);
+        let request = ws::upgrade_request(self.endpoint(i).0, token, key);
+        let d = &mut self.devs[i];
         d.out.extend_from_slice(&request);
         d.phase = Phase::Upgrading;
         d.want_write = true; // registered for EPOLLOUT while connecting

@@ -42,6 +42,8 @@ pub(super) struct Pending {
     /// When it was written; request timeouts count from here.
     pub(super) written: u64,
     pub(super) prime: bool,
+    /// A send's stamp sequence (its `client_msg_id` is `<device>-<seq>`); 0 otherwise.
+    pub(super) seq: u64,
 }
 
 pub(super) struct Sub {
@@ -81,6 +83,9 @@ pub(super) struct Device {
     pub(super) sender_counted: bool,
     pub(super) away_received: u64,
     pub(super) rng: u64,
+    /// `reconnect` writer: sends refused as retryable, as (due, seq, start), oldest first;
+    /// each goes again with its `client_msg_id` (dedup makes a stored one a duplicate).
+    pub(super) retries: VecDeque<(u64, u64, u64)>,
 }
 
 impl Device {
@@ -120,6 +125,7 @@ impl Device {
             done_sending: false,
             sender_counted: false,
             away_received: 0,
+            retries: VecDeque::new(),
         }
     }
 
@@ -155,11 +161,26 @@ impl Device {
         now: u64,
     ) -> usize {
         self.seq += 1;
+        self.queue_send_numbered(run, json, conv, kind, self.seq, start, now)
+    }
+
+    /// [`Device::queue_send`] of the send numbered `seq` (a retry keeps its number).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn queue_send_numbered(
+        &mut self,
+        run: &GwRun,
+        json: &mut Vec<u8>,
+        conv: usize,
+        kind: StampKind,
+        seq: u64,
+        start: u64,
+        now: u64,
+    ) -> usize {
         let id = self.take_id();
         let stamp = Stamp {
             kind,
             sender: self.spec.index,
-            seq: self.seq,
+            seq,
             sent_ns: start,
         };
         json.clear();
@@ -172,6 +193,7 @@ impl Device {
             start,
             written: now,
             prime: kind == StampKind::Prime,
+            seq,
         });
         size
     }
@@ -185,6 +207,7 @@ impl Device {
             start: now,
             written: now,
             prime: false,
+            seq: 0,
         });
     }
 }

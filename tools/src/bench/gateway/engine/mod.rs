@@ -82,6 +82,19 @@ pub struct ReconnectPlan {
     pub devices: u64,
     /// Messages written to each of them while away.
     pub away: u64,
+    /// Where roaming devices reconnect, when not at [`GwRun::url`]: another node, whose
+    /// fresh sessions are expected (each device subscribes from its committed cursor).
+    pub resume_at: Option<Endpoint>,
+    /// Where the writers connect, when not at [`GwRun::url`].
+    pub writers_at: Option<Endpoint>,
+    /// Run once every roaming device is away, before the writers write.
+    pub while_away_cmd: Option<String>,
+}
+
+/// A plain `ws://` gateway address other than the run's own.
+pub struct Endpoint {
+    pub url: Url,
+    pub addr: SocketAddr,
 }
 
 /// What every thread of one gateway run shares.
@@ -138,6 +151,10 @@ pub struct GwCounters {
     pub disconnected: AtomicU64,
     /// `reconnect`: when the mass reconnect started (0 = not yet).
     pub reconnect_start_ns: AtomicU64,
+    /// `reconnect`: writer sends refused as retryable and sent again.
+    pub send_retries: AtomicU64,
+    /// `reconnect`: `--while-away-cmd` not run (0), running (1), done (2), failed (3).
+    pub while_away: AtomicU64,
     /// `reconnect`: when the last device caught up.
     pub last_caught_up_ns: AtomicU64,
 }

@@ -29,7 +29,10 @@ impl Worker<'_> {
             }
             Counters::add(&c.disconnected, n);
         }
-        if !self.writers_started && Counters::get(&c.disconnected) >= plan.devices {
+        if !self.writers_started
+            && Counters::get(&c.disconnected) >= plan.devices
+            && self.while_away_done()
+        {
             self.writers_started = true;
             for i in 0..self.devs.len() {
                 if !self.devs[i].spec.roams {
@@ -54,6 +57,45 @@ impl Worker<'_> {
                 }
             }
         }
+    }
+
+    /// Whether `--while-away-cmd` has run (or there is none). The first thread to get here
+    /// runs it, blocking its own loop (its devices are away, its writers not started);
+    /// the others wait for it. A command that fails counts as an error and the run goes on.
+    fn while_away_done(&mut self) -> bool {
+        let Some(cmd) = self
+            .run
+            .reconnect
+            .as_ref()
+            .and_then(|p| p.while_away_cmd.as_ref())
+        else {
+            return true;
+        };
+        let state = &self.run.counters.while_away;
+        if state
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let status = std::process::Command::new("sh").arg("-c").arg(cmd).status();
+            let ok = status.as_ref().is_ok_and(|s| s.success());
+            if !ok {
+                self.shared.error(None, "--while-away-cmd failed", 1);
+                eprintln!("--while-away-cmd {cmd:?}: {status:?}");
+            }
+            state.store(if ok { 2 } else { 3 }, Ordering::Release);
+        }
+        state.load(Ordering::Acquire) >= 2
+    }
+
+    /// Whether device `i` is back on another node than it left (`--resume-url`), where a
+    /// fresh session is expected.
+    pub(super) fn elsewhere(&self, i: usize) -> bool {
+        self.devs[i].reconnecting
+            && self
+                .run
+                .reconnect
+                .as_ref()
+                .is_some_and(|p| p.resume_at.is_some())
     }
 
     /// Closes with a RST and no Close frame: a phone that lost its network.

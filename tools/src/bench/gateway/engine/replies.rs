@@ -62,14 +62,17 @@ impl Worker<'_> {
                 return self.become_ready(i, now);
             }
             Counters::add(&self.run.counters.not_resumed, 1);
-            self.shared
-                .error(None, "resume refused (a fresh session)", 1);
+            if !self.elsewhere(i) {
+                self.shared
+                    .error(None, "resume refused (a fresh session)", 1);
+            }
         }
         self.start_setup(i, now);
     }
 
     /// Subscribes (and, first time round, primes).
     pub(super) fn start_setup(&mut self, i: usize, now: u64) {
+        let elsewhere = self.elsewhere(i);
         let d = &mut self.devs[i];
         d.phase = Phase::Setup;
         let mut subscribes = 0;
@@ -78,7 +81,10 @@ impl Worker<'_> {
             // Inboxes, and the conversations of roaming devices, from their start: a
             // pointer or prime written before this subscribe (by another device) must
             // arrive too.
-            let from = (d.subs[s].inbox || d.spec.roams).then_some(1);
+            // A device back on another node (a fresh session there) starts at its
+            // committed cursor, as an app would.
+            let from =
+                (d.subs[s].inbox || (d.spec.roams && !(d.reconnecting && elsewhere))).then_some(1);
             let frame = proto::subscribe(id, &d.subs[s].topic, from);
             d.request(Op::Subscribe, id, &frame, now);
             subscribes += 1;
@@ -187,8 +193,14 @@ impl Worker<'_> {
             return;
         };
         if p.op == Op::Send && !p.prime {
-            self.shared.error(Some(Op::Send), &kind, 1);
             self.devs[i].sends_inflight -= 1;
+            let retryable = m.error.as_ref().is_some_and(|e| e.retryable);
+            if retryable && self.run.reconnect.is_some() {
+                // A writer does what an app does with "retry": the same send again
+                // shortly (a leader is being elected), under its own client_msg_id.
+                return self.retry_send(i, p.seq, p.start, now);
+            }
+            self.shared.error(Some(Op::Send), &kind, 1);
             return self.fill(i, now);
         }
         // A setup step was refused: the device cannot take part.

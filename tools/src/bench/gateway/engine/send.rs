@@ -8,6 +8,9 @@ use crate::bench::stats::{Counters, Op, Series};
 use std::cmp::Reverse;
 use std::sync::atomic::Ordering;
 
+/// How long a `reconnect` writer waits before sending a send refused as retryable again.
+pub const RETRY_PAUSE_NS: u64 = 200_000_000;
+
 impl Worker<'_> {
     /// Queues as many sends as the device's window, schedule and the run allow.
     pub(super) fn fill(&mut self, i: usize, now: u64) {
@@ -22,11 +25,33 @@ impl Worker<'_> {
         let shared = self.shared;
         let (mut sent, mut bytes) = (0u64, 0u64);
         while d.sends_inflight < self.run.depth {
+            if let Some(&(due, seq, start)) = d.retries.front() {
+                if due <= now {
+                    d.retries.pop_front();
+                    let conv = d.spec.targets[(seq - 1) as usize % d.spec.targets.len()];
+                    let kind = StampKind::Measured;
+                    bytes += d.queue_send_numbered(
+                        self.run,
+                        &mut self.json,
+                        conv,
+                        kind,
+                        seq,
+                        start,
+                        now,
+                    ) as u64;
+                    d.sends_inflight += 1;
+                    continue;
+                }
+                if !d.scheduled {
+                    d.scheduled = true;
+                    self.heap.push(Reverse((due, i)));
+                }
+            }
             if writer {
                 let total =
                     self.run.reconnect.as_ref().map_or(0, |r| r.away) * d.spec.targets.len() as u64;
                 if d.seq >= total {
-                    d.done_sending = true;
+                    d.done_sending = d.retries.is_empty();
                     break;
                 }
             } else if shared.stopped() {
@@ -81,6 +106,15 @@ impl Worker<'_> {
         Counters::add(&counters.payload_messages, sent);
         Counters::add(&counters.payload_bytes, bytes);
         self.sender_done_check(i);
+    }
+
+    /// Sends the send numbered `seq` again after `RETRY_PAUSE_NS`.
+    pub(super) fn retry_send(&mut self, i: usize, seq: u64, start: u64, now: u64) {
+        let d = &mut self.devs[i];
+        d.retries.push_back((now + RETRY_PAUSE_NS, seq, start));
+        d.done_sending = false;
+        Counters::add(&self.run.counters.send_retries, 1);
+        self.fill(i, now);
     }
 
     /// A sender that will send nothing more and has every reply: one fewer live sender.
