@@ -35,6 +35,10 @@ pub async fn status(ctx: &AdminCtx) -> Response {
                 "slots_without_leader": s.slots_without_leader,
                 "members": members(&view, &report.raft),
                 "groups": groups(&view, &report.raft),
+                "refused_links": refused_links(&view, &report.refused_links)
+                    .into_iter()
+                    .map(|(node, reason)| json!({"node_id": node, "reason": reason}))
+                    .collect::<Vec<_>>(),
             },
             "enabled": true,
         }),
@@ -86,6 +90,25 @@ pub async fn join_or_leave(req: &Request, ctx: &AdminCtx, join: bool) -> Respons
         ),
         Err(e) => Response::error(500, &e),
     }
+}
+
+/// The peers this node's shards refused lately, by name (a raft id when not a member),
+/// each once, with why.
+fn refused_links(
+    view: &crate::queue::server::replicated::ClusterView,
+    refused: &[(u64, String)],
+) -> std::collections::BTreeMap<String, String> {
+    refused
+        .iter()
+        .map(|(id, why)| {
+            let name = view
+                .members
+                .iter()
+                .find(|m| m.0 == *id)
+                .map_or_else(|| format!("raft-{id}"), |m| m.1.clone());
+            (name, why.clone())
+        })
+        .collect()
 }
 
 /// Each member with the slot groups (of those this node hosts) it votes in and learns in.
@@ -170,6 +193,20 @@ pub async fn readyz(ctx: &AdminCtx) -> Response {
                 s.slots_without_leader,
                 boltq_shards::SLOTS
             ),
+        };
+        let refused = refused_links(&view, &report.refused_links);
+        let reason = if refused.is_empty() {
+            reason
+        } else {
+            // The likely cause, where an operator looks first.
+            let peers: Vec<String> = refused
+                .iter()
+                .map(|(node, why)| format!("{node} ({why})"))
+                .collect();
+            format!(
+                "{reason}; refusing the links of members whose settings differ from this node's: {}",
+                peers.join(", ")
+            )
         };
         body["reason"] = json!(reason);
     }

@@ -197,6 +197,8 @@ pub struct Node {
     /// Notified whenever the directory changed or entries were applied: what waits for a
     /// membership change to settle watches it.
     members_moved: Event,
+    /// What the listener checks peers against, and whom it refused lately.
+    admission: Rc<transport::Admission>,
     /// Notified when the directory changed: the task that keeps it saved watches it.
     directory_changed: Event,
 }
@@ -313,7 +315,7 @@ impl Node {
             None => (None, None),
         };
         let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone(), &cfg.shared);
-        let node_id = cfg.node_id;
+        let admission = Rc::new(transport::Admission::new(cfg.node_id, cfg.shared.clone()));
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
         let admitted = cfg
             .membership
@@ -340,6 +342,7 @@ impl Node {
             directory: RefCell::new(None),
             members_moved: Event::default(),
             directory_changed: Event::default(),
+            admission,
         });
         if let Some(directory) = directory {
             node.learn(directory);
@@ -367,7 +370,7 @@ impl Node {
             }
         });
         let mut tasks = vec![
-            transport::serve(listener, node_id, node.cfg.shared.clone(), deliver),
+            transport::serve(listener, Rc::clone(&node.admission), deliver),
             boltq_shards::spawn(Rc::clone(&node).run(logs)),
         ];
         if let Some(m) = &node.cfg.membership {
@@ -384,6 +387,12 @@ impl Node {
 
     pub fn id(&self) -> u64 {
         self.cfg.node_id
+    }
+
+    /// The peers whose links this node refused lately, by raft id, with why (their shared
+    /// settings differ).
+    pub fn refused_links(&self) -> Vec<(u64, String)> {
+        self.admission.refused_peers()
     }
 
     /// Links this node to one that joined (before the membership change that adds it).

@@ -282,6 +282,10 @@ impl Replicated for Replication {
         self.node.slot_status()
     }
 
+    fn refused_links(&self) -> Vec<(u64, String)> {
+        self.node.refused_links()
+    }
+
     fn view(&self) -> ClusterView {
         let mut view = (*self.view).clone();
         if let Some(directory) = self.node.directory() {

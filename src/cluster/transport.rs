@@ -111,8 +111,10 @@ pub const BACKOFF_MS_MIN: u64 = 50;
 pub const BACKOFF_MS_MAX: u64 = 2_000;
 /// Least time between two warnings about the same refused peer.
 pub const REFUSAL_LOG_MS: u64 = 60_000;
-/// Peers whose last refusal warning is remembered (more: the memory starts over).
+/// Peers whose last refusal is remembered (more: the memory starts over).
 const REFUSALS_REMEMBERED_MAX: usize = 1024;
+/// How long a refusal is reported after the peer's last attempt.
+pub const REFUSAL_FORGET_MS: u64 = 10_000;
 /// How long a peer may leave written data unacknowledged, or keepalive probes unanswered,
 /// before its link is closed and dialled again. Far above a round trip between hosts of
 /// one site; a peer whose process stalls still has its kernel acknowledge.
@@ -694,31 +696,77 @@ pub type Deliver = Rc<dyn Fn(u64, Incoming)>;
 /// the hello timeout); more are closed at once.
 pub const INBOUND_CONNECTIONS_MAX: usize = 256;
 
-/// What inbound connections check their peer against, and when each refused peer was
-/// last warned about.
-struct Admission {
+/// What a node's inbound connections check their peer against, and the peers it refused
+/// lately (for the log, `/readyz` and `/cluster/status`).
+pub struct Admission {
     node_id: u64,
     settings: SharedSettings,
-    warned: RefCell<BTreeMap<u64, std::time::Instant>>,
+    refusals: RefCell<BTreeMap<u64, Refusal>>,
+}
+
+/// The last refusal of one peer.
+struct Refusal {
+    reason: String,
+    at: std::time::Instant,
+    warned_at: std::time::Instant,
 }
 
 impl Admission {
-    /// Warns about a refused peer, at most once per `REFUSAL_LOG_MS` for each.
+    pub fn new(node_id: u64, settings: SharedSettings) -> Admission {
+        Admission {
+            node_id,
+            settings,
+            refusals: RefCell::new(BTreeMap::new()),
+        }
+    }
+
+    /// The peers refused within the last `REFUSAL_FORGET_MS`, with why: a refused peer
+    /// dials again every `BACKOFF_MS_MAX`, so one not refused since then has stopped
+    /// dialling or links now.
+    pub fn refused_peers(&self) -> Vec<(u64, String)> {
+        let now = std::time::Instant::now();
+        let recent = Duration::from_millis(REFUSAL_FORGET_MS);
+        self.refusals
+            .borrow()
+            .iter()
+            .filter(|(_, r)| now.duration_since(r.at) < recent)
+            .map(|(&from, r)| (from, r.reason.clone()))
+            .collect()
+    }
+
+    /// A peer said hello with the same settings: it is refused no more.
+    fn admitted(&self, from: u64) {
+        self.refusals.borrow_mut().remove(&from);
+    }
+
+    /// Records a refused peer; warns at most once per `REFUSAL_LOG_MS` for each.
     fn refused(&self, from: u64, peer: &str, reason: &str) {
         let now = std::time::Instant::now();
-        let mut warned = self.warned.borrow_mut();
+        let mut refusals = self.refusals.borrow_mut();
         let quiet = Duration::from_millis(REFUSAL_LOG_MS);
-        if warned
+        let warned_lately = refusals
             .get(&from)
-            .is_some_and(|at| now.duration_since(*at) < quiet)
-        {
+            .is_some_and(|r| now.duration_since(r.warned_at) < quiet);
+        if refusals.len() >= REFUSALS_REMEMBERED_MAX && !refusals.contains_key(&from) {
+            refusals.clear();
+        }
+        let warned_at = match refusals.get(&from) {
+            Some(r) if warned_lately => r.warned_at,
+            _ => now,
+        };
+        refusals.insert(
+            from,
+            Refusal {
+                reason: reason.to_string(),
+                at: now,
+                warned_at,
+            },
+        );
+        drop(refusals);
+        if warned_lately {
             log::debug!("raft link from node {from} ({peer}) refused again: {reason}");
             return;
         }
-        if warned.len() >= REFUSALS_REMEMBERED_MAX {
-            warned.clear();
-        }
-        warned.insert(from, now);
         log::warn!(
             "refused the raft link from node {from} ({peer}) to node {}: its settings differ \
              from this node's, and members that differ apply the same log differently ({reason}). \
@@ -751,20 +799,15 @@ impl From<&str> for Closed {
     }
 }
 
-/// Accepts peers' connections for node `node_id` and delivers what they send, until the
-/// returned task is dropped (which also stops the connections' readers). A peer must share
-/// `settings` (those both name).
+/// Accepts peers' connections for the node `admission` checks them for, and delivers what
+/// they send, until the returned task is dropped (which also stops the connections'
+/// readers).
 pub fn serve(
     listener: Listener,
-    node_id: u64,
-    settings: SharedSettings,
+    admission: Rc<Admission>,
     deliver: Deliver,
 ) -> boltq_shards::Task<()> {
-    let admission = Rc::new(Admission {
-        node_id,
-        settings,
-        warned: RefCell::new(BTreeMap::new()),
-    });
+    let node_id = admission.node_id;
     boltq_shards::spawn(async move {
         let mut readers: Vec<(Rc<Cell<bool>>, boltq_shards::Task<()>)> = Vec::new();
         loop {
@@ -845,6 +888,7 @@ async fn read_frames(
             reason: differences.join("; "),
         });
     }
+    admission.admitted(from);
     // After the hello: a TLS connection has its socket at hand once the handshake is done.
     conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))
         .map_err(|e| format!("node {from}: {e}"))?;
@@ -956,19 +1000,27 @@ mod tests {
 
     /// Node 1 listening, with what it was delivered.
     fn listen() -> (SharedListener, boltq_shards::Task<()>, Delivered) {
-        listen_with(SharedSettings::default())
+        let (shared, serving, got, _) = listen_with(SharedSettings::default());
+        (shared, serving, got)
     }
 
-    /// Node 1 listening with `settings`, with what it was delivered.
+    /// Node 1 listening with `settings`, with what it was delivered and its admission.
     fn listen_with(
         settings: SharedSettings,
-    ) -> (SharedListener, boltq_shards::Task<()>, Delivered) {
+    ) -> (
+        SharedListener,
+        boltq_shards::Task<()>,
+        Delivered,
+        Rc<Admission>,
+    ) {
         let shared = SharedListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
         let listener = Listener::for_shard(&shared, None).unwrap();
         let got = Rc::new(RefCell::new(Vec::new()));
         let sink = Rc::clone(&got);
         let deliver: Deliver = Rc::new(move |from, batch| sink.borrow_mut().push((from, batch)));
-        (shared, serve(listener, 1, settings, deliver), got)
+        let admission = Rc::new(Admission::new(1, settings));
+        let serving = serve(listener, Rc::clone(&admission), deliver);
+        (shared, serving, got, admission)
     }
 
     async fn until(what: &str, f: impl Fn() -> bool) {
@@ -1179,7 +1231,7 @@ mod tests {
     fn a_peer_whose_shared_settings_differ_is_refused() {
         run(|| async {
             let ours = SharedSettings::new([("queue.capacity", "100"), ("server.shards", "2")]);
-            let (shared, _serving, got) = listen_with(ours.clone());
+            let (shared, _serving, got, admission) = listen_with(ours.clone());
             let addr = shared.local_addr().unwrap();
             let differing = SharedSettings::new([("queue.capacity", "5"), ("server.shards", "2")]);
             let mut refused = hello_with(2, 1, &differing.encode());
@@ -1188,6 +1240,11 @@ mod tests {
             assert!(
                 got.borrow().is_empty(),
                 "nothing of a refused peer is delivered"
+            );
+            assert_eq!(
+                admission.refused_peers(),
+                [(2, "queue.capacity = 100 here, 5 there".to_string())],
+                "the refusal is reported with why"
             );
             let newer = SharedSettings::new([
                 ("queue.capacity", "100"),
@@ -1202,7 +1259,8 @@ mod tests {
                 got.borrow().len() == 1
             })
             .await;
-            // A real link says hello with its node's settings.
+            // Node 2 again, now with this node's settings (its config fixed): it links, and
+            // is no longer reported refused.
             let peers = BTreeMap::from([(1, addr)]);
             let out = Outbound::start(2, &peers, None, &ours);
             until("the link to connect", || {
@@ -1214,6 +1272,7 @@ mod tests {
                 got.borrow().len() > 1
             })
             .await;
+            assert!(admission.refused_peers().is_empty());
         });
     }
 
@@ -1223,7 +1282,7 @@ mod tests {
     fn a_link_closed_at_once_backs_off() {
         run(|| async {
             let differing = SharedSettings::new([("server.shards", "4")]);
-            let (shared, _serving, _got) =
+            let (shared, _serving, _got, _) =
                 listen_with(SharedSettings::new([("server.shards", "2")]));
             let peers = BTreeMap::from([(1, shared.local_addr().unwrap())]);
             let out = Outbound::start(2, &peers, None, &differing);

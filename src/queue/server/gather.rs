@@ -156,6 +156,7 @@ impl Plane {
         report.metrics = self.shard.metrics().snapshot();
         if let Some(replication) = self.replication.get() {
             report.raft = replication.slot_status();
+            report.refused_links = replication.refused_links();
         }
         report
     }

@@ -79,6 +79,9 @@ pub struct ShardReport {
     pub metrics: boltq_shards::MetricsSnapshot,
     /// With `cluster.enabled`: the shard's raft groups, by slot.
     pub raft: Vec<super::replicated::SlotStatus>,
+    /// With `cluster.enabled`: peers whose links the shard's node refused lately (raft
+    /// id, why); the same peer may come from several shards.
+    pub refused_links: Vec<(u64, String)>,
 }
 
 impl ShardReport {
@@ -93,6 +96,8 @@ impl ShardReport {
         self.connection_list
             .extend(other.connection_list.iter().cloned());
         self.raft.extend(other.raft.iter().cloned());
+        self.refused_links
+            .extend(other.refused_links.iter().cloned());
         self.metrics = boltq_shards::MetricsSnapshot::merge([
             std::mem::take(&mut self.metrics),
             other.metrics.clone(),

@@ -62,6 +62,9 @@ pub trait Replicated {
     /// Every hosted slot's broker as this node has applied it.
     fn for_each_broker(&self, f: &mut dyn FnMut(u16, &Broker));
     fn slot_status(&self) -> Vec<SlotStatus>;
+    /// Peers whose links this shard's node refused lately, by raft id, with why (their
+    /// shared settings differ).
+    fn refused_links(&self) -> Vec<(u64, String)>;
     /// Who the members are now (they change as nodes join and leave).
     fn view(&self) -> ClusterView;
     /// A join or leave asked of this node (`/cluster/join|leave`, TCP 0x10–0x11): checked
