@@ -120,6 +120,17 @@ if [ -n "$CHAT_ONLY" ]; then
   exit 0
 fi
 
+# restart_node I: node I, killed, starts again with its config and data; then one
+# leader-balancing round.
+restart_node() {
+  wait "${PID[$1]}" 2>/dev/null || true
+  taskset -c 0 "$BOLTQ_BIN" --config "$WORK/n$1.toml" >>"$WORK/n$1.log" 2>&1 &
+  PID[$1]=$!
+  SERVERS+=("${PID[$1]}")
+  ready "${HTTP[$1]}"
+  sleep 6
+}
+
 # reconnect_row: devices on n1 go away, n1 gets SIGKILL, the writer on n2 writes, the
 # devices come back on n3. Prints devices, seconds from the reconnect's start until the
 # last device held everything written while it was away, welcomes, errors, failed checks.
@@ -164,12 +175,7 @@ echo " errors = publishes in flight to n$victim, answered 'outcome unknown')"
 
 # Chat failover: the killed node comes back (same config and data), the leaders spread
 # again, then the busiest leader other than n1 is killed mid-run.
-wait "${PID[$victim]}" 2>/dev/null || true
-taskset -c 0 "$BOLTQ_BIN" --config "$WORK/n$victim.toml" >>"$WORK/n$victim.log" 2>&1 &
-PID[$victim]=$!
-SERVERS+=("${PID[$victim]}")
-ready "${HTTP[$victim]}"
-sleep 6
+restart_node "$victim"
 victim2=$(curl -s "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c '
 import json, sys
 led = json.load(sys.stdin)["cluster"]["slots_led"]
@@ -181,10 +187,5 @@ echo "(chat: sends/s, send->sent p50/p99 ms, send->delivered p50/p99 ms, max del
 echo " in the failover row, errors = sends answered 'retry' while n$victim2's slots elected)"
 
 # Reconnect after a node's death, with every node up again first.
-wait "${PID[$victim2]}" 2>/dev/null || true
-taskset -c 0 "$BOLTQ_BIN" --config "$WORK/n$victim2.toml" >>"$WORK/n$victim2.log" 2>&1 &
-PID[$victim2]=$!
-SERVERS+=("${PID[$victim2]}")
-ready "${HTTP[$victim2]}"
-sleep 6
+restart_node "$victim2"
 reconnect_row

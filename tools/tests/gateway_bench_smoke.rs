@@ -114,9 +114,14 @@ impl Drop for Server {
 
 /// Runs the bench with `args` plus `--url --secret --json --quiet`; exit code and report.
 fn bench(server: &Server, args: &[&str]) -> (i32, Value) {
+    bench_at(&server.url, args)
+}
+
+/// [`bench`] against the gateway at `url`.
+fn bench_at(url: &str, args: &[&str]) -> (i32, Value) {
     let out = Command::new(BENCH)
         .args(args)
-        .args(["--url", &server.url, "--secret", SECRET])
+        .args(["--url", url, "--secret", SECRET])
         .args(["--json", "--quiet"])
         .stdin(Stdio::null())
         .output()
@@ -547,22 +552,24 @@ fn reconnect_on_another_node_after_its_node_dies_loses_and_repeats_nothing() {
     let cluster = start_cluster();
     let url = |i: usize| format!("ws://127.0.0.1:{}/ws", cluster.nodes[i].1);
     let kill = format!("kill -9 {}", cluster.nodes[0].0.id());
-    let out = Command::new(BENCH)
-        .args(["reconnect", "--devices", "40", "--away-messages", "3"])
-        .args(["--writers", "2", "--url", &url(0), "--writer-url", &url(1)])
-        .args(["--resume-url", &url(2), "--while-away-cmd", &kill])
-        .args(["--secret", SECRET, "--json", "--quiet"])
-        .stdin(Stdio::null())
-        .output()
-        .expect("run boltq-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "report is not JSON ({e}): {stdout}\nstderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert_clean(out.status.code().unwrap_or(-1), &r);
+    let (writer, back) = (url(1), url(2));
+    let args = [
+        "reconnect",
+        "--devices",
+        "40",
+        "--away-messages",
+        "3",
+        "--writers",
+        "2",
+        "--writer-url",
+        &writer,
+        "--resume-url",
+        &back,
+        "--while-away-cmd",
+        &kill,
+    ];
+    let (code, r) = bench_at(&url(0), &args);
+    assert_clean(code, &r);
     let m = &r["messages"];
     assert_eq!(acked_sends(&r), 120, "{r}");
     assert_eq!(num(&m["disconnected"]), 40, "{r}");
