@@ -909,6 +909,15 @@ fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
     expect_durable_backlog(&members[2], &members[1]);
 }
 
+/// Stops `member` with SIGTERM (it must exit 0); returns its configuration file and text.
+fn stop_to_reconfigure(dir: &TempDir, member: &mut Member) -> (PathBuf, String) {
+    let (code, _) = member.server.take().unwrap().stop(libc::SIGTERM);
+    assert_eq!(code, Some(0));
+    let cfg = dir.path().join(format!("{}.toml", member.name));
+    let toml = std::fs::read_to_string(&cfg).unwrap();
+    (cfg, toml)
+}
+
 /// Replicas that apply the same log with different settings hold different states (a
 /// follower refusing a publish its leader accepted), so a member whose shared settings
 /// differ is refused by its peers, with a warning naming the setting and both values,
@@ -917,10 +926,7 @@ fn subscriptions_left_by_a_killed_node_end_when_it_comes_back() {
 fn a_member_whose_shared_settings_differ_is_refused_until_they_match() {
     let dir = TempDir::new("cluster-settings");
     let mut members = start_cluster(&dir);
-    let (code, _) = members[2].server.take().unwrap().stop(libc::SIGTERM);
-    assert_eq!(code, Some(0));
-    let cfg = dir.path().join("n3.toml");
-    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let (cfg, toml) = stop_to_reconfigure(&dir, &mut members[2]);
     std::fs::write(&cfg, format!("{toml}\n[queue]\ncapacity = 5\n")).unwrap();
     support::wait_until_bindable(&[members[2].tcp, members[2].http]);
     members[2].start_until(support::ReadyBy::LogLine);
@@ -956,11 +962,8 @@ fn a_member_whose_shared_settings_differ_is_refused_until_they_match() {
 fn a_node_whose_members_were_reconfigured_refuses_to_start() {
     let dir = TempDir::new("cluster-members");
     let mut members = start_cluster(&dir);
-    let (code, _) = members[0].server.take().unwrap().stop(libc::SIGTERM);
-    assert_eq!(code, Some(0));
     // n1 now names a stranger instead of n3.
-    let cfg = dir.path().join("n1.toml");
-    let toml = std::fs::read_to_string(&cfg).unwrap();
+    let (cfg, toml) = stop_to_reconfigure(&dir, &mut members[0]);
     let n3 = toml
         .split('"')
         .find(|part| part.starts_with("n3@"))
