@@ -693,9 +693,10 @@ fn links_speak_mutual_tls_with_the_servers_certificate_and_refuse_plain_text() {
     stranger
         .set_read_timeout(Some(Duration::from_secs(15)))
         .unwrap();
-    let mut hello = b"BQRAFT2\n".to_vec();
+    let mut hello = boltq::cluster::transport::HELLO_MAGIC.to_vec();
     hello.extend_from_slice(&2u64.to_le_bytes());
     hello.extend_from_slice(&1u64.to_le_bytes());
+    hello.extend_from_slice(&0u16.to_le_bytes()); // no settings
     std::io::Write::write_all(&mut stranger, &hello).unwrap();
     // Ended: end of stream or a reset (a TLS alert may come first); not a read timeout.
     let ended = |r: std::io::Result<usize>| match r {
