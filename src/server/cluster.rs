@@ -538,6 +538,85 @@ fn with_port_offset(mut addr: SocketAddr, shard: usize) -> Result<SocketAddr, Se
 mod tests {
     use super::*;
 
+    /// Each setting a replica's apply or routing reads, changed alone in the
+    /// configuration, makes the links name exactly that setting; one they do not read
+    /// (here `queue.max_retry`, stamped into each publish by its leader) names none.
+    #[test]
+    fn each_shared_setting_follows_its_configuration_key() {
+        let base = Config::default();
+        let ours = shared_settings(&base, 2);
+        type Change = fn(&mut Config);
+        let cases: [(Change, Option<&str>); 16] = [
+            (|c| c.queue.ack_timeout *= 2, Some("queue.ack_timeout_ns")),
+            (|c| c.queue.capacity += 1, Some("queue.capacity")),
+            (
+                |c| c.queue.retry_backoff_base_ms += 1,
+                Some("queue.retry_backoff_base_ns"),
+            ),
+            (
+                |c| c.queue.retry_backoff_max_ms += 1,
+                Some("queue.retry_backoff_max_ns"),
+            ),
+            (
+                |c| c.queue.durable_backlog_bytes_max += 1,
+                Some("queue.durable_backlog_bytes_max"),
+            ),
+            (
+                |c| c.queue.queues_per_slot_max += 1,
+                Some("queue.queues_per_slot_max"),
+            ),
+            (
+                |c| c.queue.slot_bytes_max += 1,
+                Some("queue.slot_bytes_max"),
+            ),
+            (
+                |c| c.queue.idle_queue_ttl *= 2,
+                Some("queue.idle_queue_ttl_ns"),
+            ),
+            (
+                |c| c.messaging.stream.default_partitions += 1,
+                Some("messaging.stream.default_partitions"),
+            ),
+            (
+                |c| c.messaging.chat.conversation_partitions += 1,
+                Some("messaging.chat.conversation_partitions"),
+            ),
+            (
+                |c| c.messaging.chat.inbox_partitions += 1,
+                Some("messaging.chat.inbox_partitions"),
+            ),
+            (
+                |c| c.messaging.dedup.ttl *= 2,
+                Some("messaging.dedup.ttl_ns"),
+            ),
+            (
+                |c| c.messaging.dedup.max_entries = 1 << 30,
+                Some("messaging.dedup.entries_per_slot"),
+            ),
+            (
+                |c| c.messaging.push.enabled = !c.messaging.push.enabled,
+                Some("messaging.push.enabled"),
+            ),
+            (
+                |c| c.messaging.stream.enabled = !c.messaging.stream.enabled,
+                None,
+            ),
+            (|c| c.queue.max_retry += 1, None),
+        ];
+        for (change, key) in cases {
+            let mut config = base.clone();
+            change(&mut config);
+            let named: Vec<String> = ours
+                .differences(&shared_settings(&config, 2))
+                .into_iter()
+                .map(|d| d.split(" = ").next().unwrap_or_default().to_string())
+                .collect();
+            assert_eq!(named, key.into_iter().collect::<Vec<_>>());
+        }
+        let shards = ours.differences(&shared_settings(&base, 4));
+        assert_eq!(shards, ["server.shards = 2 here, 4 there"]);
+    }
+
     #[test]
     fn single_node_streams_are_refused_on_a_first_clustered_start_only() {
         let dir = boltq_io::testutil::TempDir::new("streams-refused");
