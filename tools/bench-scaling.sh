@@ -13,7 +13,7 @@
 # msgs/s ÷ server cores busy. Prints one line per run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-POLICIES=("${@:-never always}")
+POLICIES=${*:-never always}
 RUNS=${RUNS:-2}
 if [ -z "${BOLTQ_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
   cargo build --release -q -p boltq -p boltq-tools
@@ -51,7 +51,7 @@ PY
   rm -rf "$work"
 }
 
-for fsync in ${POLICIES[@]}; do
+for fsync in $POLICIES; do
   for _ in $(seq "$RUNS"); do
     one 1 "$fsync" 0
     one 2 "$fsync" 0,1

@@ -100,14 +100,7 @@ fn refused_links(
 ) -> std::collections::BTreeMap<String, String> {
     refused
         .iter()
-        .map(|(id, why)| {
-            let name = view
-                .members
-                .iter()
-                .find(|m| m.0 == *id)
-                .map_or_else(|| format!("raft-{id}"), |m| m.1.clone());
-            (name, why.clone())
-        })
+        .map(|(id, why)| (view.member_name(*id), why.clone()))
         .collect()
 }
 
@@ -139,12 +132,7 @@ fn groups(
     sorted
         .into_iter()
         .map(|s| {
-            let leader = s.leader.map(|id| {
-                view.members
-                    .iter()
-                    .find(|m| m.0 == id)
-                    .map_or_else(|| format!("raft-{id}"), |m| m.1.clone())
-            });
+            let leader = s.leader.map(|id| view.member_name(id));
             json!({"slot": s.slot, "leader": leader.unwrap_or_default(), "term": s.term,
                 "commit": s.commit, "applied": s.applied, "lag": s.lag})
         })

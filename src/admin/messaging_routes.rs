@@ -423,12 +423,6 @@ pub fn raft_replication_json(
     raft: &[SlotStatus],
     partitions: &[PartitionStats],
 ) -> Value {
-    let name = |id: u64| {
-        view.members
-            .iter()
-            .find(|m| m.0 == id)
-            .map_or_else(|| format!("raft-{id}"), |m| m.1.clone())
-    };
     let by_slot: std::collections::HashMap<u16, &SlotStatus> =
         raft.iter().map(|s| (s.slot, s)).collect();
     let rows: Vec<Value> = partitions
@@ -440,7 +434,7 @@ pub fn raft_replication_json(
                 "topic": p.topic,
                 "partition": p.partition,
                 "slot": slot,
-                "leader": s.and_then(|s| s.leader).map(name).unwrap_or_default(),
+                "leader": s.and_then(|s| s.leader).map(|id| view.member_name(id)).unwrap_or_default(),
                 "term": s.map_or(0, |s| s.term),
                 "commit": s.map_or(0, |s| s.commit),
                 "applied": s.map_or(0, |s| s.applied),

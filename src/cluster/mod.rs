@@ -16,6 +16,7 @@
 //! `membership::plan`), and leader balancing (`balance.rs`). Not built yet: the `meta`
 //! group (exchanges). STATUS.md keeps the list.
 
+pub mod admission;
 pub mod balance;
 pub mod directory;
 pub mod forward;

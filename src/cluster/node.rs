@@ -14,6 +14,7 @@
 //! (`queue/server/replicated.rs`) and carries out the applied commands' effects for its
 //! own connections (`set_observer`).
 
+use super::admission::Admission;
 use super::directory::{Directory, Member, Role};
 use super::forward::{self, Answer, SlotCommand};
 use super::group::ElectionTicks;
@@ -198,7 +199,7 @@ pub struct Node {
     /// membership change to settle watches it.
     members_moved: Event,
     /// What the listener checks peers against, and whom it refused lately.
-    admission: Rc<transport::Admission>,
+    admission: Rc<Admission>,
     /// Notified when the directory changed: the task that keeps it saved watches it.
     directory_changed: Event,
 }
@@ -315,7 +316,7 @@ impl Node {
             None => (None, None),
         };
         let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone(), &cfg.shared);
-        let admission = Rc::new(transport::Admission::new(cfg.node_id, cfg.shared.clone()));
+        let admission = Rc::new(Admission::new(cfg.node_id, cfg.shared.clone()));
         let directory = cfg.membership.as_ref().map(|m| m.directory.clone());
         let admitted = cfg
             .membership

@@ -53,9 +53,9 @@
 //! `to`; every message of a batch must come from the node the hello named (a peer speaks
 //! for itself only). Anything else closes the connection with a log line. A peer whose
 //! shared settings differ from this node's is refused the same way, with a warning that
-//! names each setting (at most one per peer per `REFUSAL_LOG_MS`: it dials again every
-//! `BACKOFF_MS_MAX`). Not built: heartbeat coalescing per node pair.
+//! names each setting (`admission.rs`). Not built: heartbeat coalescing per node pair.
 
+use super::admission::Admission;
 use super::directory::Directory;
 use super::forward;
 use super::shared_settings::{SharedSettings, SETTINGS_BYTES_MAX};
@@ -109,12 +109,6 @@ pub const HELLO_TIMEOUT_MS: u64 = 5_000;
 pub const CONNECT_TIMEOUT_MS: u64 = 1_000;
 pub const BACKOFF_MS_MIN: u64 = 50;
 pub const BACKOFF_MS_MAX: u64 = 2_000;
-/// Least time between two warnings about the same refused peer.
-pub const REFUSAL_LOG_MS: u64 = 60_000;
-/// Peers whose last refusal is remembered (more: the memory starts over).
-const REFUSALS_REMEMBERED_MAX: usize = 1024;
-/// How long a refusal is reported after the peer's last attempt.
-pub const REFUSAL_FORGET_MS: u64 = 10_000;
 /// How long a peer may leave written data unacknowledged, or keepalive probes unanswered,
 /// before its link is closed and dialled again. Far above a round trip between hosts of
 /// one site; a peer whose process stalls still has its kernel acknowledge.
@@ -696,87 +690,6 @@ pub type Deliver = Rc<dyn Fn(u64, Incoming)>;
 /// the hello timeout); more are closed at once.
 pub const INBOUND_CONNECTIONS_MAX: usize = 256;
 
-/// What a node's inbound connections check their peer against, and the peers it refused
-/// lately (for the log, `/readyz` and `/cluster/status`).
-pub struct Admission {
-    node_id: u64,
-    settings: SharedSettings,
-    refusals: RefCell<BTreeMap<u64, Refusal>>,
-}
-
-/// The last refusal of one peer.
-struct Refusal {
-    reason: String,
-    at: std::time::Instant,
-    warned_at: std::time::Instant,
-}
-
-impl Admission {
-    pub fn new(node_id: u64, settings: SharedSettings) -> Admission {
-        Admission {
-            node_id,
-            settings,
-            refusals: RefCell::new(BTreeMap::new()),
-        }
-    }
-
-    /// The peers refused within the last `REFUSAL_FORGET_MS`, with why: a refused peer
-    /// dials again every `BACKOFF_MS_MAX`, so one not refused since then has stopped
-    /// dialling or links now.
-    pub fn refused_peers(&self) -> Vec<(u64, String)> {
-        let now = std::time::Instant::now();
-        let recent = Duration::from_millis(REFUSAL_FORGET_MS);
-        self.refusals
-            .borrow()
-            .iter()
-            .filter(|(_, r)| now.duration_since(r.at) < recent)
-            .map(|(&from, r)| (from, r.reason.clone()))
-            .collect()
-    }
-
-    /// A peer said hello with the same settings: it is refused no more.
-    fn admitted(&self, from: u64) {
-        self.refusals.borrow_mut().remove(&from);
-    }
-
-    /// Records a refused peer; warns at most once per `REFUSAL_LOG_MS` for each.
-    fn refused(&self, from: u64, peer: &str, reason: &str) {
-        let now = std::time::Instant::now();
-        let mut refusals = self.refusals.borrow_mut();
-        let quiet = Duration::from_millis(REFUSAL_LOG_MS);
-        let warned_lately = refusals
-            .get(&from)
-            .is_some_and(|r| now.duration_since(r.warned_at) < quiet);
-        if refusals.len() >= REFUSALS_REMEMBERED_MAX && !refusals.contains_key(&from) {
-            refusals.clear();
-        }
-        let warned_at = match refusals.get(&from) {
-            Some(r) if warned_lately => r.warned_at,
-            _ => now,
-        };
-        refusals.insert(
-            from,
-            Refusal {
-                reason: reason.to_string(),
-                at: now,
-                warned_at,
-            },
-        );
-        drop(refusals);
-        if warned_lately {
-            log::debug!("raft link from node {from} ({peer}) refused again: {reason}");
-            return;
-        }
-        log::warn!(
-            "refused the raft link from node {from} ({peer}) to node {}: its settings differ \
-             from this node's, and members that differ apply the same log differently ({reason}). \
-             Every member must run the same values: set them alike on every member and \
-             restart the members that differ",
-            self.node_id
-        );
-    }
-}
-
 /// Why an inbound connection ended.
 enum Closed {
     /// The peer's shared settings differ from this node's.
@@ -881,14 +794,9 @@ async fn read_frames(
     )
     .await
     .ok_or("no hello in time")??;
-    let differences = admission.settings.differences(&settings);
-    if !differences.is_empty() {
-        return Err(Closed::Refused {
-            from,
-            reason: differences.join("; "),
-        });
-    }
-    admission.admitted(from);
+    admission
+        .admit(from, &settings)
+        .map_err(|reason| Closed::Refused { from, reason })?;
     // After the hello: a TLS connection has its socket at hand once the handshake is done.
     conn.close_when_unresponsive(Duration::from_millis(LINK_UNRESPONSIVE_MS_MAX))
         .map_err(|e| format!("node {from}: {e}"))?;

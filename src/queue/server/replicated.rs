@@ -153,23 +153,25 @@ pub struct ClusterSummary {
 }
 
 impl ClusterView {
+    /// The name of the member with raft id `id`, or `raft-<id>` for one not (or no longer)
+    /// a member.
+    pub fn member_name(&self, id: u64) -> String {
+        self.members
+            .iter()
+            .find(|m| m.0 == id)
+            .map_or_else(|| format!("raft-{id}"), |m| m.1.clone())
+    }
+
     /// v1's single-group fields mapped onto a group per slot: `state` is `Leader` while
     /// this node leads some slot; `leader`/`leader_id` name the member leading the most
     /// slots; `term` and `last_index` are the highest of any slot.
     pub fn summary(&self, raft: &[SlotStatus]) -> ClusterSummary {
-        let name_of = |id: u64| {
-            self.members
-                .iter()
-                .find(|m| m.0 == id)
-                .map(|m| (m.1.clone(), m.2.clone()))
-                .unwrap_or_else(|| (format!("raft-{id}"), String::new()))
-        };
         let mut slots_led: BTreeMap<String, u64> =
             self.members.iter().map(|m| (m.1.clone(), 0)).collect();
         let mut slots_without_leader = 0;
         for status in raft {
             match status.leader {
-                Some(id) => *slots_led.entry(name_of(id).0).or_default() += 1,
+                Some(id) => *slots_led.entry(self.member_name(id)).or_default() += 1,
                 None => slots_without_leader += 1,
             }
         }
