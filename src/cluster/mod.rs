@@ -8,7 +8,8 @@
 //! (`membership.rs`), a slot replica that proposes commands and applies committed ones to
 //! the broker (`replica.rs`), the replicas one node hosts driven together with their
 //! messages batched per destination (`host.rs`), the replication wire format (`wire.rs`),
-//! the links between nodes (`transport.rs`), a node's commit-round loop over all of that
+//! the links between nodes (`transport.rs`) and whom they admit (`admission.rs`: peers
+//! that share `shared_settings.rs`), a node's commit-round loop over all of that
 //! (`node.rs`), and a deterministic simulator with network faults, crashes that replay
 //! each group's records, and a node joining (`tests/sim.rs`). The queue plane serves
 //! clients through it with `cluster.enabled` (`queue/server/replicated.rs`); the member
