@@ -198,6 +198,43 @@ mod tests {
         );
     }
 
+    /// Random settings survive encoding; random damage to their bytes is either refused
+    /// with a reason or decodes to settings that encode back to exactly those bytes.
+    #[test]
+    fn random_settings_round_trip_and_damage_never_passes_as_other_bytes() {
+        let mut rng = boltq_io::testutil::Rng::new(41);
+        let charset = b"abcxyz019._";
+        for _ in 0..2_000 {
+            let count = rng.below(SETTINGS_MAX as u64 + 1) as usize;
+            let mut pairs = std::collections::BTreeMap::new();
+            for _ in 0..count {
+                let key_len = 1 + rng.below(12) as usize;
+                let key: String = (0..key_len)
+                    .map(|_| charset[rng.below(charset.len() as u64) as usize] as char)
+                    .collect();
+                let value: String = (0..rng.below(20))
+                    .map(|_| (b'!' + rng.below(90) as u8) as char)
+                    .collect();
+                pairs.insert(key, value);
+            }
+            let settings = SharedSettings::new(pairs.clone());
+            let mut bytes = settings.encode();
+            assert_eq!(SharedSettings::decode(&bytes).unwrap(), settings);
+            for (k, v) in &pairs {
+                assert_eq!(settings.get(k), Some(v.as_str()));
+            }
+            if bytes.is_empty() {
+                continue;
+            }
+            let at = rng.below(bytes.len() as u64) as usize;
+            bytes[at] = rng.below(256) as u8;
+            match SharedSettings::decode(&bytes) {
+                Ok(s) => assert_eq!(s.encode(), bytes),
+                Err(e) => assert!(!e.is_empty()),
+            }
+        }
+    }
+
     #[test]
     fn hostile_settings_are_refused_with_a_reason() {
         let long_key = format!("{}=1\n", "k".repeat(KEY_BYTES_MAX + 1));
