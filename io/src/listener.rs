@@ -190,6 +190,40 @@ impl Conn {
     pub fn is_tls(&self) -> bool {
         matches!(self.0, Stream::Tls(_))
     }
+
+    /// Gives up this plain-text connection's socket as an owned descriptor, for another
+    /// shard to serve with [`Conn::from_handed_over`]. Call it only with no read or write
+    /// posted (between awaits of the connection's own loop): the socket changes rings.
+    /// A TLS connection (its session lives in this thread) is given back unchanged, as is
+    /// one whose descriptor could not be duplicated.
+    pub fn hand_over(self) -> Result<std::os::fd::OwnedFd, Conn> {
+        let Stream::Plain(stream) = self.0 else {
+            return Err(self);
+        };
+        // SAFETY: the descriptor belongs to `stream`, which is alive for the whole borrow
+        // (it is dropped only after the duplicate exists).
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+        match borrowed.try_clone_to_owned() {
+            // Dropping the stream closes its descriptor only; the socket stays open
+            // through the duplicate (close is not shutdown).
+            Ok(owned) => Ok(owned),
+            Err(e) => {
+                log::debug!(
+                    "a connection stays on its shard: its socket could not be duplicated: {e}"
+                );
+                Err(Conn(Stream::Plain(stream)))
+            }
+        }
+    }
+
+    /// A plain-text connection over a socket another shard handed over ([`Conn::hand_over`]).
+    pub fn from_handed_over(fd: std::os::fd::OwnedFd) -> Conn {
+        use std::os::fd::IntoRawFd;
+        // SAFETY: `fd` is an open TCP socket this process owns (it came from `hand_over`),
+        // and ownership passes to the stream, which closes it once.
+        let stream = unsafe { glommio::net::TcpStream::from_raw_fd(fd.into_raw_fd()) };
+        Conn(Stream::Plain(stream))
+    }
 }
 
 /// Sets an integer socket option.

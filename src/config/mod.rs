@@ -374,6 +374,11 @@ pub struct QueueConfig {
     /// Distinct (topic, subscriber id) pairs one TCP connection may subscribe; one more is
     /// refused with an error naming this key. Default 1024, 1..=65536.
     pub subscriptions_per_connection_max: u64,
+    /// A TCP connection moves, once, to the shard that owns the queues its first requests
+    /// name, before it uses any (the kernel hands connections to shards at random; served
+    /// elsewhere, each request crosses cores twice). TLS connections stay where they were
+    /// accepted. Default true; false keeps every connection on its accepting shard.
+    pub connection_affinity: bool,
     /// Work queues one slot holds (a node holds 256 slots; queue names spread over them by
     /// hash). A publish, bind or declare that would create one more is refused with an
     /// error naming this key; a CONSUME of an unknown name then answers EMPTY. Default
@@ -406,6 +411,7 @@ impl Default for QueueConfig {
             overflow: OverflowPolicy::Reject,
             report_unroutable: false,
             subscriptions_per_connection_max: 1024,
+            connection_affinity: true,
             queues_per_slot_max: 1024,
             slot_bytes_max: 1 << 30,
             idle_queue_ttl: Duration::from_secs(3600),

@@ -144,6 +144,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         frame: plan.config.server.read_timeout,
         auth: plan.config.server.auth_timeout,
         subscriptions_max: plan.config.queue.subscriptions_per_connection_max as usize,
+        affinity: plan.config.queue.connection_affinity,
     };
     let tcp_cap = ConnectionCap::new(
         "tcp",
@@ -155,6 +156,37 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         shard.count(),
         shard.metrics(),
     );
+    plane.set_adopter({
+        let (plane_ref, extra, shard, live) = (
+            Rc::downgrade(&plane),
+            Rc::clone(&extra),
+            shard.clone(),
+            Rc::clone(&live),
+        );
+        move |moved| {
+            // Weak: the plane holds this closure.
+            let Some(plane) = plane_ref.upgrade() else {
+                return;
+            };
+            let serve = crate::queue::server::connection::serve_handed_over(
+                moved,
+                plane,
+                Some(Rc::clone(&extra)),
+                limits,
+                shard.shutdown_requested(),
+            );
+            // Counted with this shard's connections, so shutdown waits for it here too (the
+            // shard that accepted it keeps its place under the cap).
+            let live = Rc::clone(&live);
+            live.set(live.get() + 1);
+            let serve = Box::pin(serve);
+            boltq_shards::spawn(async move {
+                serve.await;
+                live.set(live.get() - 1);
+            })
+            .detach();
+        }
+    });
     let tcp_task = boltq_shards::spawn(accept_loop(tcp, Rc::clone(&live), Some(tcp_cap), {
         let plane = Rc::clone(&plane);
         let shard = shard.clone();

@@ -156,11 +156,17 @@ fn connect_on(s: &Server, wanted: impl Fn(u64) -> bool) -> std::net::TcpStream {
 /// subscriber's shard has told it of the disconnect), so the test builds that pairing; with
 /// the broker's tracking switched off it loses most rounds. Now a push leaves its
 /// registration only once the subscriber's TCP acknowledged it, so every publish reaches
-/// the subscriber, live or in a later catch-up (duplicates allowed).
+/// the subscriber, live or in a later catch-up (duplicates allowed). Connections stay on
+/// the shard that accepted them (`queue.connection_affinity = false`), or the subscriber
+/// would move to the topic's owner and the pairing would be gone.
 #[test]
 fn publishes_right_after_a_durable_subscriber_resets_its_connection_are_not_lost() {
     use std::io::Write;
-    let s = Server::start(&[]); // two shards (the test support starts every server so)
+    let dir = boltq_io::testutil::TempDir::new("reset-pairing");
+    let config = dir.path().join("boltq.toml");
+    std::fs::write(&config, "[queue]\nconnection_affinity = false\n").unwrap();
+    // Two shards (the test support starts every server so).
+    let s = Server::start(&["--config", config.to_str().unwrap()]);
     let owner =
         boltq_shards::owner_of_slot(boltq::queue::server::dispatch::slot_of_name("news"), 2) as u64;
     let mut p = connect_on(&s, |shard| shard == owner);

@@ -18,6 +18,7 @@ mod support;
 
 mod admin_api;
 mod admin_limits;
+mod connection_affinity;
 mod durable_pubsub;
 mod hostile_clients;
 mod https_clients;

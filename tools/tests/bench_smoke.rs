@@ -226,6 +226,36 @@ fn queue_consumes_everything_published_with_end_to_end_latency() {
     assert!(num(&r["latency_us"]["end_to_end"]["count"]) > 0, "{r}");
 }
 
+/// `--queue-per-connection`: producer 0 and consumer 0 keep to queue 0, so the second
+/// queue is never created (round-robin would publish half the messages to it).
+#[test]
+fn queue_per_connection_keeps_each_connection_on_its_queue() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let server = Server::start();
+    let (code, r) = bench(
+        &server,
+        &[
+            "queue",
+            "--messages",
+            "300",
+            "--queues",
+            "2",
+            "--queue-per-connection",
+            "--depth",
+            "8",
+            "--prefix",
+            "smoke-one",
+        ],
+    );
+    assert_clean(code, &r);
+    assert_eq!(num(&r["messages"]["consumed"]), 300, "{r}");
+    let mut client = boltq::client::Client::connect(&server.addr, Default::default()).unwrap();
+    let stats = client.stats().unwrap();
+    let queues = stats["Queues"].as_object().unwrap();
+    assert!(queues.contains_key("smoke-one.0"), "{stats}");
+    assert!(!queues.contains_key("smoke-one.1"), "{stats}");
+}
+
 #[test]
 fn queue_open_loop_reports_against_the_schedule() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

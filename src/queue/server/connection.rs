@@ -11,15 +11,22 @@
 //! `server.read_timeout`, and with an API key set AUTH must come within
 //! `server.auth_timeout`; a connection past either is closed (issue 17: a client that
 //! declared a 4 MiB frame and sent 10 bytes held its buffer forever).
+//!
+//! Before the first batch that names a queue is dispatched, the connection may move to the
+//! shard that owns that queue (`affinity.rs`): `run` returns the socket and what it read,
+//! and the owner serves it from there with `serve_handed_over`.
 
+use super::affinity::{Affinity, HandedOver};
 use super::delivery::{Confirmations, Tracked, CATCH_UP_CHUNK_BYTES, CONFIRM_POLL_MS};
-use super::dispatch::{self, ConnState, Pending};
+use super::dispatch::{self, Carried, ConnState, Pending};
 use super::extra::ExtraCommands;
 use super::outbound::{Outbound, PUSH_BYTES_MAX};
 use super::plane::Plane;
 use super::push_acks::PUSHES_AWAITING_ACK_MAX;
+use crate::queue::broker::ConsumerRef;
 use crate::queue::protocol::frame::{self, op, FrameError};
 use boltq_io::listener::Conn;
+use boltq_shards::ShardId;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use std::future::Future;
 use std::rc::Rc;
@@ -64,6 +71,9 @@ pub struct ConnectionLimits {
     pub auth: Duration,
     /// Distinct (topic, subscriber id) pairs one connection may subscribe.
     pub subscriptions_max: usize,
+    /// `queue.connection_affinity`: a connection may move to the shard owning the queues
+    /// it uses (`affinity.rs`).
+    pub affinity: bool,
 }
 
 impl ConnectionLimits {
@@ -101,24 +111,108 @@ fn next_timer(
 
 /// Serves `conn` until the client closes, breaks the protocol, or `stop` resolves. `extra`
 /// serves the other planes' commands, when the server registered any (see `extra.rs`).
+/// The connection may move to another shard before its first slot command
+/// (`affinity.rs`); this task then waits, holding the connection's place under the
+/// server's connection cap, until that shard reports it ended.
 pub async fn serve(
-    mut conn: Conn,
+    conn: Conn,
     plane: Rc<Plane>,
     extra: Option<ExtraCommands>,
     limits: ConnectionLimits,
     stop: impl Future<Output = ()>,
 ) {
-    let connected = Instant::now();
+    let may_move = limits.affinity && !conn.is_tls() && plane.shard.count() > 1;
+    let start = Start {
+        connected: Instant::now(),
+        unread: Vec::with_capacity(READ_CHUNK_BYTES),
+        carried: None,
+        affinity: Affinity::new(may_move),
+    };
+    let mut stop = std::pin::pin!(stop);
+    // Boxed, so that a connection handed over leaves only this small future waiting here,
+    // not the space its serving took.
+    let Ended::HandedOver { dest, me, moved } =
+        Box::pin(run(conn, start, &plane, extra, limits, stop.as_mut())).await
+    else {
+        return;
+    };
+    futures_lite::future::or(plane.hand_over(me, dest, moved), stop).await;
+}
+
+/// Serves a connection another shard accepted and handed over before it used any slot.
+pub async fn serve_handed_over(
+    moved: Box<HandedOver>,
+    plane: Rc<Plane>,
+    extra: Option<ExtraCommands>,
+    limits: ConnectionLimits,
+    stop: impl Future<Output = ()>,
+) {
+    let HandedOver {
+        socket,
+        unread,
+        carried,
+        connected,
+        origin,
+    } = *moved;
+    let start = Start {
+        connected,
+        unread,
+        carried: Some(carried),
+        // Once only: a connection is never bounced on.
+        affinity: Affinity::new(false),
+    };
+    let conn = Conn::from_handed_over(socket);
+    let mut stop = std::pin::pin!(stop);
+    let ended = run(conn, start, &plane, extra, limits, stop.as_mut()).await;
+    debug_assert!(matches!(ended, Ended::Closed));
+    plane.handed_over_ended(origin);
+}
+
+/// How a connection's serving begins.
+struct Start {
+    connected: Instant,
+    /// Bytes already read from the socket and not yet handled.
+    unread: Vec<u8>,
+    /// The connection's settings, when it moved here from another shard.
+    carried: Option<Carried>,
+    affinity: Affinity,
+}
+
+enum Ended {
+    Closed,
+    /// The connection is to be served by shard `dest` from now on.
+    HandedOver {
+        dest: ShardId,
+        me: ConsumerRef,
+        moved: HandedOver,
+    },
+}
+
+async fn run(
+    mut conn: Conn,
+    start: Start,
+    plane: &Rc<Plane>,
+    extra: Option<ExtraCommands>,
+    limits: ConnectionLimits,
+    mut stop: std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Ended {
+    let Start {
+        connected,
+        unread: mut inbuf,
+        carried,
+        mut affinity,
+    } = start;
     // When the first byte of the frame now partly in `inbuf` arrived.
-    let mut frame_started: Option<Instant> = None;
+    let mut frame_started: Option<Instant> = (!inbuf.is_empty()).then(Instant::now);
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let out = Rc::new(Outbound::for_peer(peer));
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
+    if let Some(carried) = carried {
+        state.carry_on(carried);
+    }
     state.set_extra(extra);
     state.set_subscriptions_max(limits.subscriptions_max);
-    let mut stop = std::pin::pin!(stop);
-    let mut inbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut chunk = vec![0u8; READ_CHUNK_BYTES];
     let mut outbuf: Vec<u8> = Vec::with_capacity(READ_CHUNK_BYTES);
     let mut tracked: Vec<Tracked> = Vec::new();
@@ -131,7 +225,7 @@ pub async fn serve(
             log::info!("closing a subscriber holding more than {PUSHES_AWAITING_ACK_MAX} pushes it has not acknowledged; it gets them again when it subscribes again");
             break;
         }
-        state.confirms.confirm(&conn, &plane, me);
+        state.confirms.confirm(&conn, plane, me);
         let ticket = out.push_event.ticket();
         if out.has_pushes() {
             outbuf.clear();
@@ -202,6 +296,21 @@ pub async fn serve(
             }
             Wake::Buffered => {}
         }
+        if let Some(dest) = affinity.destination(plane, &inbuf) {
+            match conn.hand_over() {
+                Ok(socket) => {
+                    let moved = HandedOver {
+                        socket,
+                        unread: inbuf,
+                        carried: state.carried(),
+                        connected,
+                        origin: (plane.shard.id(), me.conn),
+                    };
+                    return Ended::HandedOver { dest, me, moved };
+                }
+                Err(back) => conn = back,
+            }
+        }
         // Decode and dispatch every complete frame; replies are awaited in order below.
         let mut pending: Vec<Pending> = Vec::new();
         let mut used_total = 0usize;
@@ -220,7 +329,7 @@ pub async fn serve(
                     exchange_change_in_batch |=
                         (op::EXCHANGE_DECLARE..=op::UNBIND_QUEUE).contains(&f.code);
                     used_total += used;
-                    let p = dispatch::dispatch(&plane, &mut state, f);
+                    let p = dispatch::dispatch(plane, &mut state, f);
                     let closes = p.closes_connection();
                     pending.push(p);
                     if closes {
@@ -245,7 +354,7 @@ pub async fn serve(
         }
         outbuf.clear();
         for p in pending {
-            p.resolve(&plane, &mut state, &mut outbuf).await;
+            p.resolve(plane, &mut state, &mut outbuf).await;
             if outbuf.len() >= REPLY_BUFFER_BYTES_MAX {
                 if conn.write_all(&outbuf).await.is_err() {
                     break 'serve;
@@ -283,6 +392,7 @@ pub async fn serve(
     }
     let _ = conn.flush().await;
     // A client that closed cleanly may have acknowledged pushes since the last look.
-    state.confirms.confirm(&conn, &plane, me);
+    state.confirms.confirm(&conn, plane, me);
     plane.unregister_conn(me);
+    Ended::Closed
 }

@@ -67,6 +67,27 @@ impl ConnState {
         }
     }
 
+    /// The settings a connection that has not yet used any slot holds of its own: what
+    /// moves with it to another shard (`affinity.rs`).
+    pub fn carried(&self) -> Carried {
+        debug_assert!(self.subscriptions.is_empty() && self.consumes_in_flight == 0);
+        debug_assert!(self.catch_up.is_empty());
+        Carried {
+            authenticated: self.authenticated,
+            prefetch: self.prefetch,
+            confirm: self.confirm,
+            seq_no: self.seq_no,
+        }
+    }
+
+    /// Takes over the settings a connection brought from the shard it moved from.
+    pub fn carry_on(&mut self, c: Carried) {
+        self.authenticated = c.authenticated;
+        self.prefetch = c.prefetch;
+        self.confirm = c.confirm;
+        self.seq_no = c.seq_no;
+    }
+
     pub fn set_subscriptions_max(&mut self, max: usize) {
         self.subscriptions_max = max;
     }
@@ -102,6 +123,16 @@ impl ConnState {
         self.seq_no += 1;
         Some(self.seq_no)
     }
+}
+
+/// A connection's own settings (AUTH, PREFETCH, CONFIRM_SELECT), carried when it moves to
+/// another shard before using any slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    authenticated: bool,
+    prefetch: u64,
+    confirm: bool,
+    seq_no: u64,
 }
 
 /// What the reply to one request waits for.

@@ -49,6 +49,12 @@ pub enum QueueMsg {
         name: String,
         wait_ms: u64,
     },
+    /// One-way: serve this connection from now on (`affinity.rs`). Boxed: rare, and it
+    /// would make every message larger.
+    HandOver(Box<super::affinity::HandedOver>),
+    /// One-way to the shard that accepted a handed-over connection (its id there): it
+    /// ended, so its place under the connection cap is free.
+    HandedOverEnded { conn: u64 },
     /// Request to the owner of `queue`'s slot: dead letters without removing them.
     DlqRead {
         queue: String,
@@ -130,6 +136,8 @@ impl Plane {
         match incoming {
             Incoming::Message(QueueMsg::Effect(e)) => self.deliver_effect(e),
             Incoming::Message(QueueMsg::Disconnect { consumer }) => self.disconnect_local(consumer),
+            Incoming::Message(QueueMsg::HandOver(moved)) => self.adopt(moved),
+            Incoming::Message(QueueMsg::HandedOverEnded { conn }) => self.release_handed_over(conn),
             Incoming::Message(QueueMsg::Confirm { slot, cmd }) => match self.replication.get() {
                 Some(replication) => replication.submit(slot, cmd, Box::new(|_, _| {})),
                 None => {

@@ -1,6 +1,7 @@
 //! The queue plane's server side: connections, dispatch of v1 commands, the per-shard
 //! plane that owns slot brokers, their command logs, timers and exchange metadata.
 
+pub mod affinity;
 mod apply;
 pub mod connection;
 pub mod delivery;

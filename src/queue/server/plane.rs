@@ -13,6 +13,7 @@
 //! letters across shards), `exchanges.rs` (the exchange table), `timer.rs` (ticks) and
 //! `mesh.rs` (what the shards send each other, and the handler).
 
+use super::affinity::HandedOver;
 use super::delivery::Tracked;
 use super::exchanges::{self, META_SHARD};
 use super::mesh::{QueueMsg, QueuePort};
@@ -87,6 +88,13 @@ pub struct Plane {
     /// Replicated, on shard 0 of a node founding alone: the exchanges it declared as a
     /// single node, until the exchange slot's group is founded with them.
     pub(super) single_node_exchanges: RefCell<Option<Exchanges>>,
+    /// Connections this shard accepted and handed to another shard (`affinity.rs`), by
+    /// their id here: each one's task keeps its place under the connection cap until the
+    /// serving shard reports the connection ended.
+    handed_over: RefCell<HashMap<u64, Rc<Event>>>,
+    /// Serves a connection another shard handed over; set by the server once its
+    /// listener's settings are known.
+    adopter: std::cell::OnceCell<Box<dyn Fn(Box<HandedOver>)>>,
 }
 
 /// The high 32 bits of every connection id of this process (the low 32 count connections):
@@ -206,6 +214,8 @@ impl Plane {
             replication: std::cell::OnceCell::new(),
             carried: RefCell::new(BTreeMap::new()),
             single_node_exchanges: RefCell::new(None),
+            handed_over: RefCell::new(HashMap::new()),
+            adopter: std::cell::OnceCell::new(),
         });
         if meta_shard {
             plane.broadcast_exchanges();
@@ -314,6 +324,56 @@ impl Plane {
                 // connection, pushing into nothing instead of backlogging.
                 self.send_without_loss(dest, QueueMsg::Disconnect { consumer });
             }
+        }
+    }
+
+    /// Sets how this shard serves connections other shards hand over (once; later calls
+    /// are ignored).
+    pub fn set_adopter(&self, adopter: impl Fn(Box<HandedOver>) + 'static) {
+        let _ = self.adopter.set(Box::new(adopter));
+    }
+
+    /// Sends a connection that has not used any slot to shard `dest` (`affinity.rs`) and
+    /// forgets it here without a disconnect: no shard holds anything of it. Completes when
+    /// `dest` reports the connection ended.
+    pub async fn hand_over(&self, consumer: ConsumerRef, dest: ShardId, moved: HandedOver) {
+        debug_assert_eq!(moved.origin, (self.shard.id(), consumer.conn));
+        self.conns.borrow_mut().remove(&consumer.conn);
+        let ended = Rc::new(Event::default());
+        let ticket = ended.ticket();
+        self.handed_over
+            .borrow_mut()
+            .insert(consumer.conn, Rc::clone(&ended));
+        self.send_without_loss(dest, QueueMsg::HandOver(Box::new(moved)));
+        ended.wait(ticket).await;
+    }
+
+    /// Serves a connection another shard handed over.
+    pub(super) fn adopt(&self, moved: Box<HandedOver>) {
+        match self.adopter.get() {
+            Some(adopt) => adopt(moved),
+            None => {
+                log::warn!(
+                    "a connection handed over to a shard that serves no TCP clients is closed"
+                );
+                self.handed_over_ended(moved.origin);
+            }
+        }
+    }
+
+    /// Tells the shard that accepted a handed-over connection that it ended.
+    pub fn handed_over_ended(&self, (shard, conn): (ShardId, u64)) {
+        if shard == self.shard.id() {
+            self.release_handed_over(conn);
+        } else {
+            self.send_without_loss(shard, QueueMsg::HandedOverEnded { conn });
+        }
+    }
+
+    pub(super) fn release_handed_over(&self, conn: u64) {
+        let ended = self.handed_over.borrow_mut().remove(&conn);
+        if let Some(ended) = ended {
+            ended.notify();
         }
     }
 

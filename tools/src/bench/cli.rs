@@ -233,6 +233,10 @@ pub struct QueueArgs {
     /// Queues; producers and consumers go round-robin over them.
     #[arg(long, default_value_t = 1)]
     pub queues: usize,
+    /// Each connection uses one queue (producer i and consumer i: queue i mod --queues), as
+    /// a service holding a connection per queue does, instead of going round-robin.
+    #[arg(long)]
+    pub queue_per_connection: bool,
 }
 
 #[derive(Args, Debug, Clone)]

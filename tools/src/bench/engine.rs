@@ -64,6 +64,8 @@ pub struct ProducerSpec {
     pub phase_ns: u64,
     /// Target this connection starts at; it then goes round-robin.
     pub first_target: usize,
+    /// Stay on `first_target` instead of going round-robin.
+    pub one_target: bool,
     pub seed: u64,
 }
 
@@ -81,6 +83,8 @@ pub struct ConsumerSpec {
     /// One complete CONSUME frame per queue.
     pub frames: Arc<Vec<Vec<u8>>>,
     pub first_queue: usize,
+    /// Stay on `first_queue` instead of going round-robin.
+    pub one_queue: bool,
     pub mode: ConsumeMode,
     /// Record end-to-end latency from the payload stamps (off when they are stale, as for
     /// messages prefilled before the run).
@@ -485,7 +489,8 @@ impl<'a> Worker<'a> {
                         break;
                     }
                     let targets = &p.spec.templates;
-                    let target = (p.spec.first_target + p.seq as usize) % targets.len();
+                    let step = if p.spec.one_target { 0 } else { p.seq as usize };
+                    let target = (p.spec.first_target + step) % targets.len();
                     let slot = pick_slot(&p.spec.priority_cumulative, &mut p.rng);
                     let size = p.spec.sizes.sample(&mut p.rng) as usize;
                     targets[target][slot].write(&mut c.out, start, p.seq, size, &p.spec.filler);
@@ -512,7 +517,9 @@ impl<'a> Worker<'a> {
                         let frames = &k.spec.frames;
                         c.out
                             .extend_from_slice(&frames[k.next_queue % frames.len()]);
-                        k.next_queue = k.next_queue.wrapping_add(1);
+                        if !k.spec.one_queue {
+                            k.next_queue = k.next_queue.wrapping_add(1);
+                        }
                         c.inflight.push_back((Op::Consume, now, now));
                         consumes += 1;
                     } else {

@@ -193,6 +193,7 @@ fn producer_specs(p: Producers<'_>) -> Result<Vec<ConnSpec>, String> {
                 interval_ns: interval,
                 phase_ns: interval.map_or(0, |iv| iv * i as u64 / p.count as u64),
                 first_target: i,
+                one_target: false,
                 seed: 0x9e37_79b9_7f4a_7c15 ^ (i as u64 + 1),
             }),
         })
@@ -229,12 +230,24 @@ fn consumer_specs(
             role: RoleSpec::Consumer(ConsumerSpec {
                 frames: frames.clone(),
                 first_queue: i,
+                one_queue: false,
                 mode,
                 record_e2e,
                 ack_many: c.ack_many,
             }),
         })
         .collect()
+}
+
+/// Keeps each producer and consumer on the queue it starts at (`--queue-per-connection`).
+fn one_queue_each(conns: &mut [ConnSpec]) {
+    for conn in conns {
+        match &mut conn.role {
+            RoleSpec::Producer(p) => p.one_target = true,
+            RoleSpec::Consumer(c) => c.one_queue = true,
+            _ => {}
+        }
+    }
 }
 
 fn queue_names(prefix: &str, n: usize) -> Vec<String> {
@@ -660,6 +673,9 @@ fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
         ConsumeMode::Follow,
         true,
     ));
+    if a.queue_per_connection {
+        one_queue_each(&mut conns);
+    }
     let mut p = plan(c, conns, a.producers, Primary::Consumed);
     p.request_timeout_secs += a.consumer.wait_ms.unwrap_or(0) as f64 / 1000.0;
     p.budget = c.messages;
@@ -676,6 +692,7 @@ fn queue(a: cli::QueueArgs) -> Result<(Value, bool), String> {
     let config = json!({
         "producers": a.producers, "consumers": a.consumers, "depth": a.depth,
         "consumer_depth": consumer_depth, "size": a.payload.size.to_string(), "queues": a.queues,
+        "queue_per_connection": a.queue_per_connection,
         "batch": a.consumer.batch, "wait_ms": a.consumer.wait_ms,
         "priority_mix": a.payload.priority_mix, "prefix": c.prefix,
     });
