@@ -194,3 +194,27 @@ pub async fn serve_events(
 ) {
     q::serve_events(conn, req, ctx, stop).await
 }
+
+#[cfg(test)]
+mod route_index_tests {
+    /// docs/admin-api.md's route index names every route the router serves, so a route
+    /// cannot be built and left undocumented (`/connections` was, for a while, and the docs
+    /// said it did not exist).
+    #[test]
+    fn the_route_index_names_every_route() {
+        let docs = include_str!("../../docs/admin-api.md");
+        let index = docs
+            .split("## Route index")
+            .nth(1)
+            .and_then(|rest| rest.split("\n---").next())
+            .expect("docs/admin-api.md has a route index");
+        let routes = super::KNOWN_PATHS
+            .iter()
+            .chain(super::super::cache_routes::ROUTES)
+            .chain(super::super::messaging_routes::PATHS);
+        let missing: Vec<&&str> = routes
+            .filter(|p| !index.contains(&format!("`{p}`")))
+            .collect();
+        assert!(missing.is_empty(), "not in the route index: {missing:?}");
+    }
+}

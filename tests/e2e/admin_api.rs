@@ -552,3 +552,52 @@ fn connections_lists_open_tcp_clients_of_every_shard() {
     );
     drop(clients);
 }
+
+/// A busy server lists at most 1,000 connections per shard, but `count` stays exact, so a
+/// reader (the dashboard says "showing N") knows some were left out. 2,050 connections over
+/// two shards put more than 1,000 on at least one of them.
+#[test]
+fn connections_counts_every_connection_when_the_list_is_cut() {
+    const OPEN: usize = 2_050;
+    raise_open_files_limit(OPEN as u64 + 512);
+    let s = Server::start(&[]);
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    let mut conns: Vec<std::net::TcpStream> = (0..OPEN)
+        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
+        .collect();
+    // A PING each: every connection is then registered with its shard.
+    for c in &mut conns {
+        c.write_all(&[0x06, 0, 0, 0, 0]).unwrap();
+    }
+    for c in &mut conns {
+        let mut head = [0u8; 5];
+        std::io::Read::read_exact(c, &mut head).unwrap();
+        let len = u32::from_le_bytes(head[1..].try_into().unwrap()) as usize;
+        let mut body = vec![0u8; len];
+        std::io::Read::read_exact(c, &mut body).unwrap();
+    }
+    let list = get(&s, "/connections").json();
+    assert_eq!(list["count"], OPEN, "exact count");
+    let listed = list["connections"].as_array().unwrap().len();
+    assert!(
+        (OPEN - 1_050..=2_000).contains(&listed),
+        "at most 1,000 per shard listed: {listed}"
+    );
+}
+
+/// Lifts this process's soft limit on open files to `want` (within the hard limit), for a
+/// test holding many sockets; the server it starts inherits it.
+fn raise_open_files_limit(want: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for getrlimit to fill and setrlimit to read.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        if lim.rlim_cur < want {
+            lim.rlim_cur = want.min(lim.rlim_max);
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+    }
+}
