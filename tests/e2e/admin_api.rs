@@ -553,6 +553,34 @@ fn connections_lists_open_tcp_clients_of_every_shard() {
     drop(clients);
 }
 
+/// `idle_ms` is the time since the server last read from a connection: a client that just
+/// sent a PING is fresher than one silent since it connected 400 ms ago.
+#[test]
+fn connections_say_how_long_each_client_has_been_silent() {
+    let s = Server::start(&[]);
+    let addr = format!("127.0.0.1:{}", s.tcp_port);
+    let silent = std::net::TcpStream::connect(&addr).unwrap();
+    let mut talking = std::net::TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    talking.write_all(&[0x06, 0, 0, 0, 0]).unwrap();
+    let mut pong = [0u8; 5];
+    std::io::Read::read_exact(&mut talking, &mut pong).unwrap();
+    let list = get(&s, "/connections").json();
+    let idle_of = |c: &std::net::TcpStream| {
+        let me = c.local_addr().unwrap().to_string();
+        list["connections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["peer"] == me.as_str())
+            .and_then(|e| e["idle_ms"].as_u64())
+            .unwrap_or_else(|| panic!("{me} not listed: {list}"))
+    };
+    let (silent_ms, talking_ms) = (idle_of(&silent), idle_of(&talking));
+    assert!(silent_ms >= 350, "{list}");
+    assert!(talking_ms + 200 <= silent_ms, "{list}");
+}
+
 /// A busy server lists at most 1,000 connections per shard, but `count` stays exact, so a
 /// reader (the dashboard says "showing N") knows some were left out. 2,050 connections over
 /// two shards put more than 1,000 on at least one of them.

@@ -673,10 +673,11 @@
       const s = c.since_ms;
       // since_ms: Unix ms of connect time (large), or an age in ms (small).
       const age = typeof s === 'number' ? (s > 1e12 ? now - s : s) : null;
-      return [String(c.shard == null ? '–' : c.shard), String(c.peer == null ? '' : c.peer), fmtDur(age)];
+      const idle = typeof c.idle_ms === 'number' ? fmtDur(c.idle_ms) : '–';
+      return [String(c.shard == null ? '–' : c.shard), String(c.peer == null ? '' : c.peer), fmtDur(age), idle];
     });
     renderIfChanged($('conn-body'), rows, () => {
-      $('conn-body').replaceChildren(...rows.map((x) => h('tr', null, h('td', { class: 'num' }, x[0]), h('td', { class: 'mono' }, x[1]), h('td', { class: 'num' }, x[2]))));
+      $('conn-body').replaceChildren(...rows.map((x) => h('tr', null, h('td', { class: 'num' }, x[0]), h('td', { class: 'mono' }, x[1]), h('td', { class: 'num' }, x[2]), h('td', { class: 'num' }, x[3]))));
     });
   });
   connPanel.onError = (e) => { if (e.status === 404) { show($('conn-wrap'), false); setText($('conn-count'), ''); } };

@@ -206,6 +206,9 @@ async fn run(
     let mut frame_started: Option<Instant> = (!inbuf.is_empty()).then(Instant::now);
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let out = Rc::new(Outbound::for_peer(peer));
+    // A connection handed over from another shard connected earlier than now.
+    let connected_ms = (out.since_ms.get()).saturating_sub(connected.elapsed().as_millis() as u64);
+    out.since_ms.set(connected_ms);
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
     if let Some(carried) = carried {
@@ -289,6 +292,7 @@ async fn run(
             }
             Wake::Pushes | Wake::Timer => continue,
             Wake::Read(Ok(n)) => {
+                out.note_read();
                 if inbuf.is_empty() {
                     frame_started = Some(Instant::now());
                 }

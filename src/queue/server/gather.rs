@@ -151,7 +151,12 @@ impl Plane {
             .borrow()
             .values()
             .take(super::mesh::CONNECTION_LIST_MAX)
-            .map(|o| (self.shard.id(), o.peer.borrow().clone(), o.since_ms.get()))
+            .map(|o| super::mesh::ConnectionEntry {
+                shard: self.shard.id(),
+                peer: o.peer.borrow().clone(),
+                since_ms: o.since_ms.get(),
+                last_read_ms: o.last_read_ms.get(),
+            })
             .collect();
         report.metrics = self.shard.metrics().snapshot();
         if let Some(replication) = self.replication.get() {

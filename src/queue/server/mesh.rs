@@ -66,6 +66,18 @@ pub enum QueueMsg {
 /// Most connections one shard lists in a report (the count stays exact).
 pub const CONNECTION_LIST_MAX: usize = 1000;
 
+/// One open connection, for `/connections`.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionEntry {
+    pub shard: usize,
+    /// `ip:port`.
+    pub peer: String,
+    /// Connected, Unix ms.
+    pub since_ms: u64,
+    /// The server last read bytes from it, Unix ms.
+    pub last_read_ms: u64,
+}
+
 /// One shard's numbers for STATS, `/stats`, `/overview` and `/metrics`.
 #[derive(Debug, Clone, Default)]
 pub struct ShardReport {
@@ -77,8 +89,8 @@ pub struct ShardReport {
     pub journal_commit_rounds: u64,
     pub journal_syncs: u64,
     pub connections: u64,
-    /// (shard, peer address, connected since Unix ms), at most `CONNECTION_LIST_MAX` per shard.
-    pub connection_list: Vec<(usize, String, u64)>,
+    /// At most `CONNECTION_LIST_MAX` per shard.
+    pub connection_list: Vec<ConnectionEntry>,
     /// Shards that did not answer this gather in time (their numbers are missing).
     pub shards_missing: u64,
     /// The shard's metrics registry (latencies, HTTP and mesh counters, snapshots).
