@@ -364,7 +364,6 @@ pub async fn dead_letters_requeue(req: &Request, ctx: &AdminCtx) -> Response {
 /// server sees from `count` that some are left out.
 pub async fn connections(ctx: &AdminCtx) -> Response {
     let report = ctx.plane.gather_stats().merged().await;
-    let now_ms = crate::queue::server::outbound::unix_ms_now();
     let list: Vec<Value> = report
         .connection_list
         .iter()
@@ -373,7 +372,7 @@ pub async fn connections(ctx: &AdminCtx) -> Response {
                 "shard": c.shard,
                 "peer": c.peer,
                 "since_ms": c.since_ms,
-                "idle_ms": now_ms.saturating_sub(c.last_read_ms),
+                "idle_ms": c.idle_ms,
             })
         })
         .collect();

@@ -590,20 +590,14 @@ fn connections_counts_every_connection_when_the_list_is_cut() {
     raise_open_files_limit(OPEN as u64 + 512);
     let s = Server::start(&[]);
     let addr = format!("127.0.0.1:{}", s.tcp_port);
-    let mut conns: Vec<std::net::TcpStream> = (0..OPEN)
-        .map(|_| std::net::TcpStream::connect(&addr).unwrap())
-        .collect();
     // A PING each: every connection is then registered with its shard.
-    for c in &mut conns {
-        c.write_all(&[0x06, 0, 0, 0, 0]).unwrap();
-    }
-    for c in &mut conns {
-        let mut head = [0u8; 5];
-        std::io::Read::read_exact(c, &mut head).unwrap();
-        let len = u32::from_le_bytes(head[1..].try_into().unwrap()) as usize;
-        let mut body = vec![0u8; len];
-        std::io::Read::read_exact(c, &mut body).unwrap();
-    }
+    let _clients: Vec<Client> = (0..OPEN)
+        .map(|_| {
+            let mut c = Client::connect(&addr, ClientOptions::default()).unwrap();
+            c.ping().unwrap();
+            c
+        })
+        .collect();
     let list = get(&s, "/connections").json();
     assert_eq!(list["count"], OPEN, "exact count");
     let listed = list["connections"].as_array().unwrap().len();

@@ -23,7 +23,6 @@ use super::extra::ExtraCommands;
 use super::outbound::{Outbound, PUSH_BYTES_MAX};
 use super::plane::Plane;
 use super::push_acks::PUSHES_AWAITING_ACK_MAX;
-use crate::queue::broker::ConsumerRef;
 use crate::queue::protocol::frame::{self, op, FrameError};
 use boltq_io::listener::Conn;
 use boltq_shards::ShardId;
@@ -131,12 +130,12 @@ pub async fn serve(
     let mut stop = std::pin::pin!(stop);
     // Boxed, so that a connection handed over leaves only this small future waiting here,
     // not the space its serving took.
-    let Ended::HandedOver { dest, me, moved } =
+    let Ended::HandedOver { dest, moved } =
         Box::pin(run(conn, start, &plane, extra, limits, stop.as_mut())).await
     else {
         return;
     };
-    futures_lite::future::or(plane.hand_over(me, dest, moved), stop).await;
+    futures_lite::future::or(plane.hand_over(dest, moved), stop).await;
 }
 
 /// Serves a connection another shard accepted and handed over before it used any slot.
@@ -183,7 +182,6 @@ enum Ended {
     /// The connection is to be served by shard `dest` from now on.
     HandedOver {
         dest: ShardId,
-        me: ConsumerRef,
         moved: HandedOver,
     },
 }
@@ -207,8 +205,9 @@ async fn run(
     let peer = conn.peer_addr().map(|a| a.to_string()).unwrap_or_default();
     let out = Rc::new(Outbound::for_peer(peer));
     // A connection handed over from another shard connected earlier than now.
-    let connected_ms = (out.since_ms.get()).saturating_sub(connected.elapsed().as_millis() as u64);
-    out.since_ms.set(connected_ms);
+    let connected_ms = out.since_ms.get();
+    out.since_ms
+        .set(connected_ms.saturating_sub(connected.elapsed().as_millis() as u64));
     let me = plane.register_conn(Rc::clone(&out));
     let mut state = ConnState::new(me, Rc::clone(&out), plane.requires_auth());
     if let Some(carried) = carried {
@@ -292,9 +291,10 @@ async fn run(
             }
             Wake::Pushes | Wake::Timer => continue,
             Wake::Read(Ok(n)) => {
-                out.note_read();
+                let now = Instant::now();
+                out.note_read(now);
                 if inbuf.is_empty() {
-                    frame_started = Some(Instant::now());
+                    frame_started = Some(now);
                 }
                 inbuf.extend_from_slice(&chunk[..n]);
             }
@@ -310,7 +310,7 @@ async fn run(
                         connected,
                         origin: (plane.shard.id(), me.conn),
                     };
-                    return Ended::HandedOver { dest, me, moved };
+                    return Ended::HandedOver { dest, moved };
                 }
                 Err(back) => conn = back,
             }

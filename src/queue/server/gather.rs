@@ -155,7 +155,7 @@ impl Plane {
                 shard: self.shard.id(),
                 peer: o.peer.borrow().clone(),
                 since_ms: o.since_ms.get(),
-                last_read_ms: o.last_read_ms.get(),
+                idle_ms: o.idle_ms(),
             })
             .collect();
         report.metrics = self.shard.metrics().snapshot();

@@ -74,8 +74,8 @@ pub struct ConnectionEntry {
     pub peer: String,
     /// Connected, Unix ms.
     pub since_ms: u64,
-    /// The server last read bytes from it, Unix ms.
-    pub last_read_ms: u64,
+    /// Since the server last read bytes from it.
+    pub idle_ms: u64,
 }
 
 /// One shard's numbers for STATS, `/stats`, `/overview` and `/metrics`.

@@ -33,11 +33,11 @@ pub struct Outbound {
     /// Wakes the connection task when pushes arrive.
     pub push_event: Event,
     closed: Cell<bool>,
-    /// Who is on the other end, since when, and when the server last read bytes from it
-    /// (Unix ms), for `/connections`.
+    /// Who is on the other end and since when (Unix ms), and when the server last read
+    /// bytes from it, for `/connections`.
     pub peer: std::cell::RefCell<String>,
     pub since_ms: Cell<u64>,
-    pub last_read_ms: Cell<u64>,
+    last_read: Cell<Option<std::time::Instant>>,
     /// Work-queue messages this connection consumed and has not acked or nacked yet
     /// (v1 PREFETCH counts these per connection).
     unacked: Cell<u64>,
@@ -48,15 +48,26 @@ impl Outbound {
     pub fn for_peer(peer: String) -> Outbound {
         let out = Outbound::default();
         *out.peer.borrow_mut() = peer;
-        let now = unix_ms_now();
-        out.since_ms.set(now);
-        out.last_read_ms.set(now);
+        out.since_ms.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        );
+        out.last_read.set(Some(std::time::Instant::now()));
         out
     }
 
-    /// Records that bytes were just read from the connection.
-    pub fn note_read(&self) {
-        self.last_read_ms.set(unix_ms_now());
+    /// Records that bytes were read from the connection `at` (the caller's clock reading).
+    pub fn note_read(&self, at: std::time::Instant) {
+        self.last_read.set(Some(at));
+    }
+
+    /// Milliseconds since bytes were last read from the connection (or it connected).
+    pub fn idle_ms(&self) -> u64 {
+        self.last_read
+            .get()
+            .map_or(0, |at| at.elapsed().as_millis() as u64)
     }
 
     /// Queues the push frame `encode` appends to the connection's buffer (encoding in place
@@ -158,14 +169,6 @@ impl Outbound {
         self.pushes.borrow_mut().clear();
         self.tracked.borrow_mut().clear();
     }
-}
-
-/// Milliseconds since the Unix epoch (0 on a clock set before 1970).
-pub fn unix_ms_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -336,14 +336,15 @@ impl Plane {
     /// Sends a connection that has not used any slot to shard `dest` (`affinity.rs`) and
     /// forgets it here without a disconnect: no shard holds anything of it. Completes when
     /// `dest` reports the connection ended.
-    pub async fn hand_over(&self, consumer: ConsumerRef, dest: ShardId, moved: HandedOver) {
-        debug_assert_eq!(moved.origin, (self.shard.id(), consumer.conn));
-        self.conns.borrow_mut().remove(&consumer.conn);
+    pub async fn hand_over(&self, dest: ShardId, moved: HandedOver) {
+        let (origin, conn) = moved.origin;
+        assert_eq!(origin, self.shard.id(), "handed over from another shard");
+        self.conns.borrow_mut().remove(&conn);
         let ended = Rc::new(Event::default());
         let ticket = ended.ticket();
         self.handed_over
             .borrow_mut()
-            .insert(consumer.conn, Rc::clone(&ended));
+            .insert(conn, Rc::clone(&ended));
         self.send_without_loss(dest, QueueMsg::HandOver(Box::new(moved)));
         ended.wait(ticket).await;
     }
