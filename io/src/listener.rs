@@ -275,12 +275,34 @@ pub(crate) fn get_option(fd: RawFd, level: libc::c_int, name: libc::c_int) -> li
     value
 }
 
+/// Gives the executor back, once, when it wants to look at its rings (its preempt timer
+/// fired, or a socket of another task has input): the task is woken again at once and runs
+/// after that look.
+///
+/// A read from a socket that already holds bytes, and a write to one with room, complete
+/// without waiting, and glommio only looks at its rings between task polls. So a client that
+/// pipelines requests faster than they are answered (a flood of PINGs, a consumer polling an
+/// empty queue) never made its connection wait, and that one task held its shard until the
+/// client paused: no other connection was accepted or read, no timer fired and no journal
+/// commit completed. Checking here covers every protocol (queue TCP, HTTP, WebSocket, the
+/// cluster links) in plain text and TLS. The check is two loads from the latency ring.
+fn give_way(cx: &mut Context<'_>) -> bool {
+    if !glommio::executor().need_preempt() {
+        return false;
+    }
+    cx.waker().wake_by_ref();
+    true
+}
+
 impl futures_lite::AsyncRead for Conn {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
+        if give_way(cx) {
+            return Poll::Pending;
+        }
         match &mut self.get_mut().0 {
             Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
@@ -294,6 +316,9 @@ impl futures_lite::AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if give_way(cx) {
+            return Poll::Pending;
+        }
         match &mut self.get_mut().0 {
             Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),

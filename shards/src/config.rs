@@ -39,6 +39,16 @@ pub const TICK_MS_MAX: u64 = 60_000;
 /// a busy gateway shard; at 4,096 (256 buckets) it fell to 1.5 %. The cost is ring memory:
 /// about 400 KiB per ring, three rings per shard.
 pub const RING_DEPTH_DEFAULT: usize = 4_096;
+/// How long a shard runs tasks before it looks at its rings again when no task waits, in
+/// microseconds (glommio's preempt timer; its default is 100 ms). A connection whose socket
+/// always has input never waits (`boltq_io::listener::Conn` then gives way), and a journal
+/// commit's write and fdatasync complete only when the shard looks: each can be held up to
+/// this long behind busy tasks. At glommio's 100 ms a PING flood held other clients'
+/// durable publishes for seconds; at 10 ms they take ~11 ms during such a flood. Shorter
+/// costs throughput: at 1 or 2 ms the durable queue path lost ~10 % (docs/benchmarks.md,
+/// "A client that never waits"). The timer is only armed while tasks run, so an idle shard
+/// still never wakes.
+pub const PREEMPT_TIMER_US: u64 = 10_000;
 /// Smallest ring depth accepted.
 pub const RING_DEPTH_MIN: usize = 16;
 /// Largest ring depth accepted (the kernel's own cap on submission entries).

@@ -36,8 +36,8 @@ pub mod timer;
 pub use clock::Clock;
 pub use config::{
     RuntimeConfig, CHANNEL_CAPACITY_MAX, CHANNEL_CAPACITY_MIN, MESH_CONNECT_TIMEOUT_MS_MAX,
-    QUEUE_LIMIT_MAX, RING_DEPTH_DEFAULT, RING_DEPTH_MAX, RING_DEPTH_MIN, SHARDS_MAX,
-    SPIN_BEFORE_PARK_US_MAX, TICK_MS_MAX,
+    PREEMPT_TIMER_US, QUEUE_LIMIT_MAX, RING_DEPTH_DEFAULT, RING_DEPTH_MAX, RING_DEPTH_MIN,
+    SHARDS_MAX, SPIN_BEFORE_PARK_US_MAX, TICK_MS_MAX,
 };
 pub use envelope::{Incoming, ReplyToken};
 pub use error::{MeshError, OutboxFull, RuntimeError};

@@ -224,7 +224,8 @@ impl<M: Send + 'static> ShardStart<M> {
         let shard = self.shard;
         let start_error = |reason: String| RuntimeError::ShardStart { shard, reason };
         let mut builder = LocalExecutorBuilder::new(Placement::Fixed(self.placing.cpu))
-            .ring_depth(self.config.ring_depth);
+            .ring_depth(self.config.ring_depth)
+            .preempt_timer(Duration::from_micros(crate::config::PREEMPT_TIMER_US));
         if let Some(bytes) = self.io_memory_bytes {
             builder = builder.io_memory(bytes);
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use boltq_shards::{
     run_shards, usable_cpus, Incoming, RuntimeConfig, RuntimeError, Shard, ShutdownHandle,
@@ -222,4 +222,39 @@ fn ticker_fires_in_order_and_sleeps_when_idle() {
     assert!((1..=3).contains(&wakeups), "wakeups {wakeups}");
     assert_eq!(armed, 0);
     assert_eq!(idle_wakeups, 0);
+}
+
+/// A shard whose tasks never wait still looks at its rings about once per
+/// `PREEMPT_TIMER_US` (10 ms; glommio's default is once per 100 ms): a task
+/// that stays busy for 200 ms and gives way whenever the shard wants to look
+/// sees that wish at least 10 times. Timers, sockets and journal commits of
+/// the shard complete only at those looks.
+#[test]
+fn a_busy_shard_looks_at_its_rings_every_few_milliseconds() {
+    assert_eq!(boltq_shards::PREEMPT_TIMER_US, 10_000);
+    let looks = run_within(TEST_LIMIT, || {
+        run_shards(
+            RuntimeConfig::new(1),
+            ShutdownHandle::new(),
+            |_shard: Shard<()>| {
+                glommio::spawn_local(async {
+                    let started = Instant::now();
+                    let mut looks = 0;
+                    while started.elapsed() < Duration::from_millis(200) {
+                        if glommio::executor().need_preempt() {
+                            looks += 1;
+                            glommio::yield_if_needed().await;
+                        }
+                    }
+                    looks
+                })
+            },
+        )
+    })
+    .unwrap();
+    assert!(
+        looks[0] >= 10,
+        "the shard looked {} times in 200 ms",
+        looks[0]
+    );
 }
