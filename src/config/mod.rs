@@ -377,8 +377,7 @@ pub struct QueueConfig {
     /// A TCP connection moves, once, to the shard that owns the queues its first requests
     /// name, before it uses any (the kernel hands connections to shards at random; served
     /// elsewhere, each request crosses cores twice). TLS connections stay where they were
-    /// accepted. Default false, until a rare stall seen with it on is explained
-    /// (docs/queue-plane.md §9); true turns it on.
+    /// accepted. Default true; false keeps every connection where it was accepted.
     pub connection_affinity: bool,
     /// Work queues one slot holds (a node holds 256 slots; queue names spread over them by
     /// hash). A publish, bind or declare that would create one more is refused with an
@@ -412,7 +411,7 @@ impl Default for QueueConfig {
             overflow: OverflowPolicy::Reject,
             report_unroutable: false,
             subscriptions_per_connection_max: 1024,
-            connection_affinity: false,
+            connection_affinity: true,
             queues_per_slot_max: 1024,
             slot_bytes_max: 1 << 30,
             idle_queue_ttl: Duration::from_secs(3600),

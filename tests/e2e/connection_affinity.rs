@@ -29,8 +29,9 @@ fn server_with(queue: &str, extra: &str) -> (Server, TempDir) {
     (s, dir)
 }
 
+/// Affinity is on by default: the key is left out.
 fn server(extra: &str) -> (Server, TempDir) {
-    server_with("connection_affinity = true", extra)
+    server_with("", extra)
 }
 
 /// A queue name whose slot the given shard owns.
@@ -190,9 +191,8 @@ fn a_moved_connection_gives_its_place_back_when_it_ends() {
 }
 
 #[test]
-fn by_default_connections_stay_where_they_were_accepted() {
-    // Also the default: the key left out.
-    let (s, _dir) = server_with("", "");
+fn with_affinity_off_connections_stay_where_they_were_accepted() {
+    let (s, _dir) = server_with("connection_affinity = false", "");
     let queue = queue_owned_by(1, "stay");
     let conns: Vec<TcpStream> = (0..16)
         .map(|_| {
