@@ -44,11 +44,11 @@ pub const RING_DEPTH_DEFAULT: usize = 4_096;
 /// always has input never waits (`boltq_io::listener::Conn` then gives way), and a journal
 /// commit's write and fdatasync complete only when the shard looks: each can be held up to
 /// this long behind busy tasks. At glommio's 100 ms a PING flood held other clients'
-/// durable publishes for seconds; at 10 ms they take 11–112 ms during such a flood. Shorter
-/// costs throughput: at 1 or 2 ms the durable queue path lost ~10 % (docs/benchmarks.md,
-/// "A client that never waits"). The timer is only armed while tasks run, so an idle shard
-/// still never wakes.
-pub const PREEMPT_TIMER_US: u64 = 10_000;
+/// durable publishes for seconds; at 5 ms they take 11–56 ms during such a flood (at 10 ms
+/// up to 112). Shorter costs throughput: at 1 or 2 ms the durable queue path lost ~10 %,
+/// at 5 and 10 ms nothing measurable (docs/benchmarks.md, "A client that never waits").
+/// The timer is only armed while tasks run, so an idle shard still never wakes.
+pub const PREEMPT_TIMER_US: u64 = 5_000;
 /// Smallest ring depth accepted.
 pub const RING_DEPTH_MIN: usize = 16;
 /// Largest ring depth accepted (the kernel's own cap on submission entries).
