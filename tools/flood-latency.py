@@ -5,7 +5,7 @@ and a summary line. Usage:
     python3 tools/flood-latency.py <host:port> [COUNT=20] [FLOOD=6]
 Run the server with one shard so that both connections share it (docs/benchmarks.md,
 "A client that never waits")."""
-import json, socket, struct, subprocess, sys, time
+import json, socket, struct, subprocess, sys, threading, time
 
 PING = bytes([0x06]) + struct.pack("<I", 2) + b"{}"
 PUBLISH = 0x01
@@ -20,8 +20,6 @@ def connect(addr):
 
 def flood(addr, secs):
     """Writes PINGs from a thread, reads the replies here; prints the reply bytes."""
-    import threading
-
     s = connect(addr)
     s.settimeout(2)
     stop = time.time() + secs

@@ -18,20 +18,15 @@ use std::time::{Duration, Instant};
 const SHARDS: usize = 2;
 const KEY: &str = "affinity-key";
 
-/// A server with two shards, an API key, and `queue` as its `[queue]` section (affinity
-/// on unless it says otherwise), with `extra` appended to its config.
-fn server_with(queue: &str, extra: &str) -> (Server, TempDir) {
+/// A server with two shards, an API key, and `extra` appended to its config. Affinity is
+/// on by default: unless `extra` says otherwise, the key is left out.
+fn server(extra: &str) -> (Server, TempDir) {
     let dir = TempDir::new("affinity");
     let config = dir.path().join("boltq.toml");
-    let toml = format!("[security]\napi_key = \"{KEY}\"\n[queue]\n{queue}\n{extra}");
+    let toml = format!("[security]\napi_key = \"{KEY}\"\n{extra}");
     std::fs::write(&config, toml).unwrap();
     let s = Server::start(&["--config", config.to_str().unwrap()]);
     (s, dir)
-}
-
-/// Affinity is on by default: the key is left out.
-fn server(extra: &str) -> (Server, TempDir) {
-    server_with("", extra)
 }
 
 /// A queue name whose slot the given shard owns.
@@ -192,7 +187,7 @@ fn a_moved_connection_gives_its_place_back_when_it_ends() {
 
 #[test]
 fn with_affinity_off_connections_stay_where_they_were_accepted() {
-    let (s, _dir) = server_with("connection_affinity = false", "");
+    let (s, _dir) = server("[queue]\nconnection_affinity = false\n");
     let queue = queue_owned_by(1, "stay");
     let conns: Vec<TcpStream> = (0..16)
         .map(|_| {
