@@ -47,7 +47,9 @@ pub const RING_DEPTH_DEFAULT: usize = 4_096;
 /// durable publishes for seconds; at 5 ms they take 11–56 ms during such a flood (at 10 ms
 /// up to 112). Shorter costs throughput: at 1 or 2 ms the durable queue path lost ~10 %,
 /// at 5 and 10 ms nothing measurable (docs/benchmarks.md, "A client that never waits").
-/// The timer is only armed while tasks run, so an idle shard still never wakes.
+/// The timer is only armed while tasks run, so an idle shard never wakes for it. The
+/// shorter it is, the more often glommio 0.9 mistakes a timer that fired early for an
+/// empty run queue and parks with tasks woken; `rescue` bounds how long they then wait.
 pub const PREEMPT_TIMER_US: u64 = 5_000;
 /// Smallest ring depth accepted.
 pub const RING_DEPTH_MIN: usize = 16;

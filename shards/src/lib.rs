@@ -26,6 +26,7 @@ mod outbox;
 pub mod ownership;
 mod pending;
 mod port;
+pub mod rescue;
 mod runtime;
 mod shard;
 mod shutdown;

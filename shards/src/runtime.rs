@@ -235,6 +235,7 @@ impl<M: Send + 'static> ShardStart<M> {
         let executor = builder.make().map_err(|e| start_error(e.to_string()))?;
         log::debug!("shard {shard} started on cpu {}", self.placing.cpu);
         executor.run(async move {
+            glommio::spawn_local(crate::rescue::rescue_stranded_tasks()).detach();
             let timeout_ms = self.config.mesh_connect_timeout_ms;
             let links = self
                 .links
