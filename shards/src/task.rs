@@ -44,14 +44,19 @@ pub async fn timeout<T>(duration: Duration, future: impl Future<Output = T>) -> 
 }
 
 /// Runs `future` to completion on a temporary single executor on this thread: for startup
-/// work (such as storage recovery) that must finish before the shards start.
+/// work (such as storage recovery) that must finish before the shards start. It gets a
+/// shard's rescue timer too (`rescue`): recovery is one task awaiting one read after
+/// another, the shape glommio can park for good.
 pub fn block_on<T: Send + 'static>(
     name: &str,
     future: impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = T>>> + Send + 'static,
 ) -> std::io::Result<T> {
     let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .name(name)
-        .spawn(future)
+        .spawn(move || async move {
+            glommio::spawn_local(crate::rescue::rescue_stranded_tasks()).detach();
+            future().await
+        })
         .map_err(|e| std::io::Error::other(format!("start {}: {e}", "startup executor")))?;
     handle
         .join()
