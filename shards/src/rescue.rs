@@ -6,10 +6,10 @@
 //! some completion or timer arrives. The check turns `true` when the preempt timer
 //! (`PREEMPT_TIMER_US`) fired between the executor arming it and looking at its queues:
 //! the thread lost its CPU for that long, or submitting the ring's queued I/O took that
-//! long. Rare on a dedicated core, it was every few hundred reads with another thread busy
-//! on the same CPU (`tests/stranded.rs`), and three cluster nodes sharing one core hung at
-//! startup in 1 of ~20 starts, each forever: at startup nothing else was pending to wake
-//! them.
+//! long. Rare on a dedicated core, it came within a few thousand reads with another thread
+//! busy on the same CPU (`shards/tests/stranded.rs`), and three cluster nodes sharing one
+//! core had a node hang at startup in 4 of 42 starts, for good: at startup nothing else was
+//! pending to wake it.
 //!
 //! The fix belongs in glommio's scheduler loop; until a release carries one, each shard
 //! runs this task. Its pending timer gives every park an end, so a stranded task waits at
