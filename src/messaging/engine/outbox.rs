@@ -24,7 +24,7 @@ use super::Engine;
 use crate::messaging::slot::command::FANNED_OUT_PER_COMMAND_MAX;
 use crate::messaging::slot::{FanOut, OutboxKey, StreamCommand, StreamOutcome};
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -56,6 +56,45 @@ pub(super) struct OutboxWork {
     reporting: Cell<bool>,
     /// Pointers asked of the inboxes' owners and not answered yet.
     pointers_in_flight: Cell<usize>,
+    /// Slots whose committed records an apply is writing here, with how many applies: that
+    /// apply writes their outboxes when it ends (as this node's own sends, not taken over),
+    /// so the periodic look leaves them alone meanwhile.
+    applying: RefCell<HashMap<u16, u32>>,
+}
+
+/// Marks slots as being applied for as long as it lives (`OutboxWork::applying`).
+pub(super) struct Applying<'a> {
+    work: &'a OutboxWork,
+    slots: Vec<u16>,
+}
+
+impl OutboxWork {
+    pub(super) fn applying(&self, slots: impl IntoIterator<Item = u16>) -> Applying<'_> {
+        let slots: Vec<u16> = slots.into_iter().collect();
+        let mut applying = self.applying.borrow_mut();
+        for slot in &slots {
+            *applying.entry(*slot).or_insert(0) += 1;
+        }
+        Applying { work: self, slots }
+    }
+
+    fn is_applying(&self, slot: u16) -> bool {
+        self.applying.borrow().contains_key(&slot)
+    }
+}
+
+impl Drop for Applying<'_> {
+    fn drop(&mut self) {
+        let mut applying = self.work.applying.borrow_mut();
+        for slot in &self.slots {
+            if let Some(count) = applying.get_mut(slot) {
+                *count -= 1;
+                if *count == 0 {
+                    applying.remove(slot);
+                }
+            }
+        }
+    }
 }
 
 impl Engine {
@@ -114,7 +153,9 @@ impl Engine {
         while !self.closing.get() {
             boltq_shards::sleep(Duration::from_millis(OUTBOX_CHECK_MS)).await;
             for slot in self.led_slots().unwrap_or_default() {
-                self.write_outbox(slot, true);
+                if !self.outbox_work.is_applying(slot) {
+                    self.write_outbox(slot, true);
+                }
             }
         }
     }

@@ -211,9 +211,9 @@ impl Engine {
         // as a single node publishes per durable round), then the push dispatcher is told.
         let mut newest: HashMap<PartitionKey, u64> = HashMap::new();
         let mut pointers: Vec<(PartitionKey, u64)> = Vec::new();
-        let mut slots: std::collections::BTreeSet<u16> = std::collections::BTreeSet::new();
+        let slots: std::collections::BTreeSet<u16> = records.iter().map(|(s, _)| *s).collect();
+        let _applying = self.outbox_work.applying(slots.iter().copied());
         for (slot, appended) in records {
-            slots.insert(slot);
             let Appended {
                 topic,
                 partition,
