@@ -49,6 +49,7 @@ const state = {
   resumed: false,
   watchQueued: false,
   listeningTo: "", // the conversation whose typing signals the server has agreed to send
+  sendsPending: 0, // sends not answered yet (a retry after a restart may store a second copy)
 };
 // For tests and the curious: the page's state, read-only by convention.
 window.__demo = state;
@@ -298,11 +299,14 @@ $("send-form").addEventListener("submit", async (ev) => {
   $("composer").value = "";
   $("send-error").textContent = "";
   stopTyping();
+  state.sendsPending++;
   try {
     await state.client.send(c.id, text, { kind: c.kind, headers: { content_type: "text/plain" } });
   } catch (e) {
     $("send-error").textContent = `not sent: ${e.message}`;
     $("composer").value = text;
+  } finally {
+    state.sendsPending--;
   }
 });
 
