@@ -26,7 +26,7 @@ mod outbox;
 pub mod ownership;
 mod pending;
 mod port;
-pub mod rescue;
+mod rescue;
 mod runtime;
 mod shard;
 mod shutdown;

@@ -34,15 +34,11 @@ pub async fn rescue_stranded_tasks() {
         // This task's own poll is one execution per interval.
         let others_ran = now.saturating_sub(executed) > 1;
         executed = now;
-        interval_ms = next_interval_ms(others_ran);
-    }
-}
-
-fn next_interval_ms(others_ran: bool) -> u64 {
-    if others_ran {
-        RESCUE_BUSY_MS
-    } else {
-        RESCUE_IDLE_MS
+        interval_ms = if others_ran {
+            RESCUE_BUSY_MS
+        } else {
+            RESCUE_IDLE_MS
+        };
     }
 }
 

@@ -1,5 +1,5 @@
 //! A shard whose CPU another thread keeps busy still runs the tasks it woke
-//! (`boltq_shards::rescue`). In its own test binary: the busy thread would slow
+//! (`shards/src/rescue.rs`). In its own test binary: the busy thread would slow
 //! the other runtime tests down.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -87,11 +87,10 @@ impl Drop for Applying<'_> {
     fn drop(&mut self) {
         let mut applying = self.work.applying.borrow_mut();
         for slot in &self.slots {
-            if let Some(count) = applying.get_mut(slot) {
-                *count -= 1;
-                if *count == 0 {
-                    applying.remove(slot);
-                }
+            let count = applying.get_mut(slot).expect("marked by `applying`");
+            *count -= 1;
+            if *count == 0 {
+                applying.remove(slot);
             }
         }
     }
