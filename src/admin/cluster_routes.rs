@@ -134,7 +134,8 @@ fn groups(
         .map(|s| {
             let leader = s.leader.map(|id| view.member_name(id));
             json!({"slot": s.slot, "leader": leader.unwrap_or_default(), "term": s.term,
-                "commit": s.commit, "applied": s.applied, "lag": s.lag})
+                "commit": s.commit, "applied": s.applied, "lag": s.lag,
+                "quiescent": s.quiescent})
         })
         .collect()
 }

@@ -857,6 +857,7 @@ mod tests {
             commit: 40,
             applied: 39,
             lag,
+            quiescent: false,
         };
         let raft = [status(slot, Some(2), 5), status(other, None, 0)];
         let part = |topic: &str, partition| PartitionStats {

@@ -11,9 +11,10 @@
 //! then does the replica count its own copy of new entries.
 
 use super::membership::{self, MemberChange};
+use super::quiesce::{self, Liveness};
 use super::storage::GroupStorage;
 use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
-use raft::{RawNode, StateRole};
+use raft::{ProgressState, RawNode, StateRole};
 
 /// Ticks without a heartbeat before a follower campaigns: raft-rs draws it in `[min, max)`
 /// at every term. With the server's 100 ms tick an election starts 1–2 s after the leader
@@ -64,6 +65,14 @@ pub struct Group {
     unsynced: std::collections::VecDeque<(u64, Vec<Message>)>,
     /// A snapshot installed by `collect`, applied in raft-rs's books once synced.
     snapshot_applied_at_sync: Option<u64>,
+    /// Not ticking (`quiesce.rs`).
+    quiesced: bool,
+    /// A follower woken by its leader's silence alone, and the term then: it may rest
+    /// again when the leader's node is heard before anything else happens.
+    woken_by_silence: Option<u64>,
+    /// A quiescing leader's notices, sent with the next `collect`'s messages.
+    notices: Vec<Message>,
+    election: ElectionTicks,
 }
 
 impl Group {
@@ -99,6 +108,10 @@ impl Group {
             node,
             unsynced: std::collections::VecDeque::new(),
             snapshot_applied_at_sync: None,
+            quiesced: false,
+            woken_by_silence: None,
+            notices: Vec::new(),
+            election,
         })
     }
 
@@ -106,13 +119,131 @@ impl Group {
         self.node.raft.id
     }
 
-    pub fn tick(&mut self) {
+    /// Advances raft-rs's clock by one tick unless the group is quiescent (`quiesce.rs`): a
+    /// leader at rest quiesces instead, telling its members; a quiesced follower wakes
+    /// only when its leader's node has gone silent.
+    pub fn tick(&mut self, live: &Liveness) {
+        if self.is_leader() {
+            // Nothing but a member's silence changes a quiescent leader's rest without
+            // waking it (a proposal or message does), so only that is checked again.
+            let rest = if self.quiesced {
+                self.members_heard_within(live, quiesce::LEADER_PATIENCE_TICKS_MAX)
+            } else {
+                self.at_rest(live)
+            };
+            if rest {
+                if !self.quiesced {
+                    self.quiesce_members();
+                }
+                return;
+            }
+            self.quiesced = false;
+        } else if self.quiesced {
+            if self.leader().is_some_and(|leader| live.is_live(leader)) {
+                return;
+            }
+            self.wake(live);
+            self.woken_by_silence = Some(self.node.raft.term);
+        } else if self.may_rest_again(live) {
+            self.quiesced = true;
+            self.woken_by_silence = None;
+            return;
+        }
         self.node.tick();
     }
 
+    /// A follower woken by its leader's silence alone hears from the leader's node again,
+    /// still its follower in the same term with the whole committed log and nothing more.
+    fn may_rest_again(&self, live: &Liveness) -> bool {
+        let raft = &self.node.raft;
+        self.woken_by_silence == Some(raft.term)
+            && raft.state == StateRole::Follower
+            && self.leader().is_some_and(|leader| live.is_live(leader))
+            && raft.raft_log.committed == raft.raft_log.last_index()
+    }
+
+    /// Leaves quiescence. A follower first counts the ticks it missed since its leader's
+    /// node was last heard, so it campaigns when it would have had it never stopped.
+    pub fn wake(&mut self, live: &Liveness) {
+        self.woken_by_silence = None;
+        if !std::mem::replace(&mut self.quiesced, false) || self.is_leader() {
+            return;
+        }
+        let missed = self
+            .leader()
+            .map_or(u64::MAX, |leader| live.silent_ticks(leader))
+            .min(self.election.max as u64);
+        for _ in 0..missed {
+            self.node.tick();
+        }
+    }
+
+    pub fn is_quiesced(&self) -> bool {
+        self.quiesced
+    }
+
+    /// As leader: nothing to replicate, apply, persist or change, and every member has
+    /// the whole log and is heard from. Only then may the group stop ticking.
+    fn at_rest(&self, live: &Liveness) -> bool {
+        let raft = &self.node.raft;
+        let last = raft.raft_log.last_index();
+        let members_have_all = raft.prs().iter().all(|(id, pr)| {
+            *id == raft.id
+                || (pr.matched == last
+                    && pr.state == ProgressState::Replicate
+                    && pr.pending_request_snapshot == raft::INVALID_INDEX)
+        });
+        raft.lead_transferee.is_none()
+            && !raft.has_pending_conf()
+            && self.node.store().conf_state().voters_outgoing.is_empty()
+            && raft.raft_log.committed == last
+            && raft.raft_log.applied == last
+            && self.unsynced.is_empty()
+            && self.snapshot_applied_at_sync.is_none()
+            && !self.node.has_ready()
+            && members_have_all
+            && self.members_heard_within(live, quiesce::LIVENESS_TICKS_MAX)
+    }
+
+    fn members_heard_within(&self, live: &Liveness, ticks: u64) -> bool {
+        let raft = &self.node.raft;
+        raft.prs()
+            .iter()
+            .all(|(id, _)| *id == raft.id || live.heard_within(*id, ticks))
+    }
+
+    fn quiesce_members(&mut self) {
+        let raft = &self.node.raft;
+        let (me, term, commit) = (raft.id, raft.term, raft.raft_log.committed);
+        for &id in raft.prs().iter().map(|(id, _)| id).filter(|id| **id != me) {
+            self.notices.push(quiesce::notice(me, id, term, commit));
+        }
+        self.quiesced = true;
+    }
+
+    /// A follower told by its leader to quiesce does so if it has the whole committed log
+    /// and nothing past it (else it keeps ticking, and its leader hears of it).
+    fn quiesce_on_notice(&mut self, from: u64, term: u64, commit: u64) {
+        let raft = &self.node.raft;
+        let committed = raft.raft_log.committed;
+        self.quiesced = raft.state == StateRole::Follower
+            && raft.leader_id == from
+            && raft.term == term
+            && committed == commit
+            && raft.raft_log.last_index() == committed;
+    }
+
     /// Steps a message from a peer. Messages of other groups or from unknown peers are the
-    /// caller's to filter; raft-rs ignores stale terms itself.
-    pub fn step(&mut self, msg: Message) {
+    /// caller's to filter; raft-rs ignores stale terms itself. Anything but a quiescence
+    /// notice (or its answer) wakes the group.
+    pub fn step(&mut self, msg: Message, live: &Liveness) {
+        let notice = quiesce::is_notice_or_answer(&msg);
+        if !notice {
+            self.wake(live);
+        }
+        let notice_to_follow = (notice
+            && msg.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat)
+            .then_some((msg.from, msg.term, msg.commit));
         let last = self.node.raft.raft_log.last_index();
         if msg.get_msg_type() == raft::prelude::MessageType::MsgHeartbeat && msg.commit > last {
             // A leader only sends a commit index the follower has (the least of its matched
@@ -129,6 +260,10 @@ impl Group {
             // Only messages raft-rs considers invalid for its state (a response from a peer
             // it does not know): dropping them is what it expects.
             log::debug!("raft group {}: message dropped: {e}", self.id());
+            return;
+        }
+        if let Some((from, term, commit)) = notice_to_follow {
+            self.quiesce_on_notice(from, term, commit);
         }
     }
 
@@ -141,6 +276,7 @@ impl Group {
                 leader: self.leader(),
             });
         }
+        self.quiesced = false;
         if self.node.propose(Vec::new(), data).is_err() {
             // A leader refuses while it transfers leadership.
             return Err(ProposeError::NotLeader { leader: None });
@@ -160,6 +296,7 @@ impl Group {
                 leader: self.leader(),
             });
         }
+        self.quiesced = false;
         let context = membership::encode(changes);
         if self
             .node
@@ -223,6 +360,7 @@ impl Group {
             .max_by_key(|(id, pr)| (pr.matched, **id))
             .map(|(id, _)| *id);
         if let Some(target) = target {
+            self.quiesced = false;
             self.node.transfer_leader(target);
         }
     }
@@ -246,6 +384,7 @@ impl Group {
     /// Starts handing leadership to `to` (raft-rs sends it TimeoutNow once it is caught up,
     /// and gives up after an election timeout).
     pub fn transfer_leadership(&mut self, to: u64) {
+        self.quiesced = false;
         self.node.transfer_leader(to);
     }
 
@@ -361,6 +500,7 @@ impl Group {
         } else {
             raft::SnapshotStatus::Failure
         };
+        self.quiesced = false;
         self.node.report_snapshot(to, status);
     }
 
@@ -379,7 +519,10 @@ impl Group {
     /// what may be sent now and what to apply. What had to wait for the write to be durable
     /// (a follower's votes and append responses) comes out of `synced`.
     pub fn collect(&mut self) -> Collected {
-        let mut out = Collected::default();
+        let mut out = Collected {
+            messages: std::mem::take(&mut self.notices),
+            ..Collected::default()
+        };
         if !self.node.has_ready() {
             return out;
         }

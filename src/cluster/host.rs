@@ -7,6 +7,7 @@ use super::balance::{self, GroupView};
 use super::directory::Role;
 use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
+use super::quiesce::Liveness;
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
@@ -49,10 +50,14 @@ pub struct Host {
     /// group's membership towards them on every tick. Empty: memberships are left alone.
     wants: BTreeMap<u64, Role>,
     /// Groups that may have something to collect: stepped, proposed to, synced or told of
-    /// a snapshot since their last `collect` (`all_dirty`: every group, after a tick).
-    /// A round then collects those alone, not all 256 groups for one message.
+    /// a snapshot since their last `collect`, or awake at a tick (`all_dirty`: every
+    /// group, at start). A round collects those alone, not all 256 groups for a message.
     dirty: BTreeSet<u16>,
     all_dirty: bool,
+    /// When each peer node was last heard (`quiesce.rs`).
+    live: Liveness,
+    /// A tick happened since the last `collect`: every member gets a batch from it.
+    keepalives_due: bool,
 }
 
 impl Host {
@@ -86,6 +91,8 @@ impl Host {
             wants: BTreeMap::new(),
             dirty: BTreeSet::new(),
             all_dirty: true,
+            live: Liveness::default(),
+            keepalives_due: false,
         })
     }
 
@@ -156,12 +163,19 @@ impl Host {
         transfers.len()
     }
 
+    /// One tick of every group. Those quiescent before and after it have nothing to
+    /// collect; the rest are collected next (a quiescing leader's notices among them).
     pub fn tick(&mut self, now_ns: i64) {
-        self.all_dirty = true;
-        for replica in self.replicas.values_mut() {
-            replica.tick(now_ns);
+        self.live.tick();
+        self.keepalives_due = true;
+        for (&slot, replica) in self.replicas.iter_mut() {
+            let resting = replica.group().is_quiesced();
+            replica.tick(now_ns, &self.live);
             if !self.wants.is_empty() {
                 replica.follow_wants(&self.wants);
+            }
+            if !(resting && replica.group().is_quiesced()) {
+                self.dirty.insert(slot);
             }
         }
     }
@@ -170,15 +184,17 @@ impl Host {
         self.wants = wants;
     }
 
-    /// Steps each message of a batch into its slot's group. Returns how many were not
-    /// for this node (another `to`) or for a slot it does not host: dropped, as a
-    /// misrouted message must be.
-    pub fn receive(&mut self, batch: Vec<SlotMessage>) -> usize {
+    /// Steps each message of a batch from node `from` into its slot's group (an empty
+    /// batch is a keepalive: `from` is live). Returns how many were not for this node
+    /// (another `to`) or for a slot it does not host: dropped, as a misrouted message
+    /// must be.
+    pub fn receive(&mut self, from: u64, batch: Vec<SlotMessage>) -> usize {
+        self.live.heard(from);
         let mut dropped = 0;
         for SlotMessage { slot, msg } in batch {
             match self.replicas.get_mut(&slot) {
                 Some(replica) if msg.to == self.node_id => {
-                    replica.step(msg);
+                    replica.step(msg, &self.live);
                     self.dirty.insert(slot);
                 }
                 _ => dropped += 1,
@@ -197,7 +213,7 @@ impl Host {
     /// Whether some group may have something to collect (the node's loop then runs a
     /// round at once instead of waiting for a message or the next tick).
     pub fn has_dirty(&self) -> bool {
-        self.all_dirty || !self.dirty.is_empty()
+        self.all_dirty || self.keepalives_due || !self.dirty.is_empty()
     }
 
     /// Collects every group that may have something (see `dirty`): what to send (batched
@@ -205,12 +221,15 @@ impl Host {
     pub fn collect(&mut self) -> HostOutput {
         let mut out = HostOutput::default();
         let dirty = std::mem::take(&mut self.dirty);
-        let all = std::mem::replace(&mut self.all_dirty, false);
-        let chosen = self
-            .replicas
-            .iter_mut()
-            .filter(|(slot, _)| all || dirty.contains(slot));
-        for (&slot, replica) in chosen {
+        let chosen: Vec<u16> = if std::mem::replace(&mut self.all_dirty, false) {
+            self.replicas.keys().copied().collect()
+        } else {
+            dirty.into_iter().collect()
+        };
+        for slot in chosen {
+            let Some(replica) = self.replicas.get_mut(&slot) else {
+                continue;
+            };
             let installed_before = replica.snapshots_installed();
             let Output {
                 messages,
@@ -231,7 +250,48 @@ impl Host {
             out.applied
                 .extend(applied.into_iter().map(|(index, term)| (slot, index, term)));
         }
+        if std::mem::take(&mut self.keepalives_due) {
+            self.add_keepalives(&mut out.batches);
+        }
         out
+    }
+
+    /// After a tick: an empty batch to every member of this host's groups that this
+    /// round sends nothing else, so it keeps hearing from this node while groups are
+    /// quiescent (`quiesce.rs`).
+    fn add_keepalives(&self, batches: &mut Batches) {
+        // Few distinct members across many groups: a short list beats a map per member.
+        let mut peers: Vec<u64> = Vec::new();
+        for replica in self.replicas.values() {
+            let conf = replica.group().storage().conf_state();
+            let members = conf
+                .voters
+                .iter()
+                .chain(&conf.learners)
+                .chain(&conf.voters_outgoing)
+                .chain(&conf.learners_next);
+            for &member in members {
+                if member != self.node_id && !peers.contains(&member) {
+                    peers.push(member);
+                }
+            }
+        }
+        for peer in peers {
+            batches.entry(peer).or_insert_with(|| vec![Vec::new()]);
+        }
+    }
+
+    /// True when every group rests (`quiesce.rs`).
+    pub fn all_quiescent(&self) -> bool {
+        self.replicas.values().all(|r| r.group().is_quiesced())
+    }
+
+    /// How many of this host's groups are quiescent: for reports.
+    pub fn quiesced(&self) -> usize {
+        self.replicas
+            .values()
+            .filter(|r| r.group().is_quiesced())
+            .count()
     }
 
     /// True while some group's writes wait for `synced`.
@@ -316,7 +376,7 @@ mod tests {
                 msg: msg(2),
             },
         ];
-        assert_eq!(host.receive(batch), 2);
+        assert_eq!(host.receive(2, batch), 2);
         assert_eq!(
             host.propose(9, &Command::Tick { now_ns: 0 }),
             Err(HostRefused::UnknownSlot(9))

@@ -7,7 +7,9 @@
 //! (`image_log.rs`), that log in the shard's store (`group_log.rs`), membership changes
 //! (`membership.rs`), a slot replica that proposes commands and applies committed ones to
 //! the broker (`replica.rs`), the replicas one node hosts driven together with their
-//! messages batched per destination (`host.rs`), the replication wire format (`wire.rs`),
+//! messages batched per destination (`host.rs`), idle groups that stop ticking and the
+//! keepalives that stand in for their heartbeats (`quiesce.rs`), the replication wire
+//! format (`wire.rs`),
 //! the links between nodes (`transport.rs`) and whom they admit (`admission.rs`: peers
 //! that share `shared_settings.rs`), a node's commit-round loop over all of that
 //! (`node.rs`), and a deterministic simulator with network faults, crashes that replay
@@ -28,6 +30,7 @@ pub mod image_log;
 pub mod membership;
 pub mod metrics;
 pub mod node;
+pub mod quiesce;
 pub mod replica;
 pub mod serve;
 pub mod shared_settings;

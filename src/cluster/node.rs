@@ -118,6 +118,15 @@ pub struct MembershipConfig {
 /// Ticks between two sends of the directory to every peer: how soon a node that missed a
 /// change (it was down, or its link was not up yet) learns it.
 pub const GOSSIP_EVERY_TICKS: u64 = 10;
+/// Ticks a shard whose groups are all quiescent lets pass between wake-ups (300 ms at the
+/// server's 100 ms tick): its keepalives go out as often, twice within a peer's liveness
+/// limit, and a silent leader is noticed up to that much later, still before the shortest
+/// election timeout (`quiesce::LIVENESS_TICKS_MAX`).
+pub const RESTING_TICKS_PER_WAKE: u32 = 3;
+const _: () = assert!(
+    super::quiesce::LIVENESS_TICKS_MAX + (RESTING_TICKS_PER_WAKE as u64)
+        < super::group::ELECTION_TICKS.min as u64
+);
 
 /// Why a proposal has no outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,6 +479,7 @@ impl Node {
                 commit: replica.group().commit_index(),
                 applied: replica.applied(),
                 lag: replica.group().follower_lag_max(),
+                quiescent: replica.group().is_quiesced(),
             })
             .collect()
     }
@@ -833,14 +843,41 @@ impl Node {
         let mut ticks: u64 = 0;
         loop {
             let ticket = self.wake.ticket();
+            // A shard whose groups all rest (`quiesce.rs`) wakes for every few ticks only,
+            // unless news comes: a wake-up costs more than the ticks it carries.
+            let stride = if self.host.borrow().all_quiescent() {
+                RESTING_TICKS_PER_WAKE
+            } else {
+                1
+            };
+            let wake_at = next_tick + tick * (stride - 1);
             let now = Instant::now();
             let idle = self.inbox.borrow().is_empty() && !self.host.borrow().has_dirty();
-            if idle && now < next_tick {
-                boltq_shards::timeout(next_tick - now, self.wake.wait(ticket)).await;
+            if idle && now < wake_at {
+                boltq_shards::timeout(wake_at - now, self.wake.wait(ticket)).await;
             }
-            if Instant::now() >= next_tick {
-                self.host.borrow_mut().tick(boltq_io::store::now_ns());
-                next_tick = Instant::now() + tick;
+            let now = Instant::now();
+            let due = if now < next_tick {
+                0
+            } else {
+                let late = (now - next_tick).as_millis() / tick.as_millis().max(1);
+                (1 + late as u32).min(stride)
+            };
+            if due > 0 {
+                // Ticks stay on this node's own grid, whatever wakes the loop: were news to
+                // move it, nodes that hear the same keepalives would tick in step, and the
+                // followers of a silent leader would time out in step too and split votes.
+                next_tick += tick * due;
+                if next_tick <= now {
+                    next_tick = now + tick;
+                }
+            }
+            if let Err(e) = self.round(&mut logs, due).await {
+                log::error!("raft node {} stopped: {e}", self.cfg.node_id);
+                self.stop(e);
+                return;
+            }
+            for _ in 0..due {
                 ticks += 1;
                 let every = self.cfg.balance_every_ticks;
                 if every > 0 && ticks.is_multiple_of(every) {
@@ -851,28 +888,32 @@ impl Node {
                     self.gossip();
                 }
             }
-            if let Err(e) = self.round(&mut logs).await {
-                log::error!("raft node {} stopped: {e}", self.cfg.node_id);
-                self.stop(e);
-                return;
-            }
         }
     }
 
-    async fn round(&self, logs: &mut BTreeMap<u16, GroupLog>) -> Result<(), String> {
+    /// Ticks `ticks` times, takes in what peers sent, and carries out what the groups
+    /// decided.
+    async fn round(&self, logs: &mut BTreeMap<u16, GroupLog>, ticks: u32) -> Result<(), String> {
         let inbox = std::mem::take(&mut *self.inbox.borrow_mut());
         let reports = self.outbound.borrow().take_snapshot_reports();
-        let out = {
+        let (out, busy) = {
             let mut host = self.host.borrow_mut();
+            // The ticks passed before the news now in the inbox arrived (which would have
+            // woken the loop at once): they come first, the news is judged on a fresh clock.
+            for _ in 0..ticks {
+                host.tick(boltq_io::store::now_ns());
+            }
             let mut misrouted = 0;
-            for (_, batch) in inbox {
-                misrouted += host.receive(batch) as u64;
+            for (from, batch) in inbox {
+                misrouted += host.receive(from, batch) as u64;
             }
             self.note_misrouted(misrouted);
             for (slot, to, delivered) in reports {
                 host.report_snapshot(slot, to, delivered);
             }
-            host.collect()
+            // A round for peers' keepalives alone (quiescent groups) changes nothing to count.
+            let busy = host.has_dirty();
+            (host.collect(), busy)
         };
         if !out.appended.is_empty() {
             let sink = self.stream_sink.borrow().clone();
@@ -892,7 +933,9 @@ impl Node {
                 waiter.ready.notify();
             }
         }
-        self.count(&out.applied, out.snapshots_installed);
+        if busy {
+            self.count(&out.applied, out.snapshots_installed);
+        }
         self.tell_observer(out.effects, &out.applied);
         if !self.host.borrow().needs_sync() {
             return Ok(());
@@ -923,14 +966,21 @@ impl Node {
         for (slot, replica) in host.replicas() {
             lag = lag.max(replica.group().follower_lag_max());
             let leader = replica.group().leader();
-            match leaders.insert(slot, leader) {
-                Some(before) if before != leader => metrics.leader_changes.inc(),
-                _ => {}
+            match leaders.get_mut(&slot) {
+                Some(before) if *before != leader => {
+                    *before = leader;
+                    metrics.leader_changes.inc();
+                }
+                Some(_) => {}
+                None => {
+                    leaders.insert(slot, leader);
+                }
             }
             led += i64::from(leader == Some(self.cfg.node_id));
             without += i64::from(leader.is_none());
         }
         metrics.slots_led.set(led);
+        metrics.groups_quiescent.set(host.quiesced() as i64);
         metrics.slots_without_leader.set(without);
         metrics
             .follower_lag
@@ -982,6 +1032,8 @@ impl Node {
 
     fn send(&self, batches: Batches) {
         self.count_snapshots_sent(&batches);
+        let messages = batches.values().flatten().map(Vec::len).sum::<usize>();
+        self.metrics.borrow().messages_sent.add(messages as u64);
         for (to, batches) in batches {
             for batch in batches {
                 self.outbound.borrow().send(to, &batch);

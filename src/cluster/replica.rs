@@ -17,6 +17,7 @@ use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
 use super::image_log::{ImageLog, Recovered, Written};
 use super::membership::{self, MemberChange};
+use super::quiesce::Liveness;
 use super::slot_snapshot;
 use crate::messaging::slot::{self as streams, Appended, StreamCommand, StreamOutcome, StreamSlot};
 use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
@@ -232,8 +233,8 @@ impl Replica {
         self.group.transfer_leadership(to);
     }
 
-    pub fn tick(&mut self, now_ns: i64) {
-        self.group.tick();
+    pub fn tick(&mut self, now_ns: i64, live: &Liveness) {
+        self.group.tick(live);
         if !self.group.is_leader() {
             return;
         }
@@ -312,8 +313,8 @@ impl Replica {
         self.group.synced()
     }
 
-    pub fn step(&mut self, msg: Message) {
-        self.group.step(msg);
+    pub fn step(&mut self, msg: Message, live: &Liveness) {
+        self.group.step(msg, live);
     }
 
     /// Whether a snapshot sent to `to` arrived; a lost one is sent again.
@@ -510,7 +511,7 @@ mod tests {
         )
         .unwrap();
         for _ in 0..100 {
-            r.tick(0);
+            r.tick(0, &Liveness::default());
             round(&mut r);
             if r.group().is_leader() {
                 return r;

@@ -536,7 +536,8 @@ fn frames_within_limit(batch: &[SlotMessage]) -> Vec<&[SlotMessage]> {
         }
         bytes += size;
     }
-    if start < batch.len() {
+    // An empty batch is a keepalive (`quiesce.rs`): one empty frame.
+    if start < batch.len() || batch.is_empty() {
         out.push(&batch[start..]);
     }
     out

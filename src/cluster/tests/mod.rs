@@ -1,3 +1,4 @@
+mod quiesce;
 mod sim;
 
 /// What the cluster tests that need a real store share.

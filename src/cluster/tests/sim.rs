@@ -3,7 +3,8 @@
 //! seeded network (loss, duplication, delay and so reordering, partitions that isolate a
 //! node) carrying each node's messages as one wire batch per destination, crashes and
 //! restarts (a node keeps its durable images and loses everything else), and clients, each
-//! on one slot, that publish, consume and ack through whichever node they believe leads it,
+//! on one slot, that publish, consume and ack through whichever node they believe leads it
+//! (and pause at the end of every few seconds, so that groups quiesce under the faults),
 //! and (the messaging plane, issue 15) send to a stream partition with a dedup id (a
 //! device's or an inbox pointer's claim, alternately), retrying a send whose outcome they
 //! did not learn (and sometimes one they did) under the same id (a device's send names a
@@ -96,6 +97,8 @@ const SNAPSHOT_EVERY_ENTRIES: u64 = 40;
 /// partition is often caught up by snapshot.
 const KEPT_BEHIND_SNAPSHOT: u64 = 16;
 const SEEDS_DEFAULT: u64 = 100;
+/// See `Faults::quiet_ms`.
+const QUIET_CYCLE_MS: u64 = 3_000;
 
 fn broker_config() -> BrokerConfig {
     BrokerConfig {
@@ -118,6 +121,9 @@ struct Faults {
     partition_per_100k: u64,
     /// Longest wait between a write into a node's image and its fdatasync.
     sync_delay_ms_max: u64,
+    /// The end of every `QUIET_CYCLE_MS` in which clients start nothing, so that groups
+    /// quiesce (`quiesce.rs`) while the faults go on.
+    quiet_ms: u64,
 }
 
 impl Faults {
@@ -129,6 +135,7 @@ impl Faults {
             crash_per_100k: rng.below(150),
             partition_per_100k: rng.below(150),
             sync_delay_ms_max: rng.below(20),
+            quiet_ms: rng.below(QUIET_CYCLE_MS),
         }
     }
 }
@@ -292,6 +299,10 @@ struct Totals {
     /// Appended records a node never saw applied because a snapshot carried it past them
     /// (its copy of the partition would fetch them from the leader).
     stream_holes: u64,
+    /// Quiescent groups summed over the nodes and steps.
+    quiesced_group_steps: u64,
+    /// Quiescent leaders on a node that crashed or that a partition isolated.
+    quiesced_leaders_lost: u64,
 }
 
 struct Sim {
@@ -439,10 +450,20 @@ impl Sim {
             let until = self.now_ms + 500 + self.rng.below(4_000);
             self.partition = Some((isolated, until));
             self.totals.partitions += 1;
+            self.totals.quiesced_leaders_lost += self.quiesced_leaders(isolated);
         }
     }
 
+    fn quiesced_leaders(&mut self, node: u64) -> u64 {
+        self.host(node).map_or(0, |host| {
+            host.replicas()
+                .filter(|(_, r)| r.group().is_leader() && r.group().is_quiesced())
+                .count() as u64
+        })
+    }
+
     fn crash(&mut self, node: u64) {
+        self.totals.quiesced_leaders_lost += self.quiesced_leaders(node);
         let down_ms = 200 + self.rng.below(3_000);
         let n = &mut self.nodes[(node - 1) as usize];
         // What was written but not yet synced is lost with the host, in part.
@@ -584,7 +605,7 @@ impl Sim {
                 .cloned()
                 .collect();
             if arrives {
-                let dropped = self.host(to).expect("checked").receive(batch);
+                let dropped = self.host(to).expect("checked").receive(from, batch);
                 assert_eq!(dropped, 0, "every message was for a slot node {to} hosts");
             }
             self.report_snapshots(from, to, &snapshots, arrives);
@@ -592,6 +613,9 @@ impl Sim {
     }
 
     fn clients_act(&mut self) {
+        if self.now_ms % QUIET_CYCLE_MS >= QUIET_CYCLE_MS - self.faults.quiet_ms {
+            return;
+        }
         for c in 0..self.clients.len() {
             let (ready, target, slot) = {
                 let client = &self.clients[c];
@@ -752,6 +776,7 @@ impl Sim {
             };
             let out = host.collect();
             let needs_sync = host.needs_sync();
+            self.totals.quiesced_group_steps += host.quiesced() as u64;
             if needs_sync && self.nodes[(node - 1) as usize].sync_at_ms.is_none() {
                 let delay = self.rng.below(self.faults.sync_delay_ms_max + 1);
                 self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
@@ -1287,6 +1312,8 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
         all.duplicates += t.duplicates;
         all.commits_acked += t.commits_acked;
         all.stream_holes += t.stream_holes;
+        all.quiesced_group_steps += t.quiesced_group_steps;
+        all.quiesced_leaders_lost += t.quiesced_leaders_lost;
     }
     println!("{} seeds: {all:?}", seeds.len());
     if seeds.len() >= 50 {
@@ -1308,6 +1335,10 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
             "no re-election: {all:?}"
         );
         assert!(all.published > 0 && all.acked > 0, "{all:?}");
+        assert!(
+            all.quiesced_group_steps > 0 && all.quiesced_leaders_lost > 0,
+            "no quiescent leader was crashed or cut off: {all:?}"
+        );
         assert!(
             all.sends_acked > 0 && all.duplicates > 0 && all.commits_acked > 0,
             "{all:?}"

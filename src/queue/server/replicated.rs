@@ -41,6 +41,11 @@ pub const TRANSFERS_METRIC: &str = "boltq_raft_leader_transfers_total";
 /// Groups this node leads, and groups with no leader it knows of, now.
 pub const SLOTS_LED_METRIC: &str = "boltq_raft_slots_led";
 pub const SLOTS_WITHOUT_LEADER_METRIC: &str = "boltq_raft_slots_without_leader";
+/// Raft messages this node's groups sent its peers (a quiet cluster sends none: its groups
+/// are quiescent and the links carry empty keepalives).
+pub const MESSAGES_SENT_METRIC: &str = "boltq_raft_messages_sent_total";
+/// Groups of this node that are quiescent now: at rest, not ticking (`cluster::quiesce`).
+pub const GROUPS_QUIESCENT_METRIC: &str = "boltq_raft_groups_quiescent";
 /// Connections this node's links to its peers made (each close is followed by another),
 /// and batches they dropped for a peer down or behind.
 pub const LINK_CONNECTS_METRIC: &str = "boltq_raft_link_connects_total";
@@ -128,6 +133,8 @@ pub struct SlotStatus {
     pub applied: u64,
     /// As the group's leader: entries its furthest-behind follower lacks (0 otherwise).
     pub lag: u64,
+    /// At rest and not ticking here (`cluster::quiesce`).
+    pub quiescent: bool,
 }
 
 /// Who this node and its peers are, for `/cluster/status`, CLUSTER_STATUS and `/readyz`.
@@ -301,6 +308,7 @@ mod tests {
             commit,
             applied: commit,
             lag: 0,
+            quiescent: false,
         }
     }
 

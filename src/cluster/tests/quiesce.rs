@@ -1,0 +1,309 @@
+//! Quiescent groups (`quiesce.rs`) on three real hosts wired in memory, without faults
+//! except the one each test names: idle groups stop exchanging raft messages, and a
+//! proposal, a dead leader or a cut-off leader wakes them as Raft needs.
+
+use crate::cluster::group::ElectionTicks;
+use crate::cluster::host::Host;
+use crate::cluster::image_log::Recovered;
+use crate::cluster::quiesce::{LEADER_PATIENCE_TICKS_MAX, LIVENESS_TICKS_MAX};
+use crate::cluster::replica::ProposalId;
+use crate::messaging::slot::StreamSlotConfig;
+use crate::queue::broker::{BrokerConfig, Command};
+use std::collections::{BTreeMap, BTreeSet};
+
+const SLOTS: [u16; 4] = [0, 1, 2, 3];
+const NODES: [u64; 3] = [1, 2, 3];
+/// Message exchanges within one tick before the test calls the cluster stuck.
+const EXCHANGES_PER_TICK_MAX: usize = 64;
+
+/// One batch that crossed: who sent it to whom, and how many raft messages it held (0: a
+/// keepalive).
+#[derive(Debug)]
+struct Sent {
+    from: u64,
+    to: u64,
+    messages: usize,
+}
+
+struct Net {
+    hosts: BTreeMap<u64, Host>,
+    /// Stopped: neither ticks nor sends nor receives.
+    down: BTreeSet<u64>,
+    /// Cut off: runs, but nothing crosses between it and the others.
+    isolated: BTreeSet<u64>,
+    /// (from, to): nothing crosses from one to the other (the other way still does).
+    cut: BTreeSet<(u64, u64)>,
+    /// (node, slot, proposal) of every proposal applied, as its proposer was told.
+    applied: Vec<(u64, u16, ProposalId)>,
+}
+
+impl Net {
+    /// Node n's election timeout is 6 + 4n ticks, so node 1 wins the first elections.
+    fn new() -> Net {
+        let hosts = NODES
+            .iter()
+            .map(|&id| {
+                let ticks = 6 + 4 * id as usize;
+                let host = Host::new(
+                    id,
+                    &SLOTS,
+                    |_| Recovered::new_group(&NODES, 1),
+                    &BrokerConfig::default(),
+                    &StreamSlotConfig::default(),
+                    1_000,
+                    || ElectionTicks {
+                        min: ticks,
+                        max: ticks + 1,
+                    },
+                )
+                .unwrap();
+                (id, host)
+            })
+            .collect();
+        Net {
+            hosts,
+            down: BTreeSet::new(),
+            isolated: BTreeSet::new(),
+            cut: BTreeSet::new(),
+            applied: Vec::new(),
+        }
+    }
+
+    fn up(&self, id: u64) -> bool {
+        !self.down.contains(&id)
+    }
+
+    /// One tick of every running host, then messages flow until none is left.
+    fn tick(&mut self) -> Vec<Sent> {
+        for (id, host) in self.hosts.iter_mut() {
+            if !self.down.contains(id) {
+                host.tick(0);
+            }
+        }
+        self.exchange()
+    }
+
+    fn exchange(&mut self) -> Vec<Sent> {
+        let mut sent = Vec::new();
+        for _ in 0..EXCHANGES_PER_TICK_MAX {
+            let mut flights = Vec::new();
+            for (&id, host) in self.hosts.iter_mut() {
+                if self.down.contains(&id) {
+                    continue;
+                }
+                let out = host.collect();
+                self.applied.extend(
+                    out.answers
+                        .into_iter()
+                        .filter(|(_, a)| a.outcome.is_ok())
+                        .map(|(slot, a)| (id, slot, a.id)),
+                );
+                let mut batches = out.batches;
+                for (to, list) in host.synced() {
+                    batches.entry(to).or_default().extend(list);
+                }
+                if !batches.is_empty() {
+                    flights.push((id, batches));
+                }
+            }
+            if flights.is_empty() {
+                return sent;
+            }
+            for (from, batches) in flights {
+                for (to, list) in batches {
+                    for batch in list {
+                        sent.push(Sent {
+                            from,
+                            to,
+                            messages: batch.len(),
+                        });
+                        let crosses = !self.isolated.contains(&from)
+                            && !self.isolated.contains(&to)
+                            && !self.cut.contains(&(from, to));
+                        if crosses && self.up(to) {
+                            self.hosts.get_mut(&to).unwrap().receive(from, batch);
+                        }
+                    }
+                }
+            }
+        }
+        panic!("messages still flowing after {EXCHANGES_PER_TICK_MAX} exchanges");
+    }
+
+    fn ticks(&mut self, n: usize) -> Vec<Sent> {
+        (0..n).flat_map(|_| self.tick()).collect()
+    }
+
+    fn leader(&self, node: u64, slot: u16) -> bool {
+        self.hosts[&node].replica(slot).unwrap().group().is_leader()
+    }
+
+    /// Each slot's leaders among the running hosts that are not cut off.
+    fn leaders(&self) -> Vec<Vec<u64>> {
+        SLOTS
+            .iter()
+            .map(|&slot| {
+                NODES
+                    .iter()
+                    .copied()
+                    .filter(|&n| self.up(n) && !self.isolated.contains(&n))
+                    .filter(|&n| self.leader(n, slot))
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn quiesced(&self) -> usize {
+        self.hosts
+            .iter()
+            .filter(|(id, _)| self.up(**id))
+            .map(|(_, h)| h.quiesced())
+            .sum()
+    }
+
+    /// Ticks until `done`, at most `ticks_max`; how many it took.
+    fn tick_until(&mut self, ticks_max: usize, mut done: impl FnMut(&Net) -> bool) -> usize {
+        for t in 1..=ticks_max {
+            self.tick();
+            if done(self) {
+                return t;
+            }
+        }
+        panic!(
+            "not done after {ticks_max} ticks: leaders {:?}",
+            self.leaders()
+        );
+    }
+
+    /// Started, node 1 elected everywhere, and every group quiescent.
+    fn at_rest() -> Net {
+        let mut net = Net::new();
+        net.tick_until(60, |n| n.quiesced() == SLOTS.len() * NODES.len());
+        assert!(
+            SLOTS.iter().all(|&s| net.leader(1, s)),
+            "{:?}",
+            net.leaders()
+        );
+        net
+    }
+}
+
+fn raft_messages(sent: &[Sent]) -> usize {
+    sent.iter().map(|s| s.messages).sum()
+}
+
+#[test]
+fn idle_groups_quiesce_and_only_keepalives_cross() {
+    let mut net = Net::at_rest();
+    let sent = net.ticks(30);
+    assert_eq!(raft_messages(&sent), 0, "{sent:?}");
+    // Each node still hears from each other node at every tick: one keepalive per pair.
+    assert_eq!(sent.len(), 30 * NODES.len() * (NODES.len() - 1), "{sent:?}");
+    assert!(sent.iter().all(|s| s.from != s.to));
+    assert_eq!(net.quiesced(), SLOTS.len() * NODES.len());
+}
+
+#[test]
+fn a_proposal_to_a_quiescent_leader_commits_without_a_tick() {
+    let mut net = Net::at_rest();
+    let id = net
+        .hosts
+        .get_mut(&1)
+        .unwrap()
+        .propose(2, &Command::Tick { now_ns: 1 })
+        .unwrap();
+    net.exchange();
+    assert!(net.applied.contains(&(1, 2, id)), "{:?}", net.applied);
+    for n in NODES {
+        let applied = net.hosts[&n].replica(2).unwrap().applied();
+        assert!(
+            applied >= id.index,
+            "node {n} applied {applied} < {}",
+            id.index
+        );
+    }
+    // The group had to wake for it, and rests again after a tick.
+    assert!(net.quiesced() < SLOTS.len() * NODES.len());
+    net.ticks(2);
+    assert_eq!(net.quiesced(), SLOTS.len() * NODES.len());
+}
+
+#[test]
+fn followers_of_a_quiescent_leader_that_stops_elect_another() {
+    let mut net = Net::at_rest();
+    net.down.insert(1);
+    let took = net.tick_until(60, |n| n.leaders().iter().all(|l| l.len() == 1));
+    // Nodes 2 and 3 wake once node 1 was silent for the liveness limit, counting the ticks
+    // they missed: node 3's election timeout (18 ticks) after node 1 was last heard at the
+    // latest, as without quiescence, not that much after the wake.
+    assert!(
+        took as u64 >= LIVENESS_TICKS_MAX,
+        "elected after {took} ticks"
+    );
+    assert!(took <= 6 + 4 * 3 + 1, "elected after {took} ticks");
+    // The node comes back as a follower, and the groups come to rest again.
+    net.down.remove(&1);
+    net.tick_until(60, |n| n.quiesced() == SLOTS.len() * NODES.len());
+    for leaders in net.leaders() {
+        assert_eq!(leaders.len(), 1);
+        assert_ne!(leaders, vec![1]);
+    }
+}
+
+#[test]
+fn a_quiescent_leader_cut_off_from_its_followers_steps_down_and_commits_nothing() {
+    let mut net = Net::at_rest();
+    net.isolated.insert(1);
+    let id = net
+        .hosts
+        .get_mut(&1)
+        .unwrap()
+        .propose(0, &Command::Tick { now_ns: 1 })
+        .unwrap();
+    net.tick_until(60, |n| {
+        n.leaders().iter().all(|l| l.len() == 1) && SLOTS.iter().all(|&s| !n.leader(1, s))
+    });
+    net.isolated.clear();
+    net.tick_until(60, |n| n.quiesced() == SLOTS.len() * NODES.len());
+    assert!(!net.applied.contains(&(1, 0, id)), "{:?}", net.applied);
+    for &slot in &SLOTS {
+        let applied: BTreeSet<u64> = NODES
+            .iter()
+            .map(|n| net.hosts[n].replica(slot).unwrap().applied())
+            .collect();
+        assert_eq!(
+            applied.len(),
+            1,
+            "slot {slot}: replicas apply alike: {applied:?}"
+        );
+    }
+}
+
+#[test]
+fn a_follower_that_misses_its_leaders_keepalives_for_a_while_rests_again_without_a_word() {
+    let mut net = Net::at_rest();
+    let all = SLOTS.len() * NODES.len();
+    // Node 2 hears nothing from node 1 for longer than the liveness limit but less than an
+    // election timeout: its followers wake, then rest again once node 1 is heard.
+    net.cut.insert((1, 2));
+    let mut sent = net.ticks(LIVENESS_TICKS_MAX as usize + 1);
+    assert_eq!(net.quiesced(), all - SLOTS.len(), "node 2's followers woke");
+    net.cut.clear();
+    sent.extend(net.ticks(2));
+    assert_eq!(net.quiesced(), all);
+    assert_eq!(raft_messages(&sent), 0, "{sent:?}");
+}
+
+#[test]
+fn a_quiescent_leader_waits_out_a_members_short_silence() {
+    let mut net = Net::at_rest();
+    // Longer than the liveness limit, shorter than the leader's patience.
+    net.cut.insert((2, 1));
+    let sent = net.ticks(LEADER_PATIENCE_TICKS_MAX as usize - 1);
+    assert_eq!(net.quiesced(), SLOTS.len() * NODES.len());
+    assert_eq!(raft_messages(&sent), 0, "{sent:?}");
+    // Past its patience the leader wakes (and heartbeats, so check-quorum can act).
+    let sent = net.ticks(2);
+    assert!(SLOTS.iter().all(|&s| net.leader(1, s)));
+    assert!(raft_messages(&sent) > 0);
+}
