@@ -281,9 +281,16 @@ impl Host {
         }
     }
 
-    /// True when every group rests (`quiesce.rs`).
-    pub fn all_quiescent(&self) -> bool {
-        self.replicas.values().all(|r| r.group().is_quiesced())
+    /// True when every group rests (`quiesce.rs`) and no leader's broker has a timer due
+    /// (a delayed message, an ack timeout) by `until_ns`: the node may sleep until then.
+    pub fn at_rest_until(&self, until_ns: i64) -> bool {
+        self.replicas.values().all(|r| {
+            r.group().is_quiesced()
+                && !(r.group().is_leader()
+                    && r.broker()
+                        .next_deadline_ns()
+                        .is_some_and(|due| due <= until_ns))
+        })
     }
 
     /// How many of this host's groups are quiescent: for reports.

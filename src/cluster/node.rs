@@ -844,8 +844,11 @@ impl Node {
         loop {
             let ticket = self.wake.ticket();
             // A shard whose groups all rest (`quiesce.rs`) wakes for every few ticks only,
-            // unless news comes: a wake-up costs more than the ticks it carries.
-            let stride = if self.host.borrow().all_quiescent() {
+            // unless news comes or a broker timer falls due: a wake-up costs more than the
+            // ticks it carries.
+            let rest = tick * RESTING_TICKS_PER_WAKE;
+            let until_ns = boltq_io::store::now_ns() + rest.as_nanos() as i64;
+            let stride = if self.host.borrow().at_rest_until(until_ns) {
                 RESTING_TICKS_PER_WAKE
             } else {
                 1

@@ -9,6 +9,7 @@ use crate::cluster::quiesce::{LEADER_PATIENCE_TICKS_MAX, LIVENESS_TICKS_MAX};
 use crate::cluster::replica::ProposalId;
 use crate::messaging::slot::StreamSlotConfig;
 use crate::queue::broker::{BrokerConfig, Command};
+use crate::queue::message::{IdGenerator, Message};
 use std::collections::{BTreeMap, BTreeSet};
 
 const SLOTS: [u16; 4] = [0, 1, 2, 3];
@@ -130,6 +131,12 @@ impl Net {
         panic!("messages still flowing after {EXCHANGES_PER_TICK_MAX} exchanges");
     }
 
+    /// A command proposed to node `node`'s replica of `slot` (which must lead it).
+    fn propose(&mut self, node: u64, slot: u16) -> ProposalId {
+        let host = self.hosts.get_mut(&node).unwrap();
+        host.propose(slot, &Command::Tick { now_ns: 1 }).unwrap()
+    }
+
     fn ticks(&mut self, n: usize) -> Vec<Sent> {
         (0..n).flat_map(|_| self.tick()).collect()
     }
@@ -206,12 +213,7 @@ fn idle_groups_quiesce_and_only_keepalives_cross() {
 #[test]
 fn a_proposal_to_a_quiescent_leader_commits_without_a_tick() {
     let mut net = Net::at_rest();
-    let id = net
-        .hosts
-        .get_mut(&1)
-        .unwrap()
-        .propose(2, &Command::Tick { now_ns: 1 })
-        .unwrap();
+    let id = net.propose(1, 2);
     net.exchange();
     assert!(net.applied.contains(&(1, 2, id)), "{:?}", net.applied);
     for n in NODES {
@@ -254,12 +256,7 @@ fn followers_of_a_quiescent_leader_that_stops_elect_another() {
 fn a_quiescent_leader_cut_off_from_its_followers_steps_down_and_commits_nothing() {
     let mut net = Net::at_rest();
     net.isolated.insert(1);
-    let id = net
-        .hosts
-        .get_mut(&1)
-        .unwrap()
-        .propose(0, &Command::Tick { now_ns: 1 })
-        .unwrap();
+    let id = net.propose(1, 0);
     net.tick_until(60, |n| {
         n.leaders().iter().all(|l| l.len() == 1) && SLOTS.iter().all(|&s| !n.leader(1, s))
     });
@@ -306,4 +303,37 @@ fn a_quiescent_leader_waits_out_a_members_short_silence() {
     let sent = net.ticks(2);
     assert!(SLOTS.iter().all(|&s| net.leader(1, s)));
     assert!(raft_messages(&sent) > 0);
+}
+
+#[test]
+fn a_leader_whose_timer_falls_due_within_the_rest_keeps_its_shard_on_the_short_tick() {
+    let mut net = Net::at_rest();
+    let (now_ns, rest_ns, delay_ns) = (1_000_000_000, 300_000_000, 200_000_000);
+    assert!(net.hosts[&1].at_rest_until(now_ns + rest_ns));
+    let msg = Message {
+        id: IdGenerator::new(*b"quiesce").next(0),
+        topic: "delayed".into(),
+        payload: bytes::Bytes::from_static(b"1"),
+        timestamp_ns: now_ns,
+        retry: 0,
+        max_retry: 3,
+        priority: 0,
+        delay_ns,
+        ttl_ns: 0,
+        deliver_at_ns: now_ns + delay_ns,
+        expires_at_ns: 0,
+        extras: None,
+    };
+    let host = net.hosts.get_mut(&1).unwrap();
+    host.propose(0, &Command::Publish { msg }).unwrap();
+    net.ticks(2);
+    assert_eq!(
+        net.quiesced(),
+        SLOTS.len() * NODES.len(),
+        "the group rests again"
+    );
+    assert!(!net.hosts[&1].at_rest_until(now_ns + rest_ns));
+    assert!(net.hosts[&1].at_rest_until(now_ns + delay_ns - 1));
+    // Only leaders propose the timers' ticks: a follower's shard may sleep on.
+    assert!(net.hosts[&2].at_rest_until(now_ns + rest_ns));
 }
