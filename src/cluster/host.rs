@@ -49,11 +49,10 @@ pub struct Host {
     /// The member directory's wants (`directory::Directory::wants`): each leader moves its
     /// group's membership towards them on every tick. Empty: memberships are left alone.
     wants: BTreeMap<u64, Role>,
-    /// Groups that may have something to collect: stepped, proposed to, synced or told of
-    /// a snapshot since their last `collect`, or awake at a tick (`all_dirty`: every
-    /// group, at start). A round collects those alone, not all 256 groups for a message.
+    /// Groups that may have something to collect: every group at start, then those
+    /// stepped, proposed to, synced or told of a snapshot since their last `collect`, or
+    /// awake at a tick. A round collects those alone, not all 256 groups for a message.
     dirty: BTreeSet<u16>,
-    all_dirty: bool,
     /// When each peer node was last heard (`quiesce.rs`).
     live: Liveness,
     /// A tick happened since the last `collect`: every member gets a batch from it.
@@ -89,8 +88,7 @@ impl Host {
             node_id,
             replicas,
             wants: BTreeMap::new(),
-            dirty: BTreeSet::new(),
-            all_dirty: true,
+            dirty: slots.iter().copied().collect(),
             live: Liveness::default(),
             keepalives_due: false,
         })
@@ -213,20 +211,14 @@ impl Host {
     /// Whether some group may have something to collect (the node's loop then runs a
     /// round at once instead of waiting for a message or the next tick).
     pub fn has_dirty(&self) -> bool {
-        self.all_dirty || self.keepalives_due || !self.dirty.is_empty()
+        self.keepalives_due || !self.dirty.is_empty()
     }
 
     /// Collects every group that may have something (see `dirty`): what to send (batched
     /// per destination), answers, effects.
     pub fn collect(&mut self) -> HostOutput {
         let mut out = HostOutput::default();
-        let dirty = std::mem::take(&mut self.dirty);
-        let chosen: Vec<u16> = if std::mem::replace(&mut self.all_dirty, false) {
-            self.replicas.keys().copied().collect()
-        } else {
-            dirty.into_iter().collect()
-        };
-        for slot in chosen {
+        for slot in std::mem::take(&mut self.dirty) {
             let Some(replica) = self.replicas.get_mut(&slot) else {
                 continue;
             };

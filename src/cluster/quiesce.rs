@@ -21,6 +21,11 @@
 //! (`LEADER_PATIENCE_TICKS_MAX`) wakes too, so check-quorum steps it down if it lost its
 //! quorum.
 //!
+//! The rules are applied where raft-rs's state is: `Group::tick` (`at_rest`,
+//! `may_rest_again`), `Group::step` (`quiesce_on_notice`) and `Group::wake`; the keepalives
+//! are added by `Host::collect`, and a resting shard's longer sleep is `node.rs`'s
+//! (`RESTING_TICKS_PER_WAKE`).
+//!
 //! What this costs: a follower that missed the notice keeps ticking and, an election
 //! timeout later, pre-votes; the pre-vote wakes the leader, whose next tick sends the
 //! notice again (pre-vote keeps the term). No entry is ever committed or applied

@@ -227,12 +227,12 @@ impl Replica {
         Ok(id)
     }
 
-    /// Advances the group's clock by one tick, and, on the leader, proposes a `Tick` when a
-    /// broker timer is due at `now_ns` (one at a time).
     pub fn transfer_leadership(&mut self, to: u64) {
         self.group.transfer_leadership(to);
     }
 
+    /// Advances the group's clock by one tick (unless it rests, `quiesce.rs`), and, on the
+    /// leader, proposes a `Tick` when a broker timer is due at `now_ns` (one at a time).
     pub fn tick(&mut self, now_ns: i64, live: &Liveness) {
         self.group.tick(live);
         if !self.group.is_leader() {
