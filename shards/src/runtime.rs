@@ -3,9 +3,8 @@
 use std::any::Any;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use futures_lite::{future, FutureExt};
 use glommio::timer::Timer;
@@ -17,6 +16,7 @@ use crate::error::RuntimeError;
 use crate::links::{self, ShardLinks};
 use crate::memlock;
 use crate::ownership::ShardId;
+use crate::rescue::{self, Nudger, Start, Watched};
 use crate::shard::Shard;
 use crate::shutdown::ShutdownHandle;
 
@@ -24,6 +24,11 @@ use crate::shutdown::ShutdownHandle;
 /// messages queued at the very end still leave, but a stuck peer cannot hold
 /// the process open.
 pub const FINAL_FLUSH_TIMEOUT_MS: u64 = 1_000;
+
+/// Once a shard failed, how long the others get to stop before the process gives up on
+/// them: a shard stuck where it cannot see the shutdown (a peer that never connects, a
+/// wedged executor) must not keep a failed server running without serving.
+pub const SHARD_STOP_AFTER_FAILURE_MS: u64 = 10_000;
 
 /// CPUs this process may run on (its affinity mask), in increasing order.
 /// The default shard count is the length of this list.
@@ -113,12 +118,13 @@ where
     let placings = place(&config, &usable_cpus()?);
     let clock = Clock::start();
     let (results_tx, results_rx) = mpsc::channel();
-    let mut threads: Vec<JoinHandle<()>> = Vec::with_capacity(config.shard_count);
+    let mut threads: Vec<Watched<()>> = Vec::with_capacity(config.shard_count);
     let mut first_error = None;
     let all_links = links::build::<M>(config.shard_count, config.channel_capacity);
     for (shard, links) in all_links.into_iter().enumerate() {
         let start = ShardStart {
             shard,
+            progress: Start::new(),
             placing: placings[shard],
             io_memory_bytes,
             config: config.clone(),
@@ -128,10 +134,14 @@ where
         };
         let init = init.clone();
         let results_tx = results_tx.clone();
+        let name = format!("boltq-shard-{shard}");
+        let started = Arc::clone(&start.progress);
         let spawned = std::thread::Builder::new()
-            .name(format!("boltq-shard-{shard}"))
+            .name(name.clone())
             .spawn(move || {
+                let start_state = Arc::clone(&start.progress);
                 let outcome = panic::catch_unwind(AssertUnwindSafe(|| start.run(init)));
+                start_state.started();
                 let result = outcome.unwrap_or_else(|payload| {
                     Err(RuntimeError::ShardPanicked {
                         shard,
@@ -142,7 +152,11 @@ where
                 let _ = results_tx.send((shard, result));
             });
         match spawned {
-            Ok(thread) => threads.push(thread),
+            Ok(thread) => threads.push(Watched {
+                name,
+                start: started,
+                thread,
+            }),
             Err(e) => {
                 // Links of shards not started are dropped here, which lets
                 // their peers' connects finish (as closed) instead of hanging.
@@ -156,10 +170,28 @@ where
         }
     }
     drop(results_tx);
-    let outputs = collect(config.shard_count, &results_rx, &shutdown, &mut first_error);
-    for thread in threads {
-        // Panics were caught inside the thread, so join cannot fail.
-        let _ = thread.join();
+    let nudger = Nudger::spawn(threads);
+    let (outputs, reported) = collect(
+        config.shard_count,
+        &results_rx,
+        &shutdown,
+        &mut first_error,
+        Duration::from_millis(SHARD_STOP_AFTER_FAILURE_MS),
+    );
+    let threads = match nudger {
+        Ok(nudger) => nudger.stop(),
+        Err((e, threads)) => {
+            log::warn!("cannot watch the shards' start ({e}); a stranded one stays asleep");
+            threads
+        }
+    };
+    for (shard, watched) in threads.into_iter().enumerate() {
+        // A shard that never reported is stuck (collect gave up on it after a failure):
+        // joining it would hang; the process exit ends it.
+        if reported[shard] {
+            // Panics were caught inside the thread, so join cannot fail.
+            let _ = watched.thread.join();
+        }
     }
     match first_error {
         Some(error) => Err(error),
@@ -171,15 +203,39 @@ where
 }
 
 /// Gathers results as shards finish (in any order), triggering shutdown at
-/// the first failure so that no shard keeps serving alone.
+/// the first failure so that no shard keeps serving alone. After a failure the
+/// others get `stop_after_failure` to report; those that do not are named and
+/// left behind.
 fn collect<T>(
     shard_count: usize,
     results: &mpsc::Receiver<(ShardId, Result<T, RuntimeError>)>,
     shutdown: &ShutdownHandle,
     first_error: &mut Option<RuntimeError>,
-) -> Vec<Option<T>> {
+    stop_after_failure: Duration,
+) -> (Vec<Option<T>>, Vec<bool>) {
     let mut outputs: Vec<Option<T>> = (0..shard_count).map(|_| None).collect();
-    while let Ok((shard, result)) = results.recv() {
+    let mut reported = vec![false; shard_count];
+    let mut give_up_at: Option<Instant> = None;
+    loop {
+        let next = match give_up_at {
+            None => results
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            Some(at) => results.recv_timeout(at.saturating_duration_since(Instant::now())),
+        };
+        let (shard, result) = match next {
+            Ok(report) => report,
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let stuck: Vec<ShardId> = (0..shard_count).filter(|&s| !reported[s]).collect();
+                log::error!(
+                    "shards {stuck:?} did not stop within {} ms of the failure; exiting without them",
+                    stop_after_failure.as_millis()
+                );
+                break;
+            }
+        };
+        reported[shard] = true;
         match result {
             Ok(output) => outputs[shard] = Some(output),
             Err(error) => {
@@ -187,11 +243,12 @@ fn collect<T>(
                 if first_error.is_none() {
                     *first_error = Some(error);
                     shutdown.trigger();
+                    give_up_at = Some(Instant::now() + stop_after_failure);
                 }
             }
         }
     }
-    outputs
+    (outputs, reported)
 }
 
 fn panic_message(payload: &(dyn Any + Send)) -> String {
@@ -207,6 +264,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 /// Everything a shard thread needs; moved into the thread.
 struct ShardStart<M: Send + 'static> {
     shard: ShardId,
+    progress: Arc<Start>,
     placing: Placing,
     io_memory_bytes: Option<usize>,
     config: RuntimeConfig,
@@ -234,8 +292,9 @@ impl<M: Send + 'static> ShardStart<M> {
         }
         let executor = builder.make().map_err(|e| start_error(e.to_string()))?;
         log::debug!("shard {shard} started on cpu {}", self.placing.cpu);
+        self.progress.running();
         executor.run(async move {
-            glommio::spawn_local(crate::rescue::rescue_stranded_tasks()).detach();
+            glommio::spawn_local(rescue::rescue_stranded_tasks(self.progress)).detach();
             let timeout_ms = self.config.mesh_connect_timeout_ms;
             let links = self
                 .links
@@ -281,6 +340,41 @@ async fn final_flush<M: Send + 'static>(shard: &Shard<M>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shard that fails while another never reports (stuck where it cannot see the
+    /// shutdown): the failure comes back after the bound, not never, and the stuck shard
+    /// is the one not marked as reported (its thread is not joined).
+    #[test]
+    fn a_failure_returns_without_waiting_for_a_stuck_shard() {
+        let (tx, rx) = mpsc::channel::<(ShardId, Result<(), RuntimeError>)>();
+        tx.send((
+            0,
+            Err(RuntimeError::MeshConnectTimeout {
+                shard: 0,
+                timeout_ms: 1,
+            }),
+        ))
+        .unwrap();
+        let shutdown = ShutdownHandle::new();
+        let mut first_error = None;
+        let started = Instant::now();
+        let (outputs, reported) = collect(
+            2,
+            &rx,
+            &shutdown,
+            &mut first_error,
+            Duration::from_millis(200),
+        );
+        assert!(started.elapsed() >= Duration::from_millis(200));
+        assert!(matches!(
+            first_error,
+            Some(RuntimeError::MeshConnectTimeout { shard: 0, .. })
+        ));
+        assert!(shutdown.is_triggered());
+        assert_eq!(reported, [true, false]);
+        assert!(outputs.iter().all(Option::is_none));
+        drop(tx);
+    }
 
     #[test]
     fn placement_wraps_and_drops_spin_when_shared() {

@@ -1,7 +1,10 @@
 //! Spawning and sleeping on the current shard, so the server never names glommio.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::rescue::{self, Nudger, Start, Watched};
 
 /// A task running on the current shard; dropping it cancels the task unless detached.
 pub struct Task<T>(glommio::Task<T>);
@@ -51,16 +54,40 @@ pub fn block_on<T: Send + 'static>(
     name: &str,
     future: impl FnOnce() -> std::pin::Pin<Box<dyn Future<Output = T>>> + Send + 'static,
 ) -> std::io::Result<T> {
-    let handle = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-        .name(name)
-        .spawn(move || async move {
-            glommio::spawn_local(crate::rescue::rescue_stranded_tasks()).detach();
-            future().await
-        })
-        .map_err(|e| std::io::Error::other(format!("start {}: {e}", "startup executor")))?;
-    handle
+    let start = Start::new();
+    let thread = std::thread::Builder::new().name(name.to_owned()).spawn({
+        let start = Arc::clone(&start);
+        move || {
+            let made = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make();
+            let output = made.map(|executor| {
+                start.running();
+                executor.run(async {
+                    glommio::spawn_local(rescue::rescue_stranded_tasks(Arc::clone(&start)))
+                        .detach();
+                    future().await
+                })
+            });
+            start.started();
+            output.map_err(|e| std::io::Error::other(format!("start startup executor: {e}")))
+        }
+    })?;
+    let watched = vec![Watched {
+        name: name.to_owned(),
+        start,
+        thread,
+    }];
+    let watched = match Nudger::spawn(watched) {
+        Ok(nudger) => nudger.join(),
+        Err((_, watched)) => watched,
+    };
+    let thread = watched
+        .into_iter()
+        .next()
+        .expect("one thread watched")
+        .thread;
+    thread
         .join()
-        .map_err(|e| std::io::Error::other(format!("startup executor failed: {e}")))
+        .map_err(|_| std::io::Error::other("startup executor panicked"))?
 }
 
 /// Runs `func` on the shard's blocking-thread pool (pinned like the shard) and resolves with

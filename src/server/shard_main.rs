@@ -31,11 +31,14 @@ pub async fn run(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> 
 }
 
 async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
+    let starting = Starting::watch(shard.id());
     let store = match &plan.store {
         Some(cfg) => {
+            starting.step("probing the data dir's device");
             boltq_io::probe::warm_iopoll(&cfg.data_dir)
                 .await
                 .map_err(|e| format!("iopoll probe: {e}"))?;
+            starting.step("opening storage");
             Some(
                 boltq_io::Store::open(cfg.clone(), shard.id())
                     .await
@@ -44,6 +47,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         }
         None => None,
     };
+    starting.step("starting the queue plane");
     let plane = Plane::start(
         shard.port(),
         store.clone(),
@@ -64,6 +68,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
     // logs from its first round on.
     let (engine, gateway) = match (&plan.messaging, &store) {
         (Some(m), Some(store)) => {
+            starting.step("starting the messaging plane");
             let (e, g) = m
                 .start(shard.port(), shard.port(), Rc::clone(store))
                 .await?;
@@ -82,12 +87,14 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         if let Some(table) = plane.take_single_node_exchanges() {
             *plan.single_node_exchanges.lock().expect("not poisoned") = Some(table);
         }
+        starting.step("waiting for the other shards' planes");
         if !all_planes_started(&shard, &plan).await {
             // Another shard failed and stopped the server; it reports why.
             return Ok(());
         }
     }
     if let (Some(start), Some(store)) = (cluster_node(&shard, &plan, &plane, hooks)?, &store) {
+        starting.step("starting replication");
         let replication = crate::cluster::serve::Replication::start(
             start,
             Rc::clone(store),
@@ -102,6 +109,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         }
         plane.set_replication(replication);
         crate::faults::crash_point("after-founding");
+        starting.step("forgetting data carried into the cluster");
         plane.forget_carried_data().await?;
     }
     let seeds_name = plan
@@ -286,6 +294,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
         }
         _ => None,
     };
+    drop(starting);
     if plan.state.shard_started() {
         log::info!("{}", super::ready::ready_line(&plan));
     }
@@ -540,6 +549,42 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
 /// a single node's (`cluster::refuse_cluster_data`) and could be neither drained nor
 /// clustered. Shard 0 posts the exchanges it carries before it arrives here, so the
 /// exchange slot's owner finds them when it founds that slot's group.
+/// Warns every [`STARTING_SLOW_WARN_MS`] while a shard is still starting, naming the step
+/// it is at: a start that hangs says where (nothing else would: the process just never
+/// becomes ready). Dropping it ends the warnings.
+struct Starting {
+    step: Rc<Cell<&'static str>>,
+    _warn: boltq_shards::Task<()>,
+}
+
+/// How long a shard's start may take before it is reported, and how often after that.
+const STARTING_SLOW_WARN_MS: u64 = 5_000;
+
+impl Starting {
+    fn watch(shard: usize) -> Self {
+        let step = Rc::new(Cell::new("starting"));
+        let warn = boltq_shards::spawn({
+            let step = Rc::clone(&step);
+            async move {
+                let started = std::time::Instant::now();
+                loop {
+                    boltq_shards::sleep(Duration::from_millis(STARTING_SLOW_WARN_MS)).await;
+                    log::warn!(
+                        "shard {shard} still starting after {} ms: {}",
+                        started.elapsed().as_millis(),
+                        step.get()
+                    );
+                }
+            }
+        });
+        Self { step, _warn: warn }
+    }
+
+    fn step(&self, step: &'static str) {
+        self.step.set(step);
+    }
+}
+
 async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
     use std::sync::atomic::Ordering;
     plan.planes_started.fetch_add(1, Ordering::AcqRel);

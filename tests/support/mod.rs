@@ -247,8 +247,9 @@ impl Server {
 
     fn not_ready(&self) -> ! {
         panic!(
-            "server not ready in {READY_TIMEOUT:?}; log:\n{}",
-            self.log()
+            "server not ready in {READY_TIMEOUT:?}; log:\n{}\nthreads:\n{}",
+            self.log(),
+            thread_stacks(self.pid())
         )
     }
 
@@ -611,4 +612,23 @@ pub fn post(s: &Server, path: &str, body: serde_json::Value) -> HttpResponse {
 /// GET on the server's HTTP port.
 pub fn get(s: &Server, path: &str) -> HttpResponse {
     http(s.http_port, "GET", path, &[], b"")
+}
+
+/// Every thread's stack of process `pid`, by gdb when the machine has it: what a server
+/// that never became ready was doing, for the report of a failure that is rare.
+fn thread_stacks(pid: u32) -> String {
+    let gdb = Command::new("gdb")
+        .args([
+            "-batch",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "thread apply all bt",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match gdb {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => format!("(no stacks: gdb: {e})"),
+    }
 }
