@@ -20,6 +20,9 @@ pub struct GroupLog {
     cuts: Vec<(u64, u64)>,
     /// Records before this seq may go (their snapshot is durable).
     allowed_before: u64,
+    /// The log's first seq as last seen here: what was dropped (whole segments only, so
+    /// it can stay below `allowed_before` until the next segment is complete).
+    dropped_before: u64,
 }
 
 /// A round's records of at least this many bytes (a snapshot's parts) are appended as a
@@ -57,11 +60,13 @@ impl GroupLog {
         }
         let recovered = image_log::replay(records, log.next_seq(), voters)
             .map_err(|e| format!("{name}: {e}"))?;
+        let dropped_before = log.first_seq();
         let group_log = GroupLog {
             store: Rc::clone(store),
             log,
             cuts: Vec::new(),
             allowed_before: 0,
+            dropped_before,
         };
         Ok((group_log, recovered))
     }
@@ -137,17 +142,27 @@ impl GroupLog {
             self.allowed_before = self.allowed_before.max(*before);
         }
         self.cuts.retain(|(lsn, _)| *lsn > durable);
-        if self.allowed_before <= self.log.first_seq() {
+        self.dropped_before = self.dropped_before.max(self.log.first_seq());
+        if self.allowed_before <= self.dropped_before {
             return Ok(());
         }
         self.store
             .truncate_before(&self.log, self.allowed_before)
             .await
-            .map_err(|e| format!("truncate {}: {e}", self.log.name()))
+            .map_err(|e| format!("truncate {}: {e}", self.log.name()))?;
+        self.dropped_before = self.log.first_seq();
+        Ok(())
     }
 
     pub fn first_seq(&self) -> u64 {
         self.log.first_seq()
+    }
+
+    /// Whether `drop_covered_front` may have anything to do: a cut waits for its record to
+    /// be durable, or an allowed front is not dropped yet. The node asks every round, of
+    /// every slot's log, so this stays a pair of field reads.
+    pub fn has_front_to_drop(&self) -> bool {
+        !self.cuts.is_empty() || self.allowed_before > self.dropped_before
     }
 }
 

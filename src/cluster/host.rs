@@ -31,6 +31,10 @@ pub struct HostOutput {
     pub appended: Vec<(u16, Appended)>,
     /// (slot, index, term) of every entry applied.
     pub applied: Vec<(u16, u64, u64)>,
+    /// The groups collected: the only ones whose leader, term or progress can have moved
+    /// since the last round (a group changes only when stepped, ticked or proposed to,
+    /// which makes it dirty).
+    pub collected: Vec<u16>,
     /// Each group's raft log records to append (groups that changed nothing are left out).
     pub written: Vec<(u16, Written)>,
     pub snapshots_installed: u64,
@@ -53,6 +57,8 @@ pub struct Host {
     /// stepped, proposed to, synced or told of a snapshot since their last `collect`, or
     /// awake at a tick. A round collects those alone, not all 256 groups for a message.
     dirty: BTreeSet<u16>,
+    /// Groups whose writes wait for `synced` (only `collect` makes them).
+    unsynced: BTreeSet<u16>,
     /// When each peer node was last heard (`quiesce.rs`).
     live: Liveness,
     /// A tick happened since the last `collect`: every member gets a batch from it.
@@ -89,6 +95,7 @@ impl Host {
             replicas,
             wants: BTreeMap::new(),
             dirty: slots.iter().copied().collect(),
+            unsynced: BTreeSet::new(),
             live: Liveness::default(),
             keepalives_due: false,
         })
@@ -231,6 +238,10 @@ impl Host {
                 applied,
                 written,
             } = replica.collect();
+            out.collected.push(slot);
+            if replica.needs_sync() {
+                self.unsynced.insert(slot);
+            }
             if !written.records.is_empty() {
                 out.written.push((slot, written));
             }
@@ -295,7 +306,7 @@ impl Host {
 
     /// True while some group's writes wait for `synced`.
     pub fn needs_sync(&self) -> bool {
-        self.replicas.values().any(|r| r.needs_sync())
+        !self.unsynced.is_empty()
     }
 
     /// Every group's writes are durable (one group commit): the messages that waited.
@@ -303,10 +314,11 @@ impl Host {
     /// commit entries.
     pub fn synced(&mut self) -> Batches {
         let mut batches = Batches::new();
-        for (&slot, replica) in self.replicas.iter_mut() {
-            if !replica.needs_sync() {
+        for slot in std::mem::take(&mut self.unsynced) {
+            let Some(replica) = self.replicas.get_mut(&slot) else {
                 continue;
-            }
+            };
+            debug_assert!(replica.needs_sync());
             let messages = replica.synced();
             add_to_batches(&mut batches, slot, messages);
             self.dirty.insert(slot);
