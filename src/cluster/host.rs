@@ -328,7 +328,7 @@ impl Host {
 }
 
 fn add_to_batches(batches: &mut Batches, slot: u16, messages: Vec<Message>) {
-    for msg in messages {
+    for msg in super::coalesce::coalesce_appends(messages) {
         let to = batches.entry(msg.to).or_default();
         if to.last().is_none_or(|b| b.len() >= BATCH_MESSAGES_MAX) {
             to.push(Vec::new());

@@ -21,6 +21,7 @@
 
 pub mod admission;
 pub mod balance;
+pub mod coalesce;
 pub mod directory;
 pub mod forward;
 pub mod group;

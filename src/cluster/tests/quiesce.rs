@@ -1,6 +1,7 @@
 //! Quiescent groups (`quiesce.rs`) on three real hosts wired in memory, without faults
 //! except the one each test names: idle groups stop exchanging raft messages, and a
-//! proposal, a dead leader or a cut-off leader wakes them as Raft needs.
+//! proposal, a dead leader or a cut-off leader wakes them as Raft needs; a round's
+//! proposals travel as one append per follower (`coalesce.rs`).
 
 use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::Host;
@@ -208,6 +209,34 @@ fn idle_groups_quiesce_and_only_keepalives_cross() {
     assert_eq!(sent.len(), 30 * NODES.len() * (NODES.len() - 1), "{sent:?}");
     assert!(sent.iter().all(|s| s.from != s.to));
     assert_eq!(net.quiesced(), SLOTS.len() * NODES.len());
+}
+
+/// Ten proposals of one round reach each follower as one append (`coalesce.rs`), which it
+/// answers once; all ten commit and apply everywhere.
+#[test]
+fn a_rounds_proposals_reach_each_follower_as_one_append() {
+    let mut net = Net::at_rest();
+    let ids: Vec<ProposalId> = (0..10).map(|_| net.propose(1, 2)).collect();
+    let sent = net.exchange();
+    for id in &ids {
+        assert!(net.applied.contains(&(1, 2, *id)), "{:?}", net.applied);
+    }
+    for n in [2, 3] {
+        assert_eq!(net.hosts[&n].replica(2).unwrap().applied(), ids[9].index);
+        let to_follower: Vec<usize> = sent
+            .iter()
+            .filter(|s| s.from == 1 && s.to == n)
+            .map(|s| s.messages)
+            .collect();
+        let answers: usize = sent
+            .iter()
+            .filter(|s| s.from == n && s.to == 1)
+            .map(|s| s.messages)
+            .sum();
+        // The append with the ten entries, then the one that carries their commit.
+        assert_eq!(to_follower, [1, 1], "leader to node {n}");
+        assert_eq!(answers, 2, "node {n} to the leader");
+    }
 }
 
 #[test]
