@@ -16,17 +16,9 @@ FSYNC=${FSYNC:-never}; SECS=${SECS:-6}; VIA=${VIA:-leader}; PERF=${PERF:-}
 SLOT=223
 W=$(mktemp -d /tmp/boltq-cluster-queue.XXXXXX)
 declare -a TCP HTTP RAFT PIDS
-BASE=$((20000 + RANDOM % 20000))
-for i in 1 2 3; do TCP[$i]=$((BASE + 10 * i)); HTTP[$i]=$((BASE + 10 * i + 1)); RAFT[$i]=$((BASE + 10 * i + 2)); done
+. "$(dirname "$0")/lib/three-nodes.sh"
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
-for i in 1 2 3; do
-  peers=""
-  for j in 1 2 3; do [ "$j" = "$i" ] || peers="$peers\"n$j@127.0.0.1:${RAFT[$j]}\","; done
-  printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s"\nfsync = "%s"\n[cluster]\nenabled = true\nnode_id = "n%s"\nraft_addr = "127.0.0.1:%s"\npeers = [%s]\n' \
-    "${TCP[$i]}" "${HTTP[$i]}" "$W/data-n$i" "$FSYNC" "$i" "${RAFT[$i]}" "${peers%,}" >"$W/n$i.toml"
-  taskset -c 0 "$BIN" --config "$W/n$i.toml" >"$W/n$i.log" 2>&1 &
-  PIDS[$i]=$!
-done
+start_three_nodes "$BIN" "$W" "$FSYNC"
 for i in 1 2 3; do
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:${HTTP[$i]}/readyz" >/dev/null && break; sleep 0.1; done
 done

@@ -12,19 +12,11 @@
 # then show where the shard sleeps and what its rings hold.
 set -euo pipefail
 BIN=$1; RUNS=${2:-60}
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib/three-nodes.sh"
+declare -a TCP HTTP RAFT PIDS
 for run in $(seq "$RUNS"); do
   W=$(mktemp -d /tmp/boltq-cluster-start.XXXXXX)
-  declare -a TCP HTTP RAFT PIDS
-  for i in 1 2 3; do TCP[$i]=$(port); HTTP[$i]=$(port); RAFT[$i]=$(port); done
-  for i in 1 2 3; do
-    peers=""
-    for j in 1 2 3; do [ "$j" = "$i" ] || peers="$peers\"n$j@127.0.0.1:${RAFT[$j]}\","; done
-    printf '[server]\nhost = "127.0.0.1"\ntcp_port = %s\nhttp_port = %s\nshards = 1\n[storage]\ndata_dir = "%s/d%s"\nfsync = "never"\n[cluster]\nenabled = true\nnode_id = "n%s"\nraft_addr = "127.0.0.1:%s"\npeers = [%s]\n' \
-      "${TCP[$i]}" "${HTTP[$i]}" "$W" "$i" "$i" "${RAFT[$i]}" "${peers%,}" >"$W/n$i.toml"
-    taskset -c 0 "$BIN" --config "$W/n$i.toml" >"$W/n$i.log" 2>&1 &
-    PIDS[$i]=$!
-  done
+  start_three_nodes "$BIN" "$W" never
   for i in 1 2 3; do
     ready=0
     for _ in $(seq 150); do

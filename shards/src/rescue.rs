@@ -22,8 +22,10 @@
 //! tests: a shard asleep in `io_uring_enter` without a timeout, its peer timing out on
 //! connecting to it, the process never ready). So the thread that starts executors runs a
 //! [`Nudger`] beside them: an executor that has been running for [`NUDGE_INTERVAL_MS`]
-//! without this task having started gets a signal, which ends its sleep (glommio takes
-//! `EINTR` as a wake-up) and makes it look at its queues again.
+//! without its main task having been polled gets a signal, which ends its sleep (glommio
+//! takes `EINTR` as a wake-up) and makes it look at its queues again. Once the main task
+//! ran, it has spawned this one and waits on something that will wake the executor, so
+//! signals go only to a thread that is inside glommio's own loop.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Once};
@@ -35,12 +37,10 @@ pub const RESCUE_BUSY_MS: u64 = 10;
 /// The interval after one in which no other task ran (an idle shard's only wake-ups).
 pub const RESCUE_IDLE_MS: u64 = 250;
 
-/// Runs for the life of the executor; spawned detached when a shard starts. Marks `start`
-/// started in its first poll, in which its first timer is armed.
-pub async fn rescue_stranded_tasks(start: Arc<Start>) {
+/// Runs for the life of the executor; spawned detached when a shard starts.
+pub async fn rescue_stranded_tasks() {
     let mut executed = tasks_executed();
     let mut interval_ms = RESCUE_BUSY_MS;
-    start.started();
     loop {
         glommio::timer::sleep(Duration::from_millis(interval_ms)).await;
         let now = tasks_executed();
@@ -84,7 +84,7 @@ impl Start {
             .compare_exchange(MAKING, RUNNING, Ordering::AcqRel, Ordering::Acquire);
     }
 
-    /// The rescue task runs (its timer bounds every later park), or the thread is done.
+    /// The main task was polled (it spawns the rescue task first), or the thread is done.
     pub fn started(&self) {
         self.0.store(STARTED, Ordering::Release);
     }

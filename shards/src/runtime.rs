@@ -294,7 +294,8 @@ impl<M: Send + 'static> ShardStart<M> {
         log::debug!("shard {shard} started on cpu {}", self.placing.cpu);
         self.progress.running();
         executor.run(async move {
-            glommio::spawn_local(rescue::rescue_stranded_tasks(self.progress)).detach();
+            self.progress.started();
+            glommio::spawn_local(rescue::rescue_stranded_tasks()).detach();
             let timeout_ms = self.config.mesh_connect_timeout_ms;
             let links = self
                 .links

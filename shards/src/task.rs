@@ -62,8 +62,8 @@ pub fn block_on<T: Send + 'static>(
             let output = made.map(|executor| {
                 start.running();
                 executor.run(async {
-                    glommio::spawn_local(rescue::rescue_stranded_tasks(Arc::clone(&start)))
-                        .detach();
+                    start.started();
+                    glommio::spawn_local(rescue::rescue_stranded_tasks()).detach();
                     future().await
                 })
             });

@@ -80,16 +80,7 @@ fn merge(first: &mut Message, next: Message) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use raft::prelude::Entry;
-
-    fn entry(index: u64, term: u64) -> Entry {
-        Entry {
-            index,
-            term,
-            data: vec![index as u8; 10].into(),
-            ..Entry::default()
-        }
-    }
+    use crate::cluster::tests::support::entry;
 
     /// An append from leader 1 in `term` to `to`: previous (index, log_term), entries
     /// with the given indexes, of `term`, commit index.

@@ -427,16 +427,8 @@ impl raft::Storage for GroupStorage {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::tests::support::entry;
     use raft::Storage;
-
-    fn entry(index: u64, term: u64) -> Entry {
-        Entry {
-            index,
-            term,
-            data: vec![index as u8].into(),
-            ..Entry::default()
-        }
-    }
 
     fn snapshot_at(index: u64, term: u64) -> Snapshot {
         let mut s = Snapshot::default();

@@ -25,6 +25,16 @@ pub(in crate::cluster) mod support {
         c
     }
 
+    /// A raft entry at `index` of `term`, with ten bytes of data that tell entries apart.
+    pub fn entry(index: u64, term: u64) -> raft::prelude::Entry {
+        raft::prelude::Entry {
+            index,
+            term,
+            data: vec![index as u8; 10].into(),
+            ..raft::prelude::Entry::default()
+        }
+    }
+
     /// Recovers and opens the store at `c`, as the server's startup does.
     pub async fn open_store(c: &StoreConfig) -> Rc<Store> {
         boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
