@@ -543,12 +543,6 @@ fn gateway_takeover(gw: Rc<crate::messaging::gateway::GatewayCtx>) -> crate::htt
     })
 }
 
-/// Waits until every shard's queue plane started; false when the server stopped first. A
-/// plane refuses to start clustered on single-node queue data; if one shard refused, no
-/// other may have written its raft groups' logs, or the data dir would also be refused as
-/// a single node's (`cluster::refuse_cluster_data`) and could be neither drained nor
-/// clustered. Shard 0 posts the exchanges it carries before it arrives here, so the
-/// exchange slot's owner finds them when it founds that slot's group.
 /// Warns every [`STARTING_SLOW_WARN_MS`] while a shard is still starting, naming the step
 /// it is at: a start that hangs says where (nothing else would: the process just never
 /// becomes ready). Dropping it ends the warnings.
@@ -585,6 +579,12 @@ impl Starting {
     }
 }
 
+/// Waits until every shard's queue plane started; false when the server stopped first. A
+/// plane refuses to start clustered on single-node queue data; if one shard refused, no
+/// other may have written its raft groups' logs, or the data dir would also be refused as
+/// a single node's (`cluster::refuse_cluster_data`) and could be neither drained nor
+/// clustered. Shard 0 posts the exchanges it carries before it arrives here, so the
+/// exchange slot's owner finds them when it founds that slot's group.
 async fn all_planes_started(shard: &Shard<ShardMsg>, plan: &Plan) -> bool {
     use std::sync::atomic::Ordering;
     plan.planes_started.fetch_add(1, Ordering::AcqRel);
