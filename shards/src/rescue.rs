@@ -19,8 +19,9 @@
 //!
 //! The same first look can strand an executor's *main* task, before it has spawned this
 //! one: the executor then sleeps with no timer at all, for good (seen in the cluster
-//! tests: a shard asleep in `io_uring_enter` without a timeout, its peer timing out on
-//! connecting to it, the process never ready). So the thread that starts executors runs a
+//! tests: a shard asleep in `io_uring_enter` whose peer timed out connecting to it, while
+//! its own connect deadline, armed in its main task's first run, never fired; the process
+//! never ready). So the thread that starts executors runs a
 //! [`Nudger`] beside them: an executor that has been running for [`NUDGE_INTERVAL_MS`]
 //! without its main task having been polled gets a signal, which ends its sleep (glommio
 //! takes `EINTR` as a wake-up) and makes it look at its queues again. Once the main task
