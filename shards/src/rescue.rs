@@ -60,6 +60,22 @@ fn tasks_executed() -> u64 {
     glommio::executor().executor_stats().tasks_executed()
 }
 
+/// Runs `main` on `executor` as every executor of ours runs: `start` marked running, then
+/// started at the main task's first poll, which spawns the rescue task before anything
+/// else. (Marking the thread done, for a start that failed or panicked, is its caller's.)
+pub fn run_rescued<T>(
+    executor: glommio::LocalExecutor,
+    start: &Start,
+    main: impl std::future::Future<Output = T>,
+) -> T {
+    start.running();
+    executor.run(async {
+        start.started();
+        glommio::spawn_local(rescue_stranded_tasks()).detach();
+        main.await
+    })
+}
+
 /// How often the [`Nudger`] looks, and how long an executor may run before its rescue task
 /// has started without being nudged (a healthy start takes microseconds).
 pub const NUDGE_INTERVAL_MS: u64 = 50;

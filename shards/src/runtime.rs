@@ -292,10 +292,8 @@ impl<M: Send + 'static> ShardStart<M> {
         }
         let executor = builder.make().map_err(|e| start_error(e.to_string()))?;
         log::debug!("shard {shard} started on cpu {}", self.placing.cpu);
-        self.progress.running();
-        executor.run(async move {
-            self.progress.started();
-            glommio::spawn_local(rescue::rescue_stranded_tasks()).detach();
+        let progress = Arc::clone(&self.progress);
+        rescue::run_rescued(executor, &progress, async move {
             let timeout_ms = self.config.mesh_connect_timeout_ms;
             let links = self
                 .links

@@ -59,14 +59,7 @@ pub fn block_on<T: Send + 'static>(
         let start = Arc::clone(&start);
         move || {
             let made = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).make();
-            let output = made.map(|executor| {
-                start.running();
-                executor.run(async {
-                    start.started();
-                    glommio::spawn_local(rescue::rescue_stranded_tasks()).detach();
-                    future().await
-                })
-            });
+            let output = made.map(|executor| rescue::run_rescued(executor, &start, future()));
             start.started();
             output.map_err(|e| std::io::Error::other(format!("start startup executor: {e}")))
         }
