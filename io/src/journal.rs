@@ -27,8 +27,11 @@ use std::time::Duration;
 /// Smallest journal file. An entry must fit in half a file (see [`Journal::entry_bytes_max`]).
 pub const JOURNAL_FILE_BYTES_MIN: u64 = 1024 * 1024;
 
-/// Bytes of zeros written per request while pre-zeroing a journal file.
-const ZERO_CHUNK_BYTES: usize = 1024 * 1024;
+/// Bytes of zeros written per request while pre-zeroing a journal file. Each request
+/// completes only when the shard next looks at its rings, every few milliseconds on a busy
+/// shard: at 1 MiB a 64 MiB file took 0.6–1.1 s to zero during a fill at full speed, about
+/// as long as the clients took to fill the active file, so rolls found no spare.
+const ZERO_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
 /// Share of a journal file a background writer (a snapshot) may fill while the next file
 /// is not pre-zeroed yet; the rest is left to the clients' appends. Without it, a large
@@ -70,7 +73,8 @@ struct State {
     files: VecDeque<JournalFile>,
     /// A pre-zeroed file ready to become the next one: (base, file).
     spare: Option<(u64, Rc<DmaFile>)>,
-    spare_in_progress: bool,
+    /// The file being pre-zeroed now, if any.
+    spare_in_progress: Option<u64>,
     /// Everything below is durable under the journal's policy.
     durable: u64,
     /// Everything below is covered by an fdatasync (equal to `durable` under `Always`).
@@ -93,6 +97,8 @@ pub struct Journal {
     commit_rounds: Cell<u64>,
     /// Commit rounds that ended with an fdatasync (all of them under `always`).
     syncs: Cell<u64>,
+    /// Files the commit task had to create and zero itself, holding its round meanwhile.
+    files_created_inline: Cell<u64>,
     stopped: Event,
     running: Cell<bool>,
     /// Notified when a spare file finishes being made.
@@ -125,7 +131,7 @@ impl Journal {
                     declared: HashSet::new(),
                 }]),
                 spare: None,
-                spare_in_progress: false,
+                spare_in_progress: None,
                 durable: 0,
                 synced: 0,
                 sync_requested: 0,
@@ -136,6 +142,7 @@ impl Journal {
             durable_event: Event::default(),
             commit_rounds: Cell::new(0),
             syncs: Cell::new(0),
+            files_created_inline: Cell::new(0),
             stopped: Event::default(),
             running: Cell::new(true),
             halted: Cell::new(false),
@@ -202,6 +209,11 @@ impl Journal {
     /// fdatasyncs of the journal file (commit rounds that synced).
     pub fn syncs(&self) -> u64 {
         self.syncs.get()
+    }
+
+    /// Files the commit task found not pre-zeroed and made itself (each held a round).
+    pub fn files_created_inline(&self) -> u64 {
+        self.files_created_inline.get()
     }
 
     /// Bytes appended but not yet durable: the caller's measure for backpressure.
@@ -417,25 +429,40 @@ impl Journal {
         Ok(())
     }
 
-    /// The open file for `base`: the spare when it matches, else a newly made one.
+    /// The open file for `base`: the spare when it matches (waiting for it when it is being
+    /// made), else a newly made one.
     async fn ensure_file(&self, base: u64) -> io::Result<Rc<DmaFile>> {
         if let Some(f) = self.file_of(base) {
             return Ok(f);
         }
-        let spare = {
-            let mut st = self.st.borrow_mut();
-            match st.spare.take() {
-                Some((b, f)) if b == base => Some(f),
-                other => {
-                    st.spare = other;
-                    None
-                }
+        let spare = loop {
+            let ticket = self.spare_done.ticket();
+            let (spare, being_made) = {
+                let mut st = self.st.borrow_mut();
+                let spare = match st.spare.take() {
+                    Some((b, f)) if b == base => Some(f),
+                    other => {
+                        st.spare = other;
+                        None
+                    }
+                };
+                (spare, st.spare_in_progress == Some(base))
+            };
+            if spare.is_some() || !being_made {
+                break spare;
             }
+            // Never make the file a second time beside the spare maker: both write to the
+            // one path, and its zeros could land over records this task wrote meanwhile.
+            self.spare_done.wait(ticket).await;
         };
+        // The spare was taken (or is not the one wanted): make the next.
+        self.work.notify();
         let file = match spare {
             Some(f) => f,
             None => {
                 log::warn!("journal file {base} was not pre-zeroed in time; creating it inline");
+                self.files_created_inline
+                    .set(self.files_created_inline.get() + 1);
                 prezeroed_file(&self.dir, base, self.file_bytes).await?
             }
         };
@@ -456,8 +483,24 @@ impl Journal {
             .and_then(|f| f.file.clone())
     }
 
-    /// Keeps one pre-zeroed file ready beyond the active one, so a roll never waits for
-    /// zeroing. Runs once per roll; idle otherwise.
+    /// The file the commit task opens next: the oldest one that takes appends but is not
+    /// open yet, else the one after the active file. Appends run ahead of the commit task
+    /// (by up to the journal's backlog), so under a fast writer the newest file can be one
+    /// or more files past the one being written. Making the spare for the file after the
+    /// newest one then replaced the spare the commit task was about to open, and every
+    /// roll of a fill at full speed created its file inline (a fill of 1,000,000 × 1 KiB
+    /// with fsync `never`: 13–15 files, each holding a commit round while 64 MiB were
+    /// zeroed, and up to 68,000 publishes refused as "storage is behind").
+    fn next_file_base(&self, st: &State) -> u64 {
+        match st.files.iter().find(|f| f.file.is_none()) {
+            Some(unopened) => unopened.base,
+            None => st.files.back().expect("active file").base + self.file_bytes,
+        }
+    }
+
+    /// Keeps one pre-zeroed file ready for the commit task's next roll
+    /// ([`Journal::next_file_base`]), so a roll never waits for zeroing. Runs once per
+    /// roll; idle otherwise.
     async fn prepare_spare(self: Rc<Self>) {
         loop {
             let ticket = self.work.ticket();
@@ -466,10 +509,9 @@ impl Journal {
                 if st.closing {
                     break;
                 }
-                let active = st.files.back().expect("active file").base;
-                let want = active + self.file_bytes;
+                let want = self.next_file_base(&st);
                 let have = st.spare.as_ref().map(|(b, _)| *b);
-                if have == Some(want) || st.spare_in_progress || st.failure.is_some() {
+                if have == Some(want) || st.spare_in_progress.is_some() || st.failure.is_some() {
                     None
                 } else {
                     Some(want)
@@ -478,11 +520,11 @@ impl Journal {
             match next_base {
                 None => self.work.wait(ticket).await,
                 Some(base) => {
-                    self.st.borrow_mut().spare_in_progress = true;
+                    self.st.borrow_mut().spare_in_progress = Some(base);
                     let made = prezeroed_file(&self.dir, base, self.file_bytes).await;
                     let failed = {
                         let mut st = self.st.borrow_mut();
-                        st.spare_in_progress = false;
+                        st.spare_in_progress = None;
                         match made {
                             Ok(f) => {
                                 st.spare = Some((base, f));
@@ -531,7 +573,7 @@ impl Journal {
     async fn wait_spare_settled(&self) {
         loop {
             let t = self.spare_done.ticket();
-            if !self.st.borrow().spare_in_progress {
+            if self.st.borrow().spare_in_progress.is_none() {
                 return;
             }
             self.spare_done.wait(t).await;
@@ -659,7 +701,7 @@ mod tests {
             {
                 let mut st = journal.st.borrow_mut();
                 st.spare = None;
-                st.spare_in_progress = true;
+                st.spare_in_progress = Some(file_bytes);
             }
             let chunk = 64 * 1024;
             assert!(journal.background_fits(file_bytes / 2));
@@ -677,13 +719,79 @@ mod tests {
                 "{waited:?}"
             );
             // Once the next file is zeroed, the writer goes on at once.
-            journal.st.borrow_mut().spare_in_progress = false;
+            journal.st.borrow_mut().spare_in_progress = None;
             journal.work.notify();
             let waited = std::time::Instant::now();
             journal.wait_for_background_file_room(chunk).await;
             assert!(spare_ready(&journal));
             assert!(waited.elapsed() < Duration::from_millis(BACKGROUND_SPARE_WAIT_MS_MAX));
             assert!(journal.background_fits(file_bytes));
+        });
+    }
+
+    /// Appends run ahead of the commit task: once they have rolled into a file the task has
+    /// not opened yet, the spare is that file (not the one after it), and the task opens it
+    /// without making a file itself.
+    #[test]
+    fn the_spare_is_the_file_the_commit_task_opens_next_when_appends_ran_ahead() {
+        with_journal(Durability::Never, |journal| async move {
+            let file_bytes = JOURNAL_FILE_BYTES_MIN;
+            let spare_ready = |j: &Journal| j.st.borrow().spare.is_some();
+            while !spare_ready(&journal) {
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+            // Into the second file without yielding: the commit task has written nothing.
+            let frame = vec![3u8; 16 * 1024];
+            let mut lsn = 0;
+            while lsn < file_bytes + file_bytes / 4 {
+                lsn = journal.append(1, "l", &frame);
+            }
+            {
+                let st = journal.st.borrow();
+                assert_eq!(st.files.back().unwrap().base, file_bytes);
+                assert!(st.files.back().unwrap().file.is_none(), "not opened yet");
+                assert_eq!(journal.next_file_base(&st), file_bytes);
+            }
+            while journal.durable() < lsn {
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(journal.files_created_inline(), 0);
+            // Then the spare moves on to the file after the active one.
+            while journal.st.borrow().spare.as_ref().map(|(b, _)| *b) != Some(2 * file_bytes) {
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+        });
+    }
+
+    /// A roll into the file being pre-zeroed waits for it: making it a second time beside
+    /// the spare maker would have two writers on one file, whose zeros could land over the
+    /// records written meanwhile.
+    #[test]
+    fn a_roll_into_the_file_being_zeroed_waits_for_it_instead_of_making_it_again() {
+        with_journal(Durability::Always, |journal| async move {
+            let file_bytes = JOURNAL_FILE_BYTES_MIN;
+            while journal.st.borrow().spare.is_none() {
+                glommio::timer::sleep(Duration::from_millis(5)).await;
+            }
+            // As if the next file were still being zeroed.
+            {
+                let mut st = journal.st.borrow_mut();
+                st.spare = None;
+                st.spare_in_progress = Some(file_bytes);
+            }
+            let frame = vec![4u8; 16 * 1024];
+            let mut lsn = 0;
+            while lsn < file_bytes + file_bytes / 4 {
+                lsn = journal.append(1, "l", &frame);
+            }
+            glommio::timer::sleep(Duration::from_millis(200)).await;
+            assert!(journal.durable() < lsn, "the roll waits for the file");
+            assert_eq!(journal.files_created_inline(), 0);
+            // The zeroing ends: the commit task goes on with that file.
+            journal.st.borrow_mut().spare_in_progress = None;
+            journal.work.notify();
+            journal.wait_durable(lsn).await.unwrap();
+            assert_eq!(journal.files_created_inline(), 0);
         });
     }
 

@@ -130,6 +130,11 @@ fn gauges(r: &ShardReport) -> Vec<(&'static str, &'static str, i64)> {
             r.journal_syncs as i64,
         ),
         (
+            "boltq_journal_files_created_inline_total",
+            "Journal files a commit round had to create and zero itself (no pre-zeroed spare)",
+            r.journal_files_created_inline as i64,
+        ),
+        (
             "boltq_tcp_connections",
             "Open TCP connections",
             r.connections as i64,

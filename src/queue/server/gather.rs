@@ -144,6 +144,7 @@ impl Plane {
             report.storage_bytes = store.size_bytes();
             report.journal_commit_rounds = store.journal().commit_rounds();
             report.journal_syncs = store.journal().syncs();
+            report.journal_files_created_inline = store.journal().files_created_inline();
         }
         report.connections = self.conns.borrow().len() as u64;
         report.connection_list = self

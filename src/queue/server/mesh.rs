@@ -88,6 +88,8 @@ pub struct ShardReport {
     /// This shard journal's commit rounds, and those that ended with an fdatasync.
     pub journal_commit_rounds: u64,
     pub journal_syncs: u64,
+    /// This shard journal's files created inline (each held a commit round).
+    pub journal_files_created_inline: u64,
     pub connections: u64,
     /// At most `CONNECTION_LIST_MAX` per shard.
     pub connection_list: Vec<ConnectionEntry>,
@@ -109,6 +111,7 @@ impl ShardReport {
         self.storage_bytes += other.storage_bytes;
         self.journal_commit_rounds += other.journal_commit_rounds;
         self.journal_syncs += other.journal_syncs;
+        self.journal_files_created_inline += other.journal_files_created_inline;
         self.connections += other.connections;
         self.shards_missing += other.shards_missing;
         self.connection_list
