@@ -5,7 +5,7 @@ use crate::support::Server;
 use boltq::client::{Client, ClientError, ClientOptions, PublishOptions};
 use boltq::queue::protocol::frame::{self, op, status};
 use serde_json::json;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A server with fast retries and a short ack timeout, so retry paths run in test time.
 fn server(extra_toml: &str) -> (Server, boltq_io::testutil::TempDir) {
@@ -719,6 +719,41 @@ fn command_log_is_compacted_behind_snapshots_and_restores() {
     assert_eq!(m.payload_json.len(), 402);
 }
 
+/// `boltq_snapshot_count` as the server reports it.
+fn snapshot_count(s: &Server) -> u64 {
+    let metrics = crate::support::get(s, "/metrics").body;
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("boltq_snapshot_count "))
+        .map(|v| v.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_snapshot_that_came_due_while_the_last_was_written_is_taken_without_new_commands() {
+    // The smallest threshold (1 MiB) and the slowest snapshot writes (1 MiB/s): the first
+    // snapshot is still being written when the burst below ends.
+    let (s, _cfg) = server_with_ack_timeout(
+        "5m",
+        "[storage]\ncompaction_threshold = 1\nsnapshot_write_bytes_per_sec = 1048576\n",
+    );
+    publish_many(&s, "burst", 1250, 1000);
+    assert_eq!(snapshot_count(&s), 1, "the first snapshot started");
+    publish_many(&s, "burst", 1500, 1000);
+    // Nothing more arrives. The commands since the first snapshot outweigh it, so a
+    // second one is due; it must start once the first is done.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while snapshot_count(&s) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "no second snapshot of an idle slot whose log outgrew its snapshot"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (s, _) = s.restart(libc::SIGKILL);
+    assert_eq!(client(&s).stats().unwrap()["Queues"]["burst"], 2750);
+}
+
 #[test]
 fn long_poll_consume_waits_for_a_publish_on_any_shard() {
     let (s, _cfg) = server("");
@@ -743,7 +778,7 @@ fn long_poll_consume_waits_for_a_publish_on_any_shard() {
     }
     // Nothing published: EMPTY once the wait is over, not before.
     let mut c = client(&s);
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     assert!(c.consume_wait("lp-none", 300, 1).unwrap().is_empty());
     assert!(started.elapsed() >= Duration::from_millis(250), "it waited");
     // A v1 consume (no wait_ms) still never blocks.
