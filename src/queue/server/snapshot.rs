@@ -20,7 +20,8 @@
 use crate::queue::broker::{Broker, BrokerConfig, BrokerSnapshot};
 use boltq_io::{LogRef, Record, Store};
 use bytes::Bytes;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Read;
 
 /// Largest chunk of a serialised snapshot in one record (well inside the 8 MiB body limit
 /// and half a minimum-size journal file).
@@ -86,9 +87,59 @@ fn size_estimate(s: &BrokerSnapshot) -> usize {
 
 /// Reads a snapshot body written by [`encode`], or the JSON of older versions.
 pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
-    match body.strip_prefix(BINARY_MAGIC.as_slice()) {
-        Some(packed) => rmp_serde::from_slice(packed).map_err(|e| e.to_string()),
-        None => serde_json::from_slice(body).map_err(|e| e.to_string()),
+    decode_from(body)
+}
+
+/// [`decode`] of a body read in turn from `body`, so a snapshot's chunks are decoded where
+/// they lie ([`Chunks`]) instead of being joined first: joining a body of a GiB copied it
+/// into fresh memory, a third of a large slot's start (most of it the kernel clearing the
+/// pages), and held it beside the chunks.
+pub fn decode_from(mut body: impl Read) -> Result<BrokerSnapshot, String> {
+    let mut head = [0u8; BINARY_MAGIC.len()];
+    let mut filled = 0;
+    while filled < head.len() {
+        match body.read(&mut head[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if head[..filled] == BINARY_MAGIC[..] {
+        rmp_serde::from_read(body).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_reader(head[..filled].chain(body)).map_err(|e| e.to_string())
+    }
+}
+
+/// A snapshot body as the chunks it was written in, read front to back; each chunk is
+/// freed once read past, so the chunks and the state they decode into are never all held
+/// twice.
+pub struct Chunks {
+    chunks: VecDeque<Bytes>,
+}
+
+impl Chunks {
+    pub fn new(chunks: impl IntoIterator<Item = Bytes>) -> Chunks {
+        Chunks {
+            chunks: chunks.into_iter().collect(),
+        }
+    }
+}
+
+impl Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(front) = self.chunks.front_mut() {
+            if front.is_empty() {
+                self.chunks.pop_front();
+                continue;
+            }
+            let n = buf.len().min(front.len());
+            buf[..n].copy_from_slice(&front[..n]);
+            bytes::Buf::advance(front, n);
+            return Ok(n);
+        }
+        Ok(0)
     }
 }
 
@@ -287,20 +338,16 @@ pub async fn load_newest(
             last_number,
         });
     };
-    // Sized once: growing a body of a GiB by doubling copied it again at every step. Each
-    // chunk is freed once copied, so the chunks and the body are not all held at once.
-    let mut body = Vec::with_capacity(g.chunks.values().map(|c| c.len()).sum());
-    for chunk in g.chunks.into_values() {
-        body.extend_from_slice(&chunk);
-    }
-    let snapshot = decode(&body).map_err(|e| format!("snapshot {number} does not decode: {e}"))?;
+    let bytes = g.chunks.values().map(|c| c.len() as u64).sum();
+    let snapshot = decode_from(Chunks::new(g.chunks.into_values()))
+        .map_err(|e| format!("snapshot {number} does not decode: {e}"))?;
     let broker = Broker::try_restore(snapshot, cfg.clone())?;
     Ok(Loaded {
         restored: Some(Restored {
             broker,
             wal_seq: g.id.wal_seq,
             number,
-            bytes: body.len() as u64,
+            bytes,
         }),
         last_number,
     })
@@ -443,6 +490,39 @@ mod tests {
                 binary.len() < json.len(),
                 "seed {seed}: binary is the smaller"
             );
+        }
+    }
+
+    /// A body read from its chunks, cut anywhere (inside the magic, inside a message, one
+    /// byte at a time, empty chunks between), decodes as the whole body does, in either
+    /// format.
+    #[test]
+    fn a_body_decodes_from_its_chunks_wherever_they_are_cut() {
+        use crate::queue::broker::tests::gen::Rng;
+        let mut rng = Rng::new(7);
+        for seed in 0..20 {
+            let snapshot = random_snapshot(seed);
+            for body in [
+                encode(&snapshot).unwrap(),
+                serde_json::to_vec(&snapshot).unwrap(),
+            ] {
+                for _ in 0..5 {
+                    let mut chunks = Vec::new();
+                    let mut rest = &body[..];
+                    while !rest.is_empty() {
+                        let cut = match rng.below(4) {
+                            0 => 1,
+                            1 => 0,
+                            _ => 1 + rng.below(rest.len() as u64) as usize,
+                        };
+                        let (chunk, after) = rest.split_at(cut.min(rest.len()));
+                        chunks.push(Bytes::copy_from_slice(chunk));
+                        rest = after;
+                    }
+                    let decoded = decode_from(Chunks::new(chunks)).unwrap();
+                    assert_eq!(decoded, snapshot, "seed {seed}");
+                }
+            }
         }
     }
 
