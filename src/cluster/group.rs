@@ -409,6 +409,14 @@ impl Group {
         self.node.raft.state == StateRole::Leader
     }
 
+    /// Whether this replica may answer from its applied state: it leads and has applied an
+    /// entry of its own term, so everything earlier leaders committed is applied here too.
+    /// A leader cut off from the majority passes until check-quorum makes it step down
+    /// (an election timeout), so such an answer can be that much behind.
+    pub fn reads_locally(&self) -> bool {
+        self.is_leader() && self.node.raft.apply_to_current_term()
+    }
+
     pub fn leader(&self) -> Option<u64> {
         match self.node.raft.leader_id {
             0 => None,

@@ -11,7 +11,7 @@ use super::quiesce::Liveness;
 use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
-use crate::queue::broker::{BrokerConfig, Command, Effect};
+use crate::queue::broker::{BrokerConfig, Command, Effect, Outcome};
 use raft::prelude::Message;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -107,6 +107,17 @@ impl Host {
 
     pub fn replicas(&self) -> impl Iterator<Item = (u16, &Replica)> {
         self.replicas.iter().map(|(slot, r)| (*slot, r))
+    }
+
+    /// The outcome of `cmd` when this node can give it without a log entry: it leads the
+    /// slot and may answer from its applied state (`Group::reads_locally`), and the command
+    /// would change nothing there (`Broker::finds_nothing`: an empty poll). Polling an
+    /// empty queue then costs no entry on every member; the answer is as of this leader's
+    /// applied state (an entry in flight is ordered after it).
+    pub fn answered_without_entry(&self, slot: u16, cmd: &Command) -> Option<Outcome> {
+        let replica = self.replicas.get(&slot)?;
+        (replica.group().reads_locally() && replica.broker().finds_nothing(cmd))
+            .then_some(Outcome::Empty)
     }
 
     pub fn propose(&mut self, slot: u16, cmd: &Command) -> Result<ProposalId, HostRefused> {

@@ -6,10 +6,10 @@ use super::node::ProposeError;
 use super::replica::NotApplied;
 use super::transport::LinkCounters;
 use crate::queue::server::replicated::{
-    APPLIED_METRIC, COMMANDS_REFUSED_METRIC, FOLLOWER_LAG_METRIC, GROUPS_QUIESCENT_METRIC,
-    LEADER_CHANGES_METRIC, LINK_BATCHES_DROPPED_METRIC, LINK_CONNECTS_METRIC, MESSAGES_SENT_METRIC,
-    SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC, SNAPSHOTS_INSTALLED_METRIC,
-    SNAPSHOTS_SENT_METRIC, TRANSFERS_METRIC,
+    ANSWERED_WITHOUT_ENTRY_METRIC, APPLIED_METRIC, COMMANDS_REFUSED_METRIC, FOLLOWER_LAG_METRIC,
+    GROUPS_QUIESCENT_METRIC, LEADER_CHANGES_METRIC, LINK_BATCHES_DROPPED_METRIC,
+    LINK_CONNECTS_METRIC, MESSAGES_SENT_METRIC, SLOTS_LED_METRIC, SLOTS_WITHOUT_LEADER_METRIC,
+    SNAPSHOTS_INSTALLED_METRIC, SNAPSHOTS_SENT_METRIC, TRANSFERS_METRIC,
 };
 use boltq_shards::metrics::{Counter, Gauge, Registry};
 
@@ -22,6 +22,7 @@ pub struct NodeMetrics {
     pub snapshots_sent: Counter,
     pub transfers: Counter,
     pub messages_sent: Counter,
+    pub answered_without_entry: Counter,
     pub slots_led: Gauge,
     pub slots_without_leader: Gauge,
     pub groups_quiescent: Gauge,
@@ -67,6 +68,7 @@ impl NodeMetrics {
             snapshots_sent: registry.counter(SNAPSHOTS_SENT_METRIC, &[]),
             transfers: registry.counter(TRANSFERS_METRIC, &[]),
             messages_sent: registry.counter(MESSAGES_SENT_METRIC, &[]),
+            answered_without_entry: registry.counter(ANSWERED_WITHOUT_ENTRY_METRIC, &[]),
             slots_led: registry.gauge(SLOTS_LED_METRIC, &[]),
             slots_without_leader: registry.gauge(SLOTS_WITHOUT_LEADER_METRIC, &[]),
             groups_quiescent: registry.gauge(GROUPS_QUIESCENT_METRIC, &[]),

@@ -523,6 +523,13 @@ impl Node {
         timeout: Duration,
     ) -> Result<Applied, ProposeError> {
         self.check_running()?;
+        if let SlotCommand::Queue(cmd) = cmd {
+            let answered = self.host.borrow().answered_without_entry(slot, cmd);
+            if let Some(outcome) = answered {
+                self.metrics.borrow().answered_without_entry.inc();
+                return Ok(Applied::Command(outcome));
+            }
+        }
         let placed = match cmd {
             SlotCommand::Queue(cmd) => self.host.borrow_mut().propose(slot, cmd),
             SlotCommand::Stream(cmd) => self.host.borrow_mut().propose_stream(slot, cmd),

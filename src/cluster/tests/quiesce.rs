@@ -366,3 +366,56 @@ fn a_leader_whose_timer_falls_due_within_the_rest_keeps_its_shard_on_the_short_t
     // Only leaders propose the timers' ticks: a follower's shard may sleep on.
     assert!(net.hosts[&2].at_rest_until(now_ns + rest_ns));
 }
+
+/// Issue 13's read-only precheck in a cluster: a leader answers a poll of an existing,
+/// empty queue from its applied state, with no entry; a poll that creates the queue or
+/// finds a message goes through the log, and a follower never answers one itself.
+#[test]
+fn an_empty_poll_of_an_existing_queue_is_answered_by_its_leader_without_an_entry() {
+    use crate::queue::broker::{ConsumerRef, Outcome};
+    let mut net = Net::at_rest();
+    let slot = 2;
+    let poll = Command::Consume {
+        queue: "q".into(),
+        consumer: ConsumerRef { shard: 0, conn: 1 },
+        max: 1,
+        now_ns: 1,
+    };
+    let answered = |net: &Net, node: u64| net.hosts[&node].answered_without_entry(slot, &poll);
+    assert_eq!(answered(&net, 1), None, "the poll creates the queue");
+    let created = net.hosts.get_mut(&1).unwrap().propose(slot, &poll).unwrap();
+    net.exchange();
+    assert!(net.applied.contains(&(1, slot, created)));
+    assert_eq!(answered(&net, 1), Some(Outcome::Empty));
+    assert_eq!(answered(&net, 2), None, "a follower asks its leader");
+    let applied = net.hosts[&1].replica(slot).unwrap().applied();
+    // A message arrives: the poll must take it, through the log.
+    let msg = Message {
+        id: IdGenerator::new(*b"prechek").next(slot),
+        topic: "q".into(),
+        payload: bytes::Bytes::from_static(b"1"),
+        timestamp_ns: 1,
+        retry: 0,
+        max_retry: 3,
+        priority: 0,
+        delay_ns: 0,
+        ttl_ns: 0,
+        deliver_at_ns: 0,
+        expires_at_ns: 0,
+        extras: None,
+    };
+    let published = net
+        .hosts
+        .get_mut(&1)
+        .unwrap()
+        .propose(slot, &Command::Publish { msg })
+        .unwrap();
+    net.exchange();
+    assert!(net.applied.contains(&(1, slot, published)));
+    assert_eq!(
+        answered(&net, 1),
+        None,
+        "a ready message is delivered through the log"
+    );
+    assert!(net.hosts[&1].replica(slot).unwrap().applied() > applied);
+}

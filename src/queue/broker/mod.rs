@@ -446,6 +446,23 @@ impl Broker {
         }
     }
 
+    /// Whether `cmd` would change nothing and answer `Empty`, decided without applying it:
+    /// a CONSUME of a queue that exists and holds no ready message (the read-only precheck
+    /// of issue 13). Such a poll need not go through the log; in a cluster it would cost an
+    /// entry on every member. `apply_logged` agrees (`a_consume_the_precheck_passes_changes_nothing`).
+    pub fn finds_nothing(&self, cmd: &Command) -> bool {
+        match cmd {
+            Command::Consume { queue, .. } => {
+                !queue.is_empty()
+                    && self
+                        .queues
+                        .get(queue.as_str())
+                        .is_some_and(|q| q.iter_ready().next().is_none())
+            }
+            _ => false,
+        }
+    }
+
     /// When the next tick would change something (`None`: nothing is waiting for a time).
     pub fn next_deadline_ns(&self) -> Option<i64> {
         self.timers.next_due_ns()

@@ -44,6 +44,9 @@ pub const SLOTS_WITHOUT_LEADER_METRIC: &str = "boltq_raft_slots_without_leader";
 /// Raft messages this node's groups sent its peers (a quiet cluster sends none: its groups
 /// are quiescent and the links carry empty keepalives).
 pub const MESSAGES_SENT_METRIC: &str = "boltq_raft_messages_sent_total";
+/// Queue commands this node answered as a slot's leader from its applied state, without a
+/// log entry (an empty poll of an existing queue: `Broker::finds_nothing`).
+pub const ANSWERED_WITHOUT_ENTRY_METRIC: &str = "boltq_raft_answered_without_entry_total";
 /// Groups of this node that are quiescent now: at rest, not ticking (`cluster::quiesce`).
 pub const GROUPS_QUIESCENT_METRIC: &str = "boltq_raft_groups_quiescent";
 /// Connections this node's links to its peers made (each close is followed by another),

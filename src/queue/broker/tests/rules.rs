@@ -1064,3 +1064,43 @@ fn held_messages_share_their_queues_name_also_after_a_restore() {
     assert_eq!(held.len(), 5);
     assert!(one_copy(&held), "restored messages carry their own names");
 }
+
+/// Issue 13's read-only precheck agrees with applying: whenever `finds_nothing` says a
+/// command would change nothing, applying it answers `Empty`, is not logged and leaves the
+/// state as it was (so a cluster may answer it without a log entry).
+#[test]
+fn a_consume_the_precheck_passes_changes_nothing() {
+    use super::gen::{random_config, Gen, Rng, Step};
+    let mut passed = 0;
+    let mut consumes = 0;
+    for seed in 0..200 {
+        let cfg = random_config(&mut Rng::new(seed));
+        let mut gen = Gen::new(seed, &cfg);
+        let mut b = Broker::new(cfg);
+        for _ in 0..400 {
+            let Step::Cmd(cmd) = gen.step(&[]) else {
+                continue;
+            };
+            consumes += usize::from(matches!(cmd, Command::Consume { .. }));
+            if !b.finds_nothing(&cmd) {
+                b.apply_logged(&cmd);
+                continue;
+            }
+            let before = b.snapshot();
+            let applied = b.apply_logged(&cmd);
+            assert_eq!(applied.outcome, Outcome::Empty, "seed {seed}: {cmd:?}");
+            assert!(!applied.logged, "seed {seed}: {cmd:?} was logged");
+            assert!(applied.effects.is_empty(), "seed {seed}: {cmd:?}");
+            assert_eq!(
+                b.snapshot(),
+                before,
+                "seed {seed}: {cmd:?} changed the state"
+            );
+            passed += 1;
+        }
+    }
+    assert!(
+        passed > consumes / 10,
+        "{passed} of {consumes} consumes passed the precheck"
+    );
+}
