@@ -685,6 +685,13 @@ mod tests {
             .expect("join");
     }
 
+    /// Waits until the journal holds a pre-zeroed spare.
+    async fn until_spare_ready(journal: &Journal) {
+        while journal.st.borrow().spare.is_none() {
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
     /// A background append may fill up to `BACKGROUND_FILE_PERCENT` of the active file on
     /// its own; past that it waits for the next file to be pre-zeroed, so that the
     /// clients' commit rounds never create one inline because of it, and gives up waiting
@@ -694,9 +701,7 @@ mod tests {
         with_journal(Durability::Never, |journal| async move {
             let file_bytes = JOURNAL_FILE_BYTES_MIN;
             let spare_ready = |j: &Journal| j.st.borrow().spare.is_some();
-            while !spare_ready(&journal) {
-                glommio::timer::sleep(Duration::from_millis(5)).await;
-            }
+            until_spare_ready(&journal).await;
             // Hold the next spare back, as a slow disk would.
             {
                 let mut st = journal.st.borrow_mut();
@@ -736,10 +741,7 @@ mod tests {
     fn the_spare_is_the_file_the_commit_task_opens_next_when_appends_ran_ahead() {
         with_journal(Durability::Never, |journal| async move {
             let file_bytes = JOURNAL_FILE_BYTES_MIN;
-            let spare_ready = |j: &Journal| j.st.borrow().spare.is_some();
-            while !spare_ready(&journal) {
-                glommio::timer::sleep(Duration::from_millis(5)).await;
-            }
+            until_spare_ready(&journal).await;
             // Into the second file without yielding: the commit task has written nothing.
             let frame = vec![3u8; 16 * 1024];
             let mut lsn = 0;
@@ -770,9 +772,7 @@ mod tests {
     fn a_roll_into_the_file_being_zeroed_waits_for_it_instead_of_making_it_again() {
         with_journal(Durability::Always, |journal| async move {
             let file_bytes = JOURNAL_FILE_BYTES_MIN;
-            while journal.st.borrow().spare.is_none() {
-                glommio::timer::sleep(Duration::from_millis(5)).await;
-            }
+            until_spare_ready(&journal).await;
             // As if the next file were still being zeroed.
             {
                 let mut st = journal.st.borrow_mut();

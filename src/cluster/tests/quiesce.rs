@@ -390,20 +390,7 @@ fn an_empty_poll_of_an_existing_queue_is_answered_by_its_leader_without_an_entry
     assert_eq!(answered(&net, 2), None, "a follower asks its leader");
     let applied = net.hosts[&1].replica(slot).unwrap().applied();
     // A message arrives: the poll must take it, through the log.
-    let msg = Message {
-        id: IdGenerator::new(*b"prechek").next(slot),
-        topic: "q".into(),
-        payload: bytes::Bytes::from_static(b"1"),
-        timestamp_ns: 1,
-        retry: 0,
-        max_retry: 3,
-        priority: 0,
-        delay_ns: 0,
-        ttl_ns: 0,
-        deliver_at_ns: 0,
-        expires_at_ns: 0,
-        extras: None,
-    };
+    let msg = super::sim::message(IdGenerator::new(*b"prechek").next(slot), "q", 1);
     let published = net
         .hosts
         .get_mut(&1)

@@ -1250,7 +1250,8 @@ fn queue_of(slot: u16) -> String {
     format!("sim-q{slot}")
 }
 
-fn message(id: MessageId, queue: &str, now_ns: i64) -> Message {
+/// A work-queue message of `queue` published at `now_ns` (its payload names its id).
+pub(super) fn message(id: MessageId, queue: &str, now_ns: i64) -> Message {
     Message {
         id,
         topic: queue.into(),
