@@ -75,6 +75,9 @@ struct State {
     spare: Option<(u64, Rc<DmaFile>)>,
     /// The file being pre-zeroed now, if any.
     spare_in_progress: Option<u64>,
+    /// The file the commit task is making itself (found no spare for it), if any: the
+    /// spare maker must not make it too.
+    opening_inline: Option<u64>,
     /// Everything below is durable under the journal's policy.
     durable: u64,
     /// Everything below is covered by an fdatasync (equal to `durable` under `Always`).
@@ -132,6 +135,7 @@ impl Journal {
                 }]),
                 spare: None,
                 spare_in_progress: None,
+                opening_inline: None,
                 durable: 0,
                 synced: 0,
                 sync_requested: 0,
@@ -463,7 +467,10 @@ impl Journal {
                 log::warn!("journal file {base} was not pre-zeroed in time; creating it inline");
                 self.files_created_inline
                     .set(self.files_created_inline.get() + 1);
-                prezeroed_file(&self.dir, base, self.file_bytes).await?
+                self.st.borrow_mut().opening_inline = Some(base);
+                let made = prezeroed_file(&self.dir, base, self.file_bytes).await;
+                self.st.borrow_mut().opening_inline = None;
+                made?
             }
         };
         {
@@ -491,8 +498,11 @@ impl Journal {
     /// roll of a fill at full speed created its file inline (a fill of 1,000,000 × 1 KiB
     /// with fsync `never`: 13–15 files, each holding a commit round while 64 MiB were
     /// zeroed, and up to 68,000 publishes refused as "storage is behind").
+    /// A file the commit task is making itself is skipped: two writers on one path could
+    /// put zeros over records already written.
     fn next_file_base(&self, st: &State) -> u64 {
-        match st.files.iter().find(|f| f.file.is_none()) {
+        let unopened = |f: &&JournalFile| f.file.is_none() && st.opening_inline != Some(f.base);
+        match st.files.iter().find(unopened) {
             Some(unopened) => unopened.base,
             None => st.files.back().expect("active file").base + self.file_bytes,
         }
@@ -753,6 +763,13 @@ mod tests {
                 assert_eq!(st.files.back().unwrap().base, file_bytes);
                 assert!(st.files.back().unwrap().file.is_none(), "not opened yet");
                 assert_eq!(journal.next_file_base(&st), file_bytes);
+            }
+            // A file the commit task is making itself is never the spare's.
+            {
+                let mut st = journal.st.borrow_mut();
+                st.opening_inline = Some(file_bytes);
+                assert_eq!(journal.next_file_base(&st), 2 * file_bytes);
+                st.opening_inline = None;
             }
             while journal.durable() < lsn {
                 glommio::timer::sleep(Duration::from_millis(5)).await;
