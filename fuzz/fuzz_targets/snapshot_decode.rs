@@ -6,12 +6,14 @@
 //! or the JSON of older versions): even = the rest as given; odd = the target prepends the
 //! magic, so the fuzzer reaches the MessagePack decoder without having to find it first.
 //!
-//! Checked on every input, beyond "never panics": a refusal has a non-empty error text; an
-//! accepted snapshot that restores re-encodes to a body that decodes to the same snapshot.
+//! Checked on every input, beyond "never panics": a refusal has a non-empty error text; the
+//! body read from 7-byte chunks (as a start reads a snapshot's chunks) decodes to the same
+//! snapshot or is refused too; an accepted snapshot that restores re-encodes to a body that
+//! decodes to the same snapshot.
 #![no_main]
 
 use boltq::queue::broker::{Broker, BrokerConfig};
-use boltq::queue::server::snapshot::{decode, encode, BINARY_MAGIC};
+use boltq::queue::server::snapshot::{decode, decode_from, encode, Chunks, BINARY_MAGIC};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
@@ -23,6 +25,8 @@ fuzz_target!(|input: &[u8]| {
     } else {
         rest.to_vec()
     };
+    let chunks = Chunks::new(body.chunks(7).map(bytes::Bytes::copy_from_slice));
+    assert_eq!(decode_from(chunks).ok(), decode(&body).ok());
     let snapshot = match decode(&body) {
         Ok(snapshot) => snapshot,
         Err(e) => {

@@ -87,28 +87,28 @@ fn size_estimate(s: &BrokerSnapshot) -> usize {
 
 /// Reads a snapshot body written by [`encode`], or the JSON of older versions.
 pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
-    decode_from(body)
+    match body.strip_prefix(BINARY_MAGIC.as_slice()) {
+        Some(packed) => rmp_serde::from_slice(packed).map_err(|e| e.to_string()),
+        None => serde_json::from_slice(body).map_err(|e| e.to_string()),
+    }
 }
 
 /// [`decode`] of a body read in turn from `body`, so a snapshot's chunks are decoded where
 /// they lie ([`Chunks`]) instead of being joined first: joining a body of a GiB copied it
 /// into fresh memory, a third of a large slot's start (most of it the kernel clearing the
-/// pages), and held it beside the chunks.
+/// pages), and held it beside the chunks. A body already in one piece (a cluster snapshot)
+/// goes through [`decode`]: reading borrows its payloads where this copies each one
+/// through the reader's buffer first.
 pub fn decode_from(mut body: impl Read) -> Result<BrokerSnapshot, String> {
-    let mut head = [0u8; BINARY_MAGIC.len()];
-    let mut filled = 0;
-    while filled < head.len() {
-        match body.read(&mut head[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    if head[..filled] == BINARY_MAGIC[..] {
+    let mut head = Vec::with_capacity(BINARY_MAGIC.len());
+    body.by_ref()
+        .take(BINARY_MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| e.to_string())?;
+    if head == BINARY_MAGIC[..] {
         rmp_serde::from_read(body).map_err(|e| e.to_string())
     } else {
-        serde_json::from_reader(head[..filled].chain(body)).map_err(|e| e.to_string())
+        serde_json::from_reader(head.as_slice().chain(body)).map_err(|e| e.to_string())
     }
 }
 
@@ -549,6 +549,12 @@ mod tests {
                     body.insert(at, rng.below(256) as u8);
                 }
             }
+            // Read from chunks, as a start reads it, the body decodes exactly as in one piece.
+            let from_chunks = decode_from(Chunks::new(
+                body.chunks(1 + rng.below(64) as usize)
+                    .map(Bytes::copy_from_slice),
+            ));
+            assert_eq!(from_chunks.as_ref().ok(), decode(&body).as_ref().ok());
             match decode(&body) {
                 Err(_) => refused += 1,
                 Ok(s) => {
