@@ -13,13 +13,8 @@ declare -a TCP HTTP RAFT PIDS
 . "$(dirname "$0")/lib/three-nodes.sh"
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 start_three_nodes "$BIN" "$W" never
-for i in 1 2 3; do for _ in $(seq 300); do curl -sf "http://127.0.0.1:${HTTP[$i]}/readyz" >/dev/null && break; sleep 0.1; done; done
-sleep 6
-leader=$(curl -sf "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c "
-import json, sys
-s = json.load(sys.stdin); g = s.get('groups') or s['cluster']['groups']
-print([x for x in g if x['slot'] == 223][0]['leader'][1:])")
-metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { s += $2 } END { print s + 0 }'; }
+wait_three_ready
+leader=$(leader_of_slot 223)
 via=$leader; [ "${VIA:-leader}" = other ] && via=$((leader % 3 + 1)); echo "through n$via"
 a0=$(metric ${HTTP[$leader]} boltq_raft_apply_count); m0=$(metric ${HTTP[$leader]} boltq_raft_messages_sent_total)
 python3 - ${TCP[$via]} <<'PY'

@@ -19,15 +19,8 @@ declare -a TCP HTTP RAFT PIDS
 . "$(dirname "$0")/lib/three-nodes.sh"
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 start_three_nodes "$BIN" "$W" "$FSYNC"
-for i in 1 2 3; do
-  for _ in $(seq 300); do curl -sf "http://127.0.0.1:${HTTP[$i]}/readyz" >/dev/null && break; sleep 0.1; done
-done
-sleep 6 # one leader-balancing round
-leader=$(curl -sf "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c "
-import json, sys
-status = json.load(sys.stdin)
-groups = status.get('groups') or status['cluster']['groups']
-print([g for g in groups if g['slot'] == $SLOT][0]['leader'][1:])")
+wait_three_ready
+leader=$(leader_of_slot $SLOT)
 if [ "$VIA" = leader ]; then via=$leader; else via=$((leader % 3 + 1)); fi
 echo "slot $SLOT led by n$leader; bench through n$via; fsync $FSYNC"
 PERF_PID=
@@ -35,7 +28,6 @@ if [ -n "$PERF" ]; then
   (sleep 3; perf record -o "$W/perf.data" -a -F 999 -g -- sleep 5 >/dev/null 2>&1) &
   PERF_PID=$!
 fi
-metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { s += $2 } END { print s + 0 }'; }
 declare -a CPU0 SENT0 APPLIED0
 for i in 1 2 3; do
   CPU0[$i]=$(awk '{ print $14 + $15 }' "/proc/${PIDS[$i]}/stat")

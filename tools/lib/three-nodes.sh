@@ -18,3 +18,25 @@ start_three_nodes() {
     PIDS[$i]=$!
   done
 }
+
+# wait_three_ready: waits (up to 30 s each) for every node's /readyz, then 6 s for one
+# leader-balancing round.
+wait_three_ready() {
+  local i
+  for i in 1 2 3; do
+    for _ in $(seq 300); do curl -sf "http://127.0.0.1:${HTTP[$i]}/readyz" >/dev/null && break; sleep 0.1; done
+  done
+  sleep 6
+}
+
+# leader_of_slot SLOT: the number (1-3) of the node leading SLOT, as node 1 sees it.
+leader_of_slot() {
+  curl -sf "http://127.0.0.1:${HTTP[1]}/cluster/status" | python3 -c "
+import json, sys
+status = json.load(sys.stdin)
+groups = status.get('groups') or status['cluster']['groups']
+print([g for g in groups if g['slot'] == $1][0]['leader'][1:])"
+}
+
+# metric HTTP_PORT NAME: the sum of NAME's series on that node's /metrics (0 if absent).
+metric() { curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n { s += $2 } END { print s + 0 }'; }
