@@ -10,7 +10,7 @@
 //! sent, so nothing it did not persist is promised to a peer).
 
 use super::image_log::{self, LogRecord, Recovered, Written};
-use boltq_io::{LogRef, Record, Store};
+use boltq_io::{AppendError, LogRef, Record, Store};
 use std::rc::Rc;
 
 pub struct GroupLog {
@@ -87,14 +87,23 @@ impl GroupLog {
             payload: r.payload.into(),
             ..Record::default()
         };
+        self.append_one(r.seq, &mut record)
+            .map_err(|e| self.append_failed(e))
+    }
+
+    /// Appends `record`, which the writer numbered `seq`; returns its journal position.
+    fn append_one(&mut self, seq: u64, record: &mut Record) -> Result<u64, AppendError> {
         let appended = self
             .store
-            .append(&self.log, &mut record, boltq_io::store::now_ns())
-            .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
+            .append(&self.log, record, boltq_io::store::now_ns())?;
         // The writer numbered its records as the log does; a difference would make
         // every `replay_from` point at the wrong record.
-        assert_eq!(appended.seq, r.seq, "raft log numbering drifted");
+        assert_eq!(appended.seq, seq, "raft log numbering drifted");
         Ok(appended.lsn)
+    }
+
+    fn append_failed(&self, e: AppendError) -> String {
+        format!("append to {}: {e}", self.log.name())
     }
 
     /// Records before `before` may go once the record at `lsn` is durable.
@@ -112,9 +121,38 @@ impl GroupLog {
     pub async fn append_round(&mut self, written: Written) -> Result<Option<u64>, String> {
         let bytes: usize = written.records.iter().map(|r| r.payload.len()).sum();
         if bytes < ROUND_BYTES_PACED_MIN {
-            return self.append(written);
+            return self.append_when_room(written).await;
         }
         self.append_paced(written).await
+    }
+
+    /// Appends an ordinary round's records, each at once if the journal has room, else as
+    /// soon as it has: the shard's other writers (the messaging plane's copies of
+    /// partitions, filled from peers in bursts) may hold its backlog at the limit, and a
+    /// refused record would fail the round and stop the node.
+    async fn append_when_room(&mut self, written: Written) -> Result<Option<u64>, String> {
+        let mut lsn = None;
+        for r in written.records {
+            let mut record = Record {
+                payload: r.payload.into(),
+                ..Record::default()
+            };
+            loop {
+                match self.append_one(r.seq, &mut record) {
+                    Err(AppendError::Backlogged { .. }) => self
+                        .store
+                        .wait_for_room()
+                        .await
+                        .map_err(|e| format!("append to {}: {e}", self.log.name()))?,
+                    appended => {
+                        lsn = Some(appended.map_err(|e| self.append_failed(e))?);
+                        break;
+                    }
+                }
+            }
+        }
+        self.note_cut(lsn, written.truncate_before);
+        Ok(lsn)
     }
 
     /// Appends records as a background writer does (`Store::wait_for_background_room`
@@ -310,6 +348,53 @@ mod tests {
                 truncate_before: None,
             };
             assert!(other.append(renumbered).is_err());
+        });
+    }
+
+    /// An ordinary round that finds the journal's backlog at its limit, filled by another
+    /// writer of the shard, waits for room and is written: a refused round stops the node.
+    #[test]
+    fn a_small_round_meeting_a_full_journal_waits_for_room() {
+        let dir = TempDir::new("group-log-full");
+        let mut c = store_config(dir.path(), 64 * 1024 * 1024);
+        c.journal_backlog_bytes_max = 1024 * 1024;
+        run("group-log-full", move || async move {
+            let store = open_store(&c).await;
+            let (mut log, recovered) = GroupLog::open(&store, 11, &[1]).await.unwrap();
+            let Recovered {
+                mut storage,
+                log: mut writer,
+            } = recovered;
+            // Another writer fills the backlog; nothing yields, so none of it is durable.
+            let other = store.open_log("other").await.unwrap();
+            let filled = std::iter::repeat(()).take_while(|()| {
+                let mut r = Record {
+                    payload: vec![0x11; 64 * 1024].into(),
+                    ..Record::default()
+                };
+                store.append(&other, &mut r, 1).is_ok()
+            });
+            assert!(filled.count() > 0);
+            assert!(matches!(
+                store.check_room(),
+                Err(AppendError::Backlogged { .. })
+            ));
+            let mut term = storage.hard_state().term;
+            busy(&mut storage, &mut term, &mut Rng::new(11));
+            let written = writer.write(storage.take_writes());
+            assert!(!written.records.is_empty());
+            let lsn = log.append_round(written).await.unwrap().unwrap();
+            store.wait_synced(lsn).await.unwrap();
+            store.halt().await;
+            drop(log);
+            drop(store);
+            let store = open_store(&c).await;
+            let (_, back) = GroupLog::open(&store, 11, &[1]).await.unwrap();
+            assert_same(
+                &back.storage,
+                &storage,
+                "after a round that waited for room",
+            );
         });
     }
 }
