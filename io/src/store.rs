@@ -372,6 +372,23 @@ impl Store {
         self.journal.wait_synced(lsn).await
     }
 
+    /// As [`Store::append`], but a journal with no room yet (its backlog at
+    /// `journal_backlog_bytes_max`) is waited for instead of refused, which slows the caller
+    /// to the disk's pace. Nothing awaits between the wait and the append, so the append
+    /// finds the room the wait saw; a caller may build its record right after the wait
+    /// (`wait_for_room` alone) when the record must say "the value now".
+    pub async fn append_when_room(
+        &self,
+        log: &LogRef,
+        record: &mut Record,
+        now_ns: i64,
+    ) -> Result<Appended, AppendError> {
+        self.wait_for_room()
+            .await
+            .map_err(|e| AppendError::Failed(e.to_string()))?;
+        self.append(log, record, now_ns)
+    }
+
     /// Waits until the journal backlog is below its limit.
     pub async fn wait_for_room(&self) -> io::Result<()> {
         let max = self.cfg.journal_backlog_bytes_max;

@@ -10,7 +10,7 @@
 //! sent, so nothing it did not persist is promised to a peer).
 
 use super::image_log::{self, LogRecord, Recovered, Written};
-use boltq_io::{AppendError, LogRef, Record, Store};
+use boltq_io::{AppendError, Appended, LogRef, Record, Store};
 use std::rc::Rc;
 
 pub struct GroupLog {
@@ -87,19 +87,19 @@ impl GroupLog {
             payload: r.payload.into(),
             ..Record::default()
         };
-        self.append_one(r.seq, &mut record)
-            .map_err(|e| self.append_failed(e))
-    }
-
-    /// Appends `record`, which the writer numbered `seq`; returns its journal position.
-    fn append_one(&mut self, seq: u64, record: &mut Record) -> Result<u64, AppendError> {
         let appended = self
             .store
-            .append(&self.log, record, boltq_io::store::now_ns())?;
+            .append(&self.log, &mut record, boltq_io::store::now_ns())
+            .map_err(|e| self.append_failed(e))?;
+        Ok(self.numbered(r.seq, appended))
+    }
+
+    /// The journal position of a record the writer numbered `seq`.
+    fn numbered(&self, seq: u64, appended: Appended) -> u64 {
         // The writer numbered its records as the log does; a difference would make
         // every `replay_from` point at the wrong record.
         assert_eq!(appended.seq, seq, "raft log numbering drifted");
-        Ok(appended.lsn)
+        appended.lsn
     }
 
     fn append_failed(&self, e: AppendError) -> String {
@@ -137,19 +137,12 @@ impl GroupLog {
                 payload: r.payload.into(),
                 ..Record::default()
             };
-            loop {
-                match self.append_one(r.seq, &mut record) {
-                    Err(AppendError::Backlogged { .. }) => self
-                        .store
-                        .wait_for_room()
-                        .await
-                        .map_err(|e| format!("append to {}: {e}", self.log.name()))?,
-                    appended => {
-                        lsn = Some(appended.map_err(|e| self.append_failed(e))?);
-                        break;
-                    }
-                }
-            }
+            let appended = self
+                .store
+                .append_when_room(&self.log, &mut record, boltq_io::store::now_ns())
+                .await
+                .map_err(|e| self.append_failed(e))?;
+            lsn = Some(self.numbered(r.seq, appended));
         }
         self.note_cut(lsn, written.truncate_before);
         Ok(lsn)

@@ -125,13 +125,10 @@ impl CursorStore {
             .borrow_mut()
             .commit(&key, seq, next_seq)
             .map_err(|e| StreamError::Invalid(e.to_string()))?;
-        let stored = match commit {
-            cursor::Commit::Unchanged { .. } => return Ok(()),
-            cursor::Commit::Stored { seq, .. } => seq,
-        };
-        let mut body = Vec::new();
-        cursor::encode_commit(&key, stored, &mut body);
-        append_durable(store, &slot, body).await?;
+        if let cursor::Commit::Unchanged { .. } = commit {
+            return Ok(());
+        }
+        append_durable(store, &slot, &key).await?;
         self.maybe_compact(store, &slot).await;
         Ok(())
     }
@@ -150,8 +147,25 @@ impl CursorStore {
     }
 }
 
-/// Appends one record and waits as `storage.fsync` says; returns its journal position.
-async fn append_durable(store: &Store, slot: &Slot, body: Vec<u8>) -> Result<u64, StreamError> {
+/// Appends `key`'s position as it is when the journal has room (waiting for it, if
+/// needed), and waits as `storage.fsync` says; returns the record's journal position (None:
+/// the cursor is gone). The position is read after the wait: replay keeps a key's last
+/// record, and a commit (or a compaction's copy) that waited behind a later commit of the
+/// same key would otherwise land after it with an older position.
+async fn append_durable(
+    store: &Store,
+    slot: &Slot,
+    key: &CursorKey,
+) -> Result<Option<u64>, StreamError> {
+    store
+        .wait_for_room()
+        .await
+        .map_err(|e| StreamError::Internal(format!("cursor store: {e}")))?;
+    let Some(seq) = slot.map.borrow().get(key) else {
+        return Ok(None);
+    };
+    let mut body = Vec::new();
+    cursor::encode_commit(key, seq, &mut body);
     let mut rec = Record {
         seq: 0,
         timestamp_ns: 0,
@@ -169,7 +183,7 @@ async fn append_durable(store: &Store, slot: &Slot, body: Vec<u8>) -> Result<u64
         .wait_durable(appended.lsn)
         .await
         .map_err(|e| StreamError::Internal(format!("cursor store: {e}")))?;
-    Ok(appended.lsn)
+    Ok(Some(appended.lsn))
 }
 
 /// Appends the slot's whole map again and drops the log before it once that is
@@ -177,19 +191,17 @@ async fn append_durable(store: &Store, slot: &Slot, body: Vec<u8>) -> Result<u64
 /// once, and a crash after the truncation but before the copy reached the disk would lose
 /// every cursor of the slot.
 async fn compact(store: &Store, slot: &Slot) -> Result<(), StreamError> {
-    let snapshot: Vec<(CursorKey, u64)> = slot
+    let keys: Vec<CursorKey> = slot
         .map
         .borrow()
         .snapshot()
-        .map(|(k, v)| (k.clone(), v))
+        .map(|(k, _)| k.clone())
         .collect();
     let start = slot.log.next_seq();
     slot.records.set(0);
     let mut last = None;
-    for (key, seq) in snapshot {
-        let mut body = Vec::new();
-        cursor::encode_commit(&key, seq, &mut body);
-        last = Some(append_durable(store, slot, body).await?);
+    for key in keys {
+        last = append_durable(store, slot, &key).await?.or(last);
     }
     if let Some(lsn) = last {
         store
@@ -235,7 +247,109 @@ async fn replay(store: &Store, slot: &Slot) -> Result<(), String> {
 mod tests {
     use super::*;
     use boltq_io::testutil::TempDir;
-    use boltq_io::{Durability, StoreConfig};
+    use boltq_io::{AppendError, Durability, StoreConfig};
+    use std::time::Duration;
+
+    async fn open_store(c: &StoreConfig) -> Rc<Store> {
+        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
+        boltq_io::recovery::recover(&c.data_dir, &c.log)
+            .await
+            .unwrap();
+        Store::open(c.clone(), 0).await.unwrap()
+    }
+
+    /// Appends to another log until the journal refuses: its backlog is at the limit.
+    fn fill_the_journal(store: &Store, other: &boltq_io::LogRef) {
+        loop {
+            let mut r = Record {
+                payload: vec![0x22; 64 * 1024].into(),
+                ..Record::default()
+            };
+            match store.append(other, &mut r, 1) {
+                Ok(_) => {}
+                Err(AppendError::Backlogged { .. }) => return,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// A commit that meets a journal behind its disk waits for room instead of failing
+    /// (until 2026-12-07 the device was told "cursor store: storage is behind"), and one
+    /// that waited behind a later commit of the same cursor does not land after it with
+    /// its older position: after a restart the cursor is the newest one committed.
+    #[test]
+    fn a_commit_that_waits_for_room_never_writes_an_older_position_after_a_newer_one() {
+        let tmp = TempDir::new("cursorroom");
+        let mut c = StoreConfig::new(tmp.path());
+        c.durability = Durability::Never;
+        c.journal_file_bytes = 16 * 1024 * 1024;
+        c.journal_backlog_bytes_max = 1024 * 1024;
+        boltq_shards::block_on("cursor-room", move || {
+            Box::pin(async move {
+                let store = open_store(&c).await;
+                let other = store.open_log("other").await.unwrap();
+                let cursors = Rc::new(CursorStore::load(&store, &c.data_dir, 0, 1).await.unwrap());
+                let key = CursorKey::new("t", 0, "g", "m").unwrap();
+                cursors
+                    .commit(&store, key.clone(), 1, 10_000)
+                    .await
+                    .unwrap();
+                // The older commit starts first, meets a full journal and waits; the newer
+                // one is made the moment there is room, and the journal is filled again
+                // before the older one looks. Tries until it goes that way (the two waits
+                // race; the older one polls every millisecond, this every 100 µs).
+                let mut went_that_way = false;
+                for round in 0..20u64 {
+                    let (older, newer) = (10 + 2 * round, 11 + 2 * round);
+                    fill_the_journal(&store, &other);
+                    let done = Rc::new(std::cell::Cell::new(false));
+                    let task = {
+                        let (store, cursors, key, done) = (
+                            Rc::clone(&store),
+                            Rc::clone(&cursors),
+                            key.clone(),
+                            Rc::clone(&done),
+                        );
+                        boltq_shards::spawn(async move {
+                            cursors.commit(&store, key, older, 10_000).await.unwrap();
+                            done.set(true);
+                        })
+                    };
+                    while store.check_room().is_err() {
+                        boltq_shards::sleep(Duration::from_micros(100)).await;
+                    }
+                    if done.get() {
+                        continue; // the older one went first: nothing to show this round
+                    }
+                    cursors
+                        .commit(&store, key.clone(), newer, 10_000)
+                        .await
+                        .unwrap();
+                    fill_the_journal(&store, &other);
+                    task.await;
+                    assert_eq!(cursors.get(&key), Some(newer));
+                    went_that_way = true;
+                    break;
+                }
+                assert!(
+                    went_that_way,
+                    "the newer commit never went first in 20 tries"
+                );
+                let newest = cursors.get(&key).unwrap();
+                store.close().await.unwrap();
+                drop(cursors);
+                let store = open_store(&c).await;
+                let back = CursorStore::load(&store, &c.data_dir, 0, 1).await.unwrap();
+                assert_eq!(
+                    back.get(&key),
+                    Some(newest),
+                    "the log replays an older position"
+                );
+                store.close().await.unwrap();
+            })
+        })
+        .unwrap();
+    }
 
     /// Issue 13 item 4: compaction dropped the old records as soon as the copy was buffered
     /// under `interval` and `never`.

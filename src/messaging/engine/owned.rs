@@ -54,13 +54,11 @@ impl Engine {
         part: &Rc<Owned>,
         rec: &mut Record,
     ) -> Result<u64, StreamError> {
-        let appended = match self.store.append(&part.log, rec, rec.timestamp_ns) {
+        // A journal behind its disk is waited for, not refused: a refused pointer append
+        // was a member's inbox entry lost behind an acknowledged group send.
+        let at_ns = rec.timestamp_ns;
+        let appended = match self.store.append_when_room(&part.log, rec, at_ns).await {
             Ok(a) => a,
-            Err(AppendError::Backlogged { .. }) => {
-                return Err(StreamError::Limited(
-                    "storage is busy; retry shortly".into(),
-                ))
-            }
             Err(e @ (AppendError::Encode(_) | AppendError::TooLargeForJournal { .. })) => {
                 return Err(StreamError::Invalid(e.to_string()))
             }

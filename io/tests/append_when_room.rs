@@ -1,0 +1,69 @@
+//! `Store::append_when_room` waits for a journal whose backlog is at its limit instead of
+//! refusing the record, under every durability policy, and the record it then appends is
+//! there after a clean reopen.
+
+use boltq_io::recovery::recover;
+use boltq_io::testutil::TempDir;
+use boltq_io::{AppendError, Durability, Record, Store, StoreConfig};
+use bytes::Bytes;
+
+const BACKLOG_BYTES_MAX: u64 = 512 * 1024;
+
+#[test]
+fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
+    for durability in [
+        Durability::Always,
+        Durability::Interval { interval_ms: 50 },
+        Durability::Never,
+    ] {
+        let tmp = TempDir::new("whenroom");
+        let dir = tmp.path().to_path_buf();
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(move || async move {
+                let mut c = StoreConfig::new(&dir);
+                c.durability = durability;
+                c.journal_file_bytes = 8 * 1024 * 1024;
+                c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
+                boltq_io::probe::warm_iopoll(&dir).await.unwrap();
+                recover(&dir, &c.log).await.unwrap();
+                let store = Store::open(c.clone(), 0).await.unwrap();
+                let filler = store.open_log("filler").await.unwrap();
+                let log = store.open_log("waiter").await.unwrap();
+                // Nothing yields while filling, so none of it reaches the disk meanwhile.
+                loop {
+                    let mut r = Record {
+                        payload: Bytes::from(vec![1u8; 32 * 1024]),
+                        ..Default::default()
+                    };
+                    match store.append(&filler, &mut r, 1) {
+                        Ok(_) => {}
+                        Err(AppendError::Backlogged { .. }) => break,
+                        Err(e) => panic!("{durability:?}: {e}"),
+                    }
+                }
+                let mut r = Record {
+                    payload: Bytes::from_static(b"waited for room"),
+                    ..Default::default()
+                };
+                let refused = store.append(&log, &mut r.clone(), 1);
+                assert!(
+                    matches!(refused, Err(AppendError::Backlogged { .. })),
+                    "{durability:?}: the journal was not full"
+                );
+                let appended = store.append_when_room(&log, &mut r, 1).await.unwrap();
+                assert_eq!(appended.seq, log.first_seq().max(1));
+                store.close().await.unwrap();
+
+                recover(&dir, &c.log).await.unwrap();
+                let store = Store::open(c, 0).await.unwrap();
+                let log = store.open_log("waiter").await.unwrap();
+                let back = store.read(&log, 0, 10, 1 << 20).await.unwrap();
+                assert_eq!(back.len(), 1, "{durability:?}");
+                assert_eq!(back[0].payload.as_ref(), b"waited for room");
+                store.close().await.unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
