@@ -291,6 +291,10 @@ pub struct StorageConfig {
     /// holds it (a process killed just now holds it until the kernel has released its
     /// files); then it exits 1. 0..=600000, default 30000; 0 = do not wait.
     pub lock_wait_ms: u64,
+    /// Bytes a shard's journal may hold appended but not yet durable; past it, writes wait
+    /// for the disk (the queue plane's commands in line, `queue::server::room`), so a
+    /// stalled disk never turns into unbounded memory. 1 MiB..=64 GiB, default 256 MiB.
+    pub journal_backlog_bytes_max: u64,
 }
 
 impl Default for StorageConfig {
@@ -309,6 +313,7 @@ impl Default for StorageConfig {
             io_memory_bytes: 0,
             open_segment_files_max: OPEN_SEGMENT_FILES_MAX_DEFAULT as u64,
             lock_wait_ms: 30_000,
+            journal_backlog_bytes_max: 256 * MIB,
         }
     }
 }

@@ -100,6 +100,7 @@ fn defaults() {
         boltq_io::file_budget::OPEN_SEGMENT_FILES_MAX_DEFAULT as u64
     );
     assert_eq!(c.storage.lock_wait_ms, 30_000);
+    assert_eq!(c.storage.journal_backlog_bytes_max, 256 << 20);
     assert_eq!(c.queue.max_retry, 5);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(30));
     assert_eq!(c.queue.capacity, 1_048_576);
@@ -205,6 +206,7 @@ fn full_toml() {
         io_memory_bytes = 33554432
         open_segment_files_max = 64
         lock_wait_ms = 500
+        journal_backlog_bytes_max = 1048576
         [queue]
         max_retry = 3
         ack_timeout = "1m30s"
@@ -264,6 +266,7 @@ fn full_toml() {
     assert_eq!(c.storage.io_memory_bytes, 32 << 20);
     assert_eq!(c.storage.open_segment_files_max, 64);
     assert_eq!(c.storage.lock_wait_ms, 500);
+    assert_eq!(c.storage.journal_backlog_bytes_max, 1 << 20);
     assert_eq!(c.queue.ack_timeout, Duration::from_secs(90));
     assert_eq!(c.queue.overflow, OverflowPolicy::Spill);
     assert_eq!(c.queue.retry_backoff_base_ms, 0);
@@ -725,6 +728,11 @@ fn each_validation_error_names_its_key() {
         ("[storage]\nopen_segment_files_max = 3", "storage.open_segment_files_max"),
         ("[storage]\nopen_segment_files_max = 1048577", "storage.open_segment_files_max"),
         ("[storage]\nlock_wait_ms = 600001", "storage.lock_wait_ms"),
+        ("[storage]\njournal_backlog_bytes_max = 1048575", "storage.journal_backlog_bytes_max"),
+        (
+            "[storage]\njournal_backlog_bytes_max = 68719476737",
+            "storage.journal_backlog_bytes_max",
+        ),
         ("[server]\nread_timeout = \"0s\"", "server.read_timeout"),
         ("[server]\nread_timeout = \"2h\"", "server.read_timeout"),
         ("[server]\nauth_timeout = \"0s\"", "server.auth_timeout"),

@@ -158,6 +158,12 @@ fn storage(c: &Config) -> Check {
         OPEN_SEGMENT_FILES_MAX_CEILING,
     )?;
     range("storage.lock_wait_ms", s.lock_wait_ms, 0, 600_000)?;
+    range_bytes(
+        "storage.journal_backlog_bytes_max",
+        s.journal_backlog_bytes_max,
+        MIB,
+        64 * GIB,
+    )?;
     Ok(())
 }
 

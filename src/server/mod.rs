@@ -303,6 +303,7 @@ fn store_config(config: &Config) -> StoreConfig {
     };
     c.journal_file_bytes = s.journal_file_bytes;
     c.checkpoint_bytes = s.journal_file_bytes;
+    c.journal_backlog_bytes_max = s.journal_backlog_bytes_max;
     c.open_segment_files_max = s.open_segment_files_max as usize;
     c.log = LogConfig {
         segment_bytes: s.segment_bytes,

@@ -6,6 +6,7 @@
 use super::long_poll::Parked;
 use super::mesh::{QueueMsg, QueueReply, RemoteReply};
 use super::plane::{Plane, REMOTE_TIMEOUT_MS};
+use super::room::Turn;
 use super::wal;
 use crate::queue::broker::{Command, Outcome};
 use boltq_shards::{MeshError, ReplyToken, ShardId};
@@ -18,8 +19,10 @@ pub enum Submitted {
     /// Applied here; the reply waits for an fdatasync whatever the policy (confirm mode).
     LocalSynced(Outcome, Option<u64>),
     Remote(ShardId, RemoteReply),
-    /// A long-poll parked on this shard.
+    /// A long-poll parked on this shard, or a command waiting for room in the journal.
     Parked(Rc<Parked>),
+    /// Waiting for room in the journal; the reply waits for an fdatasync (confirm mode).
+    ParkedSynced(Rc<Parked>),
 }
 
 impl Submitted {
@@ -28,14 +31,14 @@ impl Submitted {
         match self {
             Submitted::Local(outcome, lsn) => plane.when_durable(outcome, lsn).await,
             Submitted::LocalSynced(outcome, lsn) => plane.when_synced(outcome, lsn).await,
-            Submitted::Parked(parked) => loop {
-                let ticket = parked.ready.ticket();
-                let answer = parked.answer.borrow_mut().take();
-                if let Some((outcome, lsn)) = answer {
-                    break plane.when_durable(outcome, lsn).await;
-                }
-                parked.ready.wait(ticket).await;
-            },
+            Submitted::Parked(parked) => {
+                let (outcome, lsn) = parked.answered().await;
+                plane.when_durable(outcome, lsn).await
+            }
+            Submitted::ParkedSynced(parked) => {
+                let (outcome, lsn) = parked.answered().await;
+                plane.when_synced(outcome, lsn).await
+            }
             Submitted::Remote(owner, reply) => match reply.await {
                 Ok(QueueReply::Applied(outcome)) => outcome,
                 Ok(_) | Err(MeshError::UnexpectedReply) => {
@@ -166,11 +169,29 @@ impl Plane {
             return Submitted::Parked(parked);
         }
         if owner == self.shard.id() {
-            let (outcome, lsn) = self.apply_local(slot, cmd);
-            return if sync {
-                Submitted::LocalSynced(outcome, lsn)
-            } else {
-                Submitted::Local(outcome, lsn)
+            return match self.turn_of(&cmd) {
+                Turn::Now => {
+                    let (outcome, lsn) = self.apply_local(slot, cmd);
+                    match sync {
+                        true => Submitted::LocalSynced(outcome, lsn),
+                        false => Submitted::Local(outcome, lsn),
+                    }
+                }
+                Turn::Refuse(why) => Submitted::Local(Outcome::Error(why), None),
+                Turn::Wait(place) => {
+                    let (parked, answer) = Parked::with_answer();
+                    self.wait_turn(
+                        place,
+                        Box::new(move |plane| {
+                            let (outcome, lsn) = plane.apply_local(slot, cmd);
+                            answer(outcome, lsn);
+                        }),
+                    );
+                    match sync {
+                        true => Submitted::ParkedSynced(parked),
+                        false => Submitted::Parked(parked),
+                    }
+                }
             };
         }
         let req = QueueMsg::Apply { slot, cmd, sync };

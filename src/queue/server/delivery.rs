@@ -222,7 +222,7 @@ impl Plane {
                 // Clustered, the slot's state changes only through its group.
                 replication.submit(slot, cmd, Box::new(|_, _| {}));
             } else {
-                let _ = self.apply_local(slot, cmd);
+                self.apply_in_turn(slot, cmd, |_, _| {});
             }
         }
     }

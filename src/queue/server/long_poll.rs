@@ -4,6 +4,7 @@
 use super::apply::Submitted;
 use super::mesh::QueueMsg;
 use super::plane::{now_ns, Plane, REMOTE_TIMEOUT_MS};
+use super::room::Turn;
 use super::waiters::{Answer, Waiter};
 use crate::queue::broker::{Command, Outcome};
 use boltq_io::event::Event;
@@ -28,6 +29,17 @@ impl Parked {
         });
         (parked, answer)
     }
+
+    /// The answer, once it is given.
+    pub(super) async fn answered(&self) -> (Outcome, Option<u64>) {
+        loop {
+            let ticket = self.ready.ticket();
+            if let Some(answer) = self.answer.borrow_mut().take() {
+                return answer;
+            }
+            self.ready.wait(ticket).await;
+        }
+    }
 }
 
 impl Plane {
@@ -37,6 +49,17 @@ impl Plane {
         if let Some(replication) = self.replication.get() {
             return replication.consume_waiting(slot, cmd, wait_ms, answer);
         }
+        match self.turn_of(&cmd) {
+            Turn::Now => self.consume_or_park_now(slot, cmd, wait_ms, answer),
+            Turn::Refuse(why) => answer(Outcome::Error(why), None),
+            Turn::Wait(place) => self.wait_turn(
+                place,
+                Box::new(move |plane| plane.consume_or_park_now(slot, cmd, wait_ms, answer)),
+            ),
+        }
+    }
+
+    fn consume_or_park_now(&self, slot: u16, cmd: Command, wait_ms: u64, answer: Answer) {
         let (outcome, lsn) = self.apply_local(slot, cmd.clone());
         let Command::Consume {
             queue,

@@ -155,9 +155,7 @@ impl Plane {
             Incoming::Message(QueueMsg::HandedOverEnded { conn }) => self.release_handed_over(conn),
             Incoming::Message(QueueMsg::Confirm { slot, cmd }) => match self.replication.get() {
                 Some(replication) => replication.submit(slot, cmd, Box::new(|_, _| {})),
-                None => {
-                    let _ = self.apply_local(slot, cmd);
-                }
+                None => self.apply_in_turn(slot, cmd, |_, _| {}),
             },
             Incoming::Request {
                 msg: QueueMsg::Apply { slot, cmd, .. },
@@ -173,18 +171,17 @@ impl Plane {
                 msg: QueueMsg::Apply { slot, cmd, sync },
                 token,
             } => {
-                let (outcome, lsn) = self.apply_local(slot, cmd);
-                if sync {
-                    let plane = Rc::clone(self);
+                let plane = Rc::clone(self);
+                self.apply_in_turn(slot, cmd, move |outcome, lsn| {
+                    if !sync {
+                        return plane.reply_when_durable(token, outcome, lsn);
+                    }
                     boltq_shards::spawn(async move {
                         let outcome = plane.when_synced(outcome, lsn).await;
-                        let reply = QueueReply::Applied(outcome);
-                        plane.shard.reply(token, reply);
+                        plane.shard.reply(token, QueueReply::Applied(outcome));
                     })
                     .detach();
-                } else {
-                    self.reply_when_durable(token, outcome, lsn);
-                }
+                });
             }
             Incoming::Request {
                 msg: QueueMsg::ConsumeWait { slot, cmd, wait_ms },

@@ -16,6 +16,7 @@ pub mod pacer;
 pub mod plane;
 pub mod push_acks;
 pub mod replicated;
+pub mod room;
 mod slot;
 pub mod snapshot;
 mod timer;

@@ -19,6 +19,7 @@ use super::exchanges::{self, META_SHARD};
 use super::mesh::{QueueMsg, QueuePort};
 use super::outbound::Outbound;
 use super::replicated::{ClusterView, Replicated};
+use super::room::Turn;
 use super::slot::SlotState;
 use super::unsynced::Unsynced;
 use super::waiters::Waiters;
@@ -95,6 +96,9 @@ pub struct Plane {
     /// Serves a connection another shard handed over; set by the server once its
     /// listener's settings are known.
     adopter: std::cell::OnceCell<Box<dyn Fn(Box<HandedOver>)>>,
+    /// Commands waiting for room in the journal (`room.rs`).
+    pub(super) room: super::room::Room,
+    pub(super) waited_for_room: boltq_shards::metrics::Counter,
 }
 
 /// The high 32 bits of every connection id of this process (the low 32 count connections):
@@ -216,6 +220,10 @@ impl Plane {
             single_node_exchanges: RefCell::new(None),
             handed_over: RefCell::new(HashMap::new()),
             adopter: std::cell::OnceCell::new(),
+            room: super::room::Room::default(),
+            waited_for_room: shard
+                .metrics()
+                .counter(super::room::WAITED_FOR_ROOM_METRIC, &[]),
         });
         if meta_shard {
             plane.broadcast_exchanges();
@@ -230,6 +238,9 @@ impl Plane {
             }
         }
         boltq_shards::spawn(Rc::clone(&plane).timer_loop()).detach();
+        if !replicated {
+            boltq_shards::spawn(Rc::clone(&plane).room_loop()).detach();
+        }
         Ok(plane)
     }
 
@@ -387,8 +398,22 @@ impl Plane {
             (w.answer)(Outcome::Empty, None);
         }
         let slots: Vec<u16> = self.slots.borrow().keys().copied().collect();
-        for slot in slots {
-            let _ = self.apply_local(slot, Command::Disconnect { consumer });
+        let disconnect = Command::Disconnect { consumer };
+        match self.turn_of(&disconnect) {
+            Turn::Wait(place) => self.wait_turn(
+                place,
+                Box::new(move |plane| {
+                    for slot in slots {
+                        let _ = plane.apply_local(slot, Command::Disconnect { consumer });
+                    }
+                }),
+            ),
+            // A disconnect needs no room, so it is never refused.
+            Turn::Now | Turn::Refuse(_) => {
+                for slot in slots {
+                    let _ = self.apply_local(slot, Command::Disconnect { consumer });
+                }
+            }
         }
     }
 

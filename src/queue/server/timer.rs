@@ -14,6 +14,9 @@ impl Plane {
     /// Sleeps without any wake-up while no slot has a deadline (an idle server stays idle).
     pub(super) async fn timer_loop(self: Rc<Self>) {
         loop {
+            // Commands waiting for the journal go first (`room.rs`): a tick applied before
+            // them would be applied, and logged, out of their order.
+            self.room.emptied().await;
             let ticket = self.timers_changed.ticket();
             let next = self.next_deadline_ns();
             let Some(deadline) = next else {

@@ -1,0 +1,212 @@
+//! Commands that wait for the journal (single node). A shard's journal holds at most
+//! `journal_backlog_bytes_max` (256 MiB) appended but not yet durable; a command that would
+//! change state past that waits here, in arrival order, until the disk has caught up. The
+//! client is slowed to the disk's pace instead of being refused: until 2026-12-07 a
+//! producer writing faster than the disk (fsync `never` or `interval`) got "storage is
+//! behind; retry later" for some of its publishes.
+//!
+//! While any command waits, every later one waits behind it, also those that need no room
+//! (a disconnect, which must not overtake its connection's waiting SUBSCRIBE and leave the
+//! registration live on a closed connection). Ticks pause meanwhile (`timer.rs`): nothing
+//! is applied, so no timer can have become due that a tick after the wait does not serve.
+//! A waiting command keeps the time it was made at, as a reply in flight does. A command
+//! another shard sent keeps that shard's client waiting at most `REMOTE_TIMEOUT_MS` (30 s),
+//! as a slow fdatasync would; past it the client gets an error while the command still
+//! waits here and is applied in its turn.
+//!
+//! The wait is bounded: past [`WAITING_COMMANDS_MAX`] commands or [`WAITING_BYTES_MAX`]
+//! bytes of payload waiting on a shard, a command that needs room is refused with the
+//! error it got before. A connection waits for its replies before it reads much more, so
+//! the bound is met only by thousands of connections writing at once.
+
+use super::plane::Plane;
+use crate::queue::broker::{Command, Outcome};
+use boltq_io::event::Event;
+use boltq_io::{AppendError, Store};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+/// Commands that waited for room in the journal (counter).
+pub const WAITED_FOR_ROOM_METRIC: &str = "boltq_queue_commands_waited_for_room_total";
+/// Commands that may wait for the journal on one shard.
+pub const WAITING_COMMANDS_MAX: usize = 65_536;
+/// Payload bytes (messages' bodies) that may wait for the journal on one shard.
+pub const WAITING_BYTES_MAX: u64 = 64 * 1024 * 1024;
+/// Commands applied in one go once there is room, before other tasks get a turn.
+const TURNS_PER_YIELD: usize = 1024;
+
+/// What runs in a command's turn: it applies the command and answers whoever waits.
+pub type Step = Box<dyn FnOnce(&Rc<Plane>)>;
+
+/// When a command may be applied.
+pub enum Turn {
+    Now,
+    /// After the commands already waiting, and, if it needs room, once there is room.
+    Wait(Place),
+    /// Too much waits already: the error to answer.
+    Refuse(String),
+}
+
+/// A place in the line, taken by [`Plane::wait_turn`].
+pub struct Place {
+    needs_room: bool,
+    bytes: u64,
+}
+
+struct Waiting {
+    place: Place,
+    step: Step,
+}
+
+/// The commands of one shard waiting for the journal, oldest first.
+#[derive(Default)]
+pub struct Room {
+    waiting: RefCell<VecDeque<Waiting>>,
+    bytes: Cell<u64>,
+    /// Notified when a command starts waiting and when the line empties.
+    changed: Event,
+}
+
+impl Room {
+    pub fn is_empty(&self) -> bool {
+        self.waiting.borrow().is_empty()
+    }
+
+    /// Resolves once no command waits (at once if none does).
+    pub async fn emptied(&self) {
+        loop {
+            let ticket = self.changed.ticket();
+            if self.is_empty() {
+                return;
+            }
+            self.changed.wait(ticket).await;
+        }
+    }
+
+    fn pop_if(&self, may_run: impl Fn(&Place) -> bool) -> Option<Waiting> {
+        let mut waiting = self.waiting.borrow_mut();
+        if !may_run(&waiting.front()?.place) {
+            return None;
+        }
+        let w = waiting.pop_front().expect("front seen");
+        self.bytes.set(self.bytes.get() - w.place.bytes);
+        Some(w)
+    }
+}
+
+/// Whether `cmd` appends to the log when applied and so must find room in the journal.
+/// A disconnect is written whatever the backlog (a connection that is gone cannot be
+/// told to retry), as a tick is (the timer loop pauses while commands wait, instead).
+fn needs_room(cmd: &Command) -> bool {
+    !matches!(cmd, Command::Tick { .. } | Command::Disconnect { .. })
+}
+
+/// The payload bytes `cmd` holds while it waits.
+fn held_bytes(cmd: &Command) -> u64 {
+    match cmd {
+        Command::Publish { msg } | Command::PublishTopic { msg } => msg.payload.len() as u64,
+        _ => 0,
+    }
+}
+
+fn backlogged(store: &Store) -> bool {
+    matches!(store.check_room(), Err(AppendError::Backlogged { .. }))
+}
+
+impl Plane {
+    /// When `cmd` may be applied on this shard: now, when no command waits and the journal
+    /// has room for it; else after those waiting.
+    pub(super) fn turn_of(&self, cmd: &Command) -> Turn {
+        let Some(store) = &self.store else {
+            return Turn::Now;
+        };
+        let needs_room = needs_room(cmd);
+        if self.room.is_empty() && !(needs_room && backlogged(store)) {
+            return Turn::Now;
+        }
+        let bytes = held_bytes(cmd);
+        let waiting = self.room.waiting.borrow().len();
+        if needs_room
+            && (waiting >= WAITING_COMMANDS_MAX
+                || self.room.bytes.get() + bytes > WAITING_BYTES_MAX)
+        {
+            return Turn::Refuse(format!(
+                "storage write: storage is behind by {} bytes and {waiting} commands wait \
+                 for it (at most {WAITING_COMMANDS_MAX} commands, {WAITING_BYTES_MAX} bytes \
+                 of payload); retry later",
+                store.journal().backlog_bytes()
+            ));
+        }
+        Turn::Wait(Place { needs_room, bytes })
+    }
+
+    /// Queues `step` at `place`; [`Plane::room_loop`] runs it in its turn.
+    pub(super) fn wait_turn(&self, place: Place, step: Step) {
+        self.room.bytes.set(self.room.bytes.get() + place.bytes);
+        self.room
+            .waiting
+            .borrow_mut()
+            .push_back(Waiting { place, step });
+        self.waited_for_room.inc();
+        self.room.changed.notify();
+    }
+
+    /// Applies `cmd` in its turn and hands the outcome and the journal position to wait
+    /// for to `answer`: at once, or after the commands waiting before it.
+    pub(super) fn apply_in_turn(
+        &self,
+        slot: u16,
+        cmd: Command,
+        answer: impl FnOnce(Outcome, Option<u64>) + 'static,
+    ) {
+        match self.turn_of(&cmd) {
+            Turn::Now => {
+                let (outcome, lsn) = self.apply_local(slot, cmd);
+                answer(outcome, lsn);
+            }
+            Turn::Refuse(why) => answer(Outcome::Error(why), None),
+            Turn::Wait(place) => self.wait_turn(
+                place,
+                Box::new(move |plane| {
+                    let (outcome, lsn) = plane.apply_local(slot, cmd);
+                    answer(outcome, lsn);
+                }),
+            ),
+        }
+    }
+
+    /// Runs the waiting commands in order as the journal makes room. One per shard with
+    /// storage and without replication, for the plane's life.
+    pub(super) async fn room_loop(self: Rc<Self>) {
+        let Some(store) = self.store.clone() else {
+            return;
+        };
+        loop {
+            let ticket = self.room.changed.ticket();
+            if self.room.is_empty() {
+                self.room.changed.wait(ticket).await;
+                continue;
+            }
+            if let Err(e) = store.wait_for_room().await {
+                // The journal failed: the waiting commands are applied now, and refused
+                // with the failure (`apply_local` checks the store first).
+                log::error!("waiting for room in the journal: {e}");
+            }
+            let mut turns = 0;
+            while let Some(w) = self
+                .room
+                .pop_if(|place| !(place.needs_room && backlogged(&store)))
+            {
+                (w.step)(&self);
+                turns += 1;
+                if turns % TURNS_PER_YIELD == 0 {
+                    futures_lite::future::yield_now().await;
+                }
+            }
+            if self.room.is_empty() {
+                self.room.changed.notify();
+            }
+        }
+    }
+}
