@@ -238,9 +238,7 @@ impl Plane {
             }
         }
         boltq_shards::spawn(Rc::clone(&plane).timer_loop()).detach();
-        if !replicated {
-            boltq_shards::spawn(Rc::clone(&plane).room_loop()).detach();
-        }
+        boltq_shards::spawn(Rc::clone(&plane).room_loop()).detach();
         Ok(plane)
     }
 

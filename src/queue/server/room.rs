@@ -7,10 +7,10 @@
 //!
 //! While any command waits, every later one waits behind it, also those that need no room
 //! (a disconnect, which must not overtake its connection's waiting SUBSCRIBE and leave the
-//! registration live on a closed connection). Ticks pause meanwhile (`timer.rs`): nothing
-//! is applied, so no timer can have become due that a tick after the wait does not serve.
-//! A waiting command keeps the time it was made at, as a reply in flight does. A command
-//! another shard sent keeps that shard's client waiting at most `REMOTE_TIMEOUT_MS` (30 s),
+//! registration live on a closed connection), and a tick (`timer.rs`: a tick waits its
+//! turn rather than for an empty line, which producers outrunning the disk could keep from
+//! ever coming). A waiting command keeps the time it was made at, as a reply in flight
+//! does. A command another shard sent keeps that shard's client waiting at most `REMOTE_TIMEOUT_MS` (30 s),
 //! as a slow fdatasync would; past it the client gets an error while the command still
 //! waits here and is applied in its turn.
 //!
@@ -54,6 +54,16 @@ pub struct Place {
     bytes: u64,
 }
 
+impl Place {
+    /// For a step that writes whatever the backlog (a tick).
+    pub fn without_room() -> Place {
+        Place {
+            needs_room: false,
+            bytes: 0,
+        }
+    }
+}
+
 struct Waiting {
     place: Place,
     step: Step,
@@ -64,24 +74,13 @@ struct Waiting {
 pub struct Room {
     waiting: RefCell<VecDeque<Waiting>>,
     bytes: Cell<u64>,
-    /// Notified when a command starts waiting and when the line empties.
+    /// Notified when a command starts waiting.
     changed: Event,
 }
 
 impl Room {
     pub fn is_empty(&self) -> bool {
         self.waiting.borrow().is_empty()
-    }
-
-    /// Resolves once no command waits (at once if none does).
-    pub async fn emptied(&self) {
-        loop {
-            let ticket = self.changed.ticket();
-            if self.is_empty() {
-                return;
-            }
-            self.changed.wait(ticket).await;
-        }
     }
 
     fn pop_if(&self, may_run: impl Fn(&Place) -> bool) -> Option<Waiting> {
@@ -97,7 +96,7 @@ impl Room {
 
 /// Whether `cmd` appends to the log when applied and so must find room in the journal.
 /// A disconnect is written whatever the backlog (a connection that is gone cannot be
-/// told to retry), as a tick is (the timer loop pauses while commands wait, instead).
+/// told to retry), as a tick is (time passing cannot be refused).
 fn needs_room(cmd: &Command) -> bool {
     !matches!(cmd, Command::Tick { .. } | Command::Disconnect { .. })
 }
@@ -177,7 +176,8 @@ impl Plane {
     }
 
     /// Runs the waiting commands in order as the journal makes room. One per shard with
-    /// storage and without replication, for the plane's life.
+    /// storage, for the plane's life (clustered, nothing waits here: a slot's commands go
+    /// through its group).
     pub(super) async fn room_loop(self: Rc<Self>) {
         let Some(store) = self.store.clone() else {
             return;
@@ -203,9 +203,6 @@ impl Plane {
                 if turns % TURNS_PER_YIELD == 0 {
                     futures_lite::future::yield_now().await;
                 }
-            }
-            if self.room.is_empty() {
-                self.room.changed.notify();
             }
         }
     }

@@ -1,8 +1,10 @@
 //! The shard's timer loop: applies `Tick` to every slot whose next deadline passed and
 //! expires long-polls, sleeping in between (without any wake-up while nothing is due).
 
+use super::long_poll::Parked;
 use super::plane::{now_ns, Plane};
-use crate::queue::broker::Command;
+use super::room::Place;
+use crate::queue::broker::{Command, Outcome};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -14,9 +16,6 @@ impl Plane {
     /// Sleeps without any wake-up while no slot has a deadline (an idle server stays idle).
     pub(super) async fn timer_loop(self: Rc<Self>) {
         loop {
-            // Commands waiting for the journal go first (`room.rs`): a tick applied before
-            // them would be applied, and logged, out of their order.
-            self.room.emptied().await;
             let ticket = self.timers_changed.ticket();
             let next = self.next_deadline_ns();
             let Some(deadline) = next else {
@@ -30,8 +29,25 @@ impl Plane {
                 futures_lite::future::or(sleep, self.timers_changed.wait(ticket)).await;
                 continue;
             }
-            self.tick_due(now);
+            self.tick_in_turn(now).await;
         }
+    }
+
+    /// Runs [`Plane::tick_due`] in its turn (`room.rs`): at once, or behind the commands
+    /// waiting for the journal. Applied before them, a tick would be logged out of their
+    /// order; left until none waits, the timers could stand still for as long as producers
+    /// outrun the disk.
+    async fn tick_in_turn(&self, now: i64) {
+        if self.room.is_empty() {
+            return self.tick_due(now);
+        }
+        let (parked, answer) = Parked::with_answer();
+        let step = move |plane: &Rc<Plane>| {
+            plane.tick_due(now);
+            answer(Outcome::Empty, None);
+        };
+        self.wait_turn(Place::without_room(), Box::new(step));
+        parked.answered().await;
     }
 
     pub(super) fn next_deadline_ns(&self) -> Option<i64> {
