@@ -10,7 +10,7 @@
 //! sent, so nothing it did not persist is promised to a peer).
 
 use super::image_log::{self, LogRecord, Recovered, Written};
-use boltq_io::{AppendError, Appended, LogRef, Record, Store};
+use boltq_io::{LogRef, Record, Store};
 use std::rc::Rc;
 
 pub struct GroupLog {
@@ -90,20 +90,11 @@ impl GroupLog {
         let appended = self
             .store
             .append(&self.log, &mut record, boltq_io::store::now_ns())
-            .map_err(|e| self.append_failed(e))?;
-        Ok(self.numbered(r.seq, appended))
-    }
-
-    /// The journal position of a record the writer numbered `seq`.
-    fn numbered(&self, seq: u64, appended: Appended) -> u64 {
+            .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
         // The writer numbered its records as the log does; a difference would make
         // every `replay_from` point at the wrong record.
-        assert_eq!(appended.seq, seq, "raft log numbering drifted");
-        appended.lsn
-    }
-
-    fn append_failed(&self, e: AppendError) -> String {
-        format!("append to {}: {e}", self.log.name())
+        assert_eq!(appended.seq, r.seq, "raft log numbering drifted");
+        Ok(appended.lsn)
     }
 
     /// Records before `before` may go once the record at `lsn` is durable.
@@ -118,46 +109,41 @@ impl GroupLog {
     /// (`storage.journal_backlog_bytes_max`): its records then wait for room as a
     /// background writer's do, which holds the node's loop while they are written (seconds
     /// for a gigabyte), rather than failing the round — a refused append stops the node.
+    /// An ordinary round's records wait for room too, if the journal has none: the
+    /// shard's other writers (the messaging plane's copies of partitions, filled from peers
+    /// in bursts) may hold its backlog at the limit.
     pub async fn append_round(&mut self, written: Written) -> Result<Option<u64>, String> {
         let bytes: usize = written.records.iter().map(|r| r.payload.len()).sum();
-        if bytes < ROUND_BYTES_PACED_MIN {
-            return self.append_when_room(written).await;
-        }
-        self.append_paced(written).await
-    }
-
-    /// Appends an ordinary round's records, each at once if the journal has room, else as
-    /// soon as it has: the shard's other writers (the messaging plane's copies of
-    /// partitions, filled from peers in bursts) may hold its backlog at the limit, and a
-    /// refused record would fail the round and stop the node.
-    async fn append_when_room(&mut self, written: Written) -> Result<Option<u64>, String> {
-        let mut lsn = None;
-        for r in written.records {
-            let mut record = Record {
-                payload: r.payload.into(),
-                ..Record::default()
-            };
-            let appended = self
-                .store
-                .append_when_room(&self.log, &mut record, boltq_io::store::now_ns())
-                .await
-                .map_err(|e| self.append_failed(e))?;
-            lsn = Some(self.numbered(r.seq, appended));
-        }
-        self.note_cut(lsn, written.truncate_before);
-        Ok(lsn)
+        let paced = bytes >= ROUND_BYTES_PACED_MIN;
+        self.append_waiting(written, paced).await
     }
 
     /// Appends records as a background writer does (`Store::wait_for_background_room`
     /// before each): for a founding state, which may be far larger than the journal takes
     /// in one round. Returns the journal position of the last record.
     pub async fn append_paced(&mut self, written: Written) -> Result<Option<u64>, String> {
+        self.append_waiting(written, true).await
+    }
+
+    /// Appends each record once the journal has room for it: in the background share
+    /// (`paced`), or below its limit.
+    async fn append_waiting(
+        &mut self,
+        written: Written,
+        paced: bool,
+    ) -> Result<Option<u64>, String> {
         let mut lsn = None;
         for r in written.records {
-            self.store
-                .wait_for_background_room(r.payload.len() as u64)
-                .await
-                .map_err(|e| format!("append to {}: {e}", self.log.name()))?;
+            let room = match paced {
+                true => {
+                    self.store
+                        .wait_for_background_room(r.payload.len() as u64)
+                        .await
+                }
+                false => self.store.wait_for_room().await,
+            };
+            room.map_err(|e| format!("append to {}: {e}", self.log.name()))?;
+            // Nothing awaits between the wait and the append: the room is still there.
             lsn = Some(self.append_record(r)?);
         }
         self.note_cut(lsn, written.truncate_before);
@@ -370,7 +356,7 @@ mod tests {
             assert!(filled.count() > 0);
             assert!(matches!(
                 store.check_room(),
-                Err(AppendError::Backlogged { .. })
+                Err(boltq_io::AppendError::Backlogged { .. })
             ));
             let mut term = storage.hard_state().term;
             busy(&mut storage, &mut term, &mut Rng::new(11));
