@@ -19,8 +19,9 @@
 //!   of 1 KiB: the part of a compaction that runs on the shard, between two commands (ns
 //!   per message held; O(1), so it falls with the queue's length). `snapshot copy`:
 //!   `Frozen::snapshot`, and `snapshot encode`: serialising it, both on the blocking pool.
-//!   `snapshot load`: decoding that body and restoring a broker from it, as a restart does
-//!   (ns per message).
+//!   `snapshot load`: decoding that body and restoring a broker from it (ns per message);
+//!   `snapshot load chunked`: the same from the body's chunk records, as a restart reads
+//!   them (`snapshot::Chunks`).
 //!
 //! `prio` cases give every message a priority drawn from 0..=9 (backlog and new messages
 //! alike), so the ready set spans all ten levels; the others use priority 0.
@@ -168,6 +169,24 @@ fn snapshot_cases() {
         || boltq::queue::server::snapshot::encode(&filled_1k().snapshot()).unwrap(),
         |body| {
             let snapshot = boltq::queue::server::snapshot::decode(body).unwrap();
+            black_box(Broker::try_restore(snapshot, BrokerConfig::default()).unwrap());
+        },
+    );
+    bench(
+        "snapshot load chunked 1KiB",
+        SNAPSHOT_MESSAGES as u64,
+        || {
+            let body = boltq::queue::server::snapshot::encode(&filled_1k().snapshot()).unwrap();
+            let chunk_bytes = boltq::queue::server::snapshot::CHUNK_BYTES;
+            let chunks: Vec<Bytes> = body
+                .chunks(chunk_bytes)
+                .map(Bytes::copy_from_slice)
+                .collect();
+            Some(boltq::queue::server::snapshot::Chunks::new(chunks))
+        },
+        |chunks| {
+            let chunks = chunks.take().expect("one load per setup");
+            let snapshot = boltq::queue::server::snapshot::decode_from(chunks).unwrap();
             black_box(Broker::try_restore(snapshot, BrokerConfig::default()).unwrap());
         },
     );

@@ -2,28 +2,31 @@
 //! and the restore behind it: the bytes a slot's snapshot chunks hold at startup, which a bad
 //! disk or an old data dir may have left in any state.
 //!
-//! Input: the first byte is a mode, the rest one body (MessagePack behind `BINARY_MAGIC`,
-//! or the JSON of older versions): even = the rest as given; odd = the target prepends the
-//! magic, so the fuzzer reaches the MessagePack decoder without having to find it first.
+//! Input: the first byte is a mode, the rest one body (MessagePack behind `POSITIONAL_MAGIC`
+//! or `NAMED_MAGIC`, or the JSON of older versions): mode % 3 = 0, the rest as given; 1,
+//! the target prepends the positional magic; 2, the named one, so the fuzzer reaches the
+//! MessagePack decoder without having to find a magic first.
 //!
 //! Checked on every input, beyond "never panics": a refusal has a non-empty error text; the
 //! body read from 7-byte chunks (as a start reads a snapshot's chunks) decodes to the same
-//! snapshot or is refused too; an accepted snapshot that restores re-encodes to a body that
-//! decodes to the same snapshot.
+//! snapshot or is refused too; an accepted snapshot that restores re-encodes, in either
+//! layout, to a body that decodes to the same snapshot.
 #![no_main]
 
 use boltq::queue::broker::{Broker, BrokerConfig};
-use boltq::queue::server::snapshot::{decode, decode_from, encode, Chunks, BINARY_MAGIC};
+use boltq::queue::server::snapshot::{
+    decode, decode_from, encode, encode_named, Chunks, NAMED_MAGIC, POSITIONAL_MAGIC,
+};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|input: &[u8]| {
     let Some((mode, rest)) = input.split_first() else {
         return;
     };
-    let body: Vec<u8> = if mode & 1 == 1 {
-        BINARY_MAGIC.iter().chain(rest).copied().collect()
-    } else {
-        rest.to_vec()
+    let body: Vec<u8> = match mode % 3 {
+        1 => POSITIONAL_MAGIC.iter().chain(rest).copied().collect(),
+        2 => NAMED_MAGIC.iter().chain(rest).copied().collect(),
+        _ => rest.to_vec(),
     };
     let chunks = Chunks::new(body.chunks(7).map(bytes::Bytes::copy_from_slice));
     assert_eq!(decode_from(chunks).ok(), decode(&body).ok());
@@ -40,4 +43,6 @@ fuzz_target!(|input: &[u8]| {
     let again = broker.snapshot();
     let body = encode(&again).expect("a restored snapshot encodes");
     assert_eq!(decode(&body).expect("its own body decodes"), again);
+    let named = encode_named(&again).expect("a restored snapshot encodes by name");
+    assert_eq!(decode(&named).expect("its own named body decodes"), again);
 });

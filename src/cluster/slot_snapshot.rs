@@ -17,7 +17,8 @@ pub const MAGIC: &[u8; 8] = b"BQSLOT1\n";
 
 /// Both planes' state of a slot.
 pub fn encode(broker: &Broker, streams: &StreamSlot) -> Result<Vec<u8>, String> {
-    let queue = body::encode(&broker.snapshot())?;
+    // By name: members of an older build, during a rolling upgrade, read it too.
+    let queue = body::encode_named(&broker.snapshot())?;
     let mut out = Vec::with_capacity(MAGIC.len() + 8 + queue.len() + 64);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(queue.len() as u64).to_le_bytes());

@@ -34,6 +34,9 @@ fn durable_default() -> bool {
     true
 }
 
+/// A slot's durable state. This type and every type inside it are also read by position
+/// (`queue::server::snapshot::encode` writes fields without names): a field added later
+/// goes after the others, with `#[serde(default)]`, and no field is skipped when written.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BrokerSnapshot {
     pub version: u32,
@@ -47,11 +50,11 @@ pub struct BrokerSnapshot {
     /// The exchange table, when `Command::Exchange` changed it (with `cluster.enabled`,
     /// the exchange slot's broker holds the replicated table), and how many changes it
     /// has seen. Absent in every other snapshot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub exchanges: Option<(u64, ExchangesSnapshot)>,
     /// Payloads shared by more than one durable copy, each once; copies refer to them by
     /// index (`DurableSnapshot::backlog_shared`, `unconfirmed_shared`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub shared_payloads: Vec<SharedPayload>,
 }
 
@@ -75,7 +78,7 @@ pub struct QueueSnapshot {
     pub ready: Vec<ReadySnapshot>,
     /// The queue's idle timer (see `WorkQueue::idle_timer`); absent in snapshots written
     /// before queues were forgotten, whose queues are then kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub idle_timer: Option<TimerKey>,
     #[serde(default)]
     pub last_used_ns: i64,
@@ -136,9 +139,9 @@ pub struct DurableSnapshot {
     pub delivery_seq: u64,
     /// The copies of `backlog` and of `unconfirmed` whose payload is shared, by position
     /// (increasing).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub backlog_shared: Vec<SharedRef>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub unconfirmed_shared: Vec<SharedRef>,
 }
 
