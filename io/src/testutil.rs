@@ -51,3 +51,17 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// Recovers and opens the store at `c` on this executor, as a server's startup does (the
+/// iopoll probe first: direct-I/O reads fail without it on some disks, platform.md §1).
+pub async fn open_store(c: &crate::StoreConfig) -> std::rc::Rc<crate::Store> {
+    crate::probe::warm_iopoll(&c.data_dir)
+        .await
+        .expect("iopoll probe");
+    crate::recovery::recover(&c.data_dir, &c.log)
+        .await
+        .expect("recover the data dir");
+    crate::Store::open(c.clone(), 0)
+        .await
+        .expect("open the store")
+}

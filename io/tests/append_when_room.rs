@@ -2,9 +2,8 @@
 //! refusing the record, under every durability policy, and the record it then appends is
 //! there after a clean reopen.
 
-use boltq_io::recovery::recover;
-use boltq_io::testutil::TempDir;
-use boltq_io::{AppendError, Durability, Record, Store, StoreConfig};
+use boltq_io::testutil::{open_store, TempDir};
+use boltq_io::{AppendError, Durability, Record, StoreConfig};
 use bytes::Bytes;
 
 const BACKLOG_BYTES_MAX: u64 = 512 * 1024;
@@ -24,9 +23,7 @@ fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
                 c.durability = durability;
                 c.journal_file_bytes = 8 * 1024 * 1024;
                 c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
-                boltq_io::probe::warm_iopoll(&dir).await.unwrap();
-                recover(&dir, &c.log).await.unwrap();
-                let store = Store::open(c.clone(), 0).await.unwrap();
+                let store = open_store(&c).await;
                 let filler = store.open_log("filler").await.unwrap();
                 let log = store.open_log("waiter").await.unwrap();
                 // Nothing yields while filling, so none of it reaches the disk meanwhile.
@@ -54,8 +51,7 @@ fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
                 assert_eq!(appended.seq, log.first_seq().max(1));
                 store.close().await.unwrap();
 
-                recover(&dir, &c.log).await.unwrap();
-                let store = Store::open(c, 0).await.unwrap();
+                let store = open_store(&c).await;
                 let log = store.open_log("waiter").await.unwrap();
                 let back = store.read(&log, 0, 10, 1 << 20).await.unwrap();
                 assert_eq!(back.len(), 1, "{durability:?}");

@@ -721,12 +721,7 @@ fn command_log_is_compacted_behind_snapshots_and_restores() {
 
 /// `boltq_snapshot_count` as the server reports it.
 fn snapshot_count(s: &Server) -> u64 {
-    let metrics = crate::support::get(s, "/metrics").body;
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("boltq_snapshot_count "))
-        .map(|v| v.trim().parse().unwrap())
-        .unwrap_or(0)
+    counter_sum(s, "boltq_snapshot_count")
 }
 
 #[test]

@@ -3,9 +3,8 @@ mod sim;
 
 /// What the cluster tests that need a real store share.
 pub(in crate::cluster) mod support {
-    use boltq_io::{Durability, Store, StoreConfig};
+    use boltq_io::{Durability, StoreConfig};
     use std::path::Path;
-    use std::rc::Rc;
 
     /// Runs `f` on a fresh executor of its own (a test's "process").
     pub fn run<F: std::future::Future<Output = ()> + 'static>(
@@ -35,12 +34,5 @@ pub(in crate::cluster) mod support {
         }
     }
 
-    /// Recovers and opens the store at `c`, as the server's startup does.
-    pub async fn open_store(c: &StoreConfig) -> Rc<Store> {
-        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
-        boltq_io::recovery::recover(&c.data_dir, &c.log)
-            .await
-            .unwrap();
-        Store::open(c.clone(), 0).await.unwrap()
-    }
+    pub use boltq_io::testutil::open_store;
 }

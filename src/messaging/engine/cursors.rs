@@ -246,17 +246,9 @@ async fn replay(store: &Store, slot: &Slot) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use boltq_io::testutil::TempDir;
+    use boltq_io::testutil::{open_store, TempDir};
     use boltq_io::{AppendError, Durability, StoreConfig};
     use std::time::Duration;
-
-    async fn open_store(c: &StoreConfig) -> Rc<Store> {
-        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
-        boltq_io::recovery::recover(&c.data_dir, &c.log)
-            .await
-            .unwrap();
-        Store::open(c.clone(), 0).await.unwrap()
-    }
 
     /// Appends to another log until the journal refuses: its backlog is at the limit.
     fn fill_the_journal(store: &Store, other: &boltq_io::LogRef) {

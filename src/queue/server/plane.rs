@@ -396,22 +396,15 @@ impl Plane {
             (w.answer)(Outcome::Empty, None);
         }
         let slots: Vec<u16> = self.slots.borrow().keys().copied().collect();
-        let disconnect = Command::Disconnect { consumer };
-        match self.turn_of(&disconnect) {
-            Turn::Wait(place) => self.wait_turn(
-                place,
-                Box::new(move |plane| {
-                    for slot in slots {
-                        let _ = plane.apply_local(slot, Command::Disconnect { consumer });
-                    }
-                }),
-            ),
-            // A disconnect needs no room, so it is never refused.
-            Turn::Now | Turn::Refuse(_) => {
-                for slot in slots {
-                    let _ = self.apply_local(slot, Command::Disconnect { consumer });
-                }
+        let disconnect = move |plane: &Plane| {
+            for slot in slots {
+                let _ = plane.apply_local(slot, Command::Disconnect { consumer });
             }
+        };
+        match self.turn_of(&Command::Disconnect { consumer }) {
+            Turn::Wait(place) => self.wait_turn(place, Box::new(move |plane| disconnect(plane))),
+            // A disconnect needs no room, so it is never refused.
+            Turn::Now | Turn::Refuse(_) => disconnect(self),
         }
     }
 

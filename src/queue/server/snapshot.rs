@@ -113,7 +113,8 @@ fn size_estimate(s: &BrokerSnapshot) -> usize {
     messages.map(per).sum::<usize>() + 4096
 }
 
-/// Reads a snapshot body written by [`encode`], or the JSON of older versions.
+/// Reads a snapshot body written by [`encode`] or [`encode_named`], or the JSON of older
+/// versions.
 pub fn decode(body: &[u8]) -> Result<BrokerSnapshot, String> {
     match body.split_first_chunk::<8>() {
         Some((head, packed)) if is_binary(head) => {
@@ -396,7 +397,7 @@ mod tests {
     use crate::queue::broker::Command;
     use crate::queue::message::IdGenerator;
     use crate::queue::server::pacer::Pacer;
-    use boltq_io::testutil::TempDir;
+    use boltq_io::testutil::{open_store, TempDir};
 
     fn unpaced() -> Pacer {
         Pacer::new(0)
@@ -420,19 +421,11 @@ mod tests {
         c
     }
 
-    async fn open(c: &StoreConfig) -> Rc<Store> {
-        boltq_io::probe::warm_iopoll(&c.data_dir).await.unwrap();
-        boltq_io::recovery::recover(&c.data_dir, &c.log)
-            .await
-            .unwrap();
-        Store::open(c.clone(), 0).await.unwrap()
-    }
-
     /// Stops the store as a crash would (nothing more is written) and opens it again.
     async fn crash(store: Rc<Store>, c: &StoreConfig) -> Rc<Store> {
         store.halt().await;
         drop(store);
-        open(c).await
+        open_store(c).await
     }
 
     /// A broker holding `n` messages in queue `q`.
@@ -565,7 +558,7 @@ mod tests {
     }
 
     /// A body read from its chunks, cut anywhere (inside the magic, inside a message, one
-    /// byte at a time, empty chunks between), decodes as the whole body does, in either
+    /// byte at a time, empty chunks between), decodes as the whole body does, in every
     /// format.
     #[test]
     fn a_body_decodes_from_its_chunks_wherever_they_are_cut() {
@@ -575,6 +568,7 @@ mod tests {
             let snapshot = random_snapshot(seed);
             for body in [
                 encode(&snapshot).unwrap(),
+                encode_named(&snapshot).unwrap(),
                 serde_json::to_vec(&snapshot).unwrap(),
             ] {
                 for _ in 0..5 {
@@ -648,7 +642,7 @@ mod tests {
         let tmp = TempDir::new("snapnum");
         let c = config(tmp.path(), Durability::Always);
         run(move || async move {
-            let mut store = open(&c).await;
+            let mut store = open_store(&c).await;
             let snap = store.open_log(SNAP).await.unwrap();
             let first = broker(1);
             write(
@@ -693,7 +687,7 @@ mod tests {
             let tmp = TempDir::new("snapmix");
             let c = config(tmp.path(), Durability::Always);
             run(move || async move {
-                let store = open(&c).await;
+                let store = open_store(&c).await;
                 let first = broker(1);
                 append_chunks(&store, 1, 1, 1, &[&body(&first)], legacy).await;
                 let second = body(&broker(2));
@@ -714,7 +708,7 @@ mod tests {
         let tmp = TempDir::new("snaplegacy");
         let c = config(tmp.path(), Durability::Always);
         run(move || async move {
-            let store = open(&c).await;
+            let store = open_store(&c).await;
             let want = broker(2);
             let all = body(&want);
             let (a, b) = all.split_at(all.len() / 3);
@@ -740,7 +734,7 @@ mod tests {
             let tmp = TempDir::new("snapsync");
             let c = config(tmp.path(), durability);
             run(move || async move {
-                let mut store = open(&c).await;
+                let mut store = open_store(&c).await;
                 let wal = store.open_log(WAL).await.unwrap();
                 for i in 0..200u64 {
                     let mut r = Record {
