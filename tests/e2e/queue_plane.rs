@@ -1042,3 +1042,202 @@ fn publishes_faster_than_the_disk_wait_for_room_in_order_instead_of_being_refuse
         );
     }
 }
+
+/// Publishes pipelined into a shard whose journal is full (`journal_backlog_bytes_max` at
+/// 1 MiB, default fsync) wait in line; a kill -9 while they wait loses none that was
+/// acknowledged, and what survives of each connection's publishes is a prefix of them in
+/// order (a later publish never survives an earlier one of the same connection). With
+/// waiting publishes answered before they are applied, acknowledged ones are lost (checked).
+#[test]
+fn a_kill_while_publishes_wait_for_room_loses_no_acknowledged_publish() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const CONNECTIONS: usize = 8;
+    const PER_BATCH: usize = 4;
+    const BATCHES_MAX: usize = 200;
+    let (s, _cfg) =
+        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
+    let filler = "x".repeat(512 * 1024);
+    let acked: Vec<AtomicUsize> = (0..CONNECTIONS).map(|_| AtomicUsize::new(0)).collect();
+    let running = AtomicUsize::new(CONNECTIONS);
+    let killed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for (conn, acked) in acked.iter().enumerate() {
+            let (s, filler, running, killed) = (&s, &filler, &running, &killed);
+            scope.spawn(move || {
+                let mut c = client(s);
+                for batch in 0..BATCHES_MAX {
+                    let bodies: Vec<String> = (0..PER_BATCH)
+                        .map(|i| {
+                            let n = batch * PER_BATCH + i;
+                            format!(r#"{{"topic":"kill{conn}","payload":"{n:06}{filler}"}}"#)
+                        })
+                        .collect();
+                    let frames: Vec<(u8, &[u8])> =
+                        bodies.iter().map(|b| (op::PUBLISH, b.as_bytes())).collect();
+                    let Ok(replies) = c.pipeline(&frames) else {
+                        assert!(
+                            killed.load(Ordering::SeqCst),
+                            "the connection failed unkilled"
+                        );
+                        break;
+                    };
+                    for (code, body) in replies {
+                        assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+                    }
+                    acked.store((batch + 1) * PER_BATCH, Ordering::SeqCst);
+                }
+                running.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while counter_sum(&s, "boltq_queue_commands_waited_for_room_total") < 64 {
+            assert!(Instant::now() < deadline, "no command met a full journal");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            running.load(Ordering::SeqCst),
+            CONNECTIONS,
+            "a publisher finished before the kill: the kill met no waiting command"
+        );
+        killed.store(true, Ordering::SeqCst);
+        // SAFETY: kill(2) on the server, our child, which is reaped only by the restart below.
+        unsafe { libc::kill(s.pid() as i32, libc::SIGKILL) };
+    });
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
+    let mut c = client(&s);
+    for (conn, acked) in acked.iter().enumerate() {
+        let acked = acked.load(Ordering::SeqCst);
+        let mut seen = Vec::new();
+        loop {
+            let batch = c.consume_wait(&format!("kill{conn}"), 0, 4).unwrap();
+            if batch.is_empty() {
+                break;
+            }
+            for m in batch {
+                seen.push(m.payload_json[1..7].parse::<usize>().unwrap());
+                c.ack(&m.id).unwrap();
+            }
+        }
+        assert!(
+            seen.len() >= acked,
+            "connection {conn}: {acked} publishes acknowledged, {} survived the kill",
+            seen.len()
+        );
+        let expected: Vec<usize> = (0..seen.len()).collect();
+        assert_eq!(
+            seen, expected,
+            "connection {conn}'s publishes, a prefix in order"
+        );
+    }
+}
+
+/// The line of commands waiting for the journal is bounded (64 MiB of payload on a shard):
+/// 256 connections each publishing 512 KiB at once into a 1 MiB journal backlog fill it, and
+/// the publishes past the bound are refused with an error that names the bound. The queue
+/// then holds exactly the acknowledged publishes (with refused ones applied too, or with
+/// the bound raised, the test fails: checked).
+#[test]
+fn publishes_past_the_bound_of_the_line_are_refused_and_none_acknowledged_is_lost() {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+    const CONNECTIONS: usize = 256;
+    const PER_CONNECTION: usize = 1;
+    let (s, _cfg) =
+        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
+    let filler = "x".repeat(512 * 1024);
+    let acked = Mutex::new(BTreeSet::new());
+    let refused = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for conn in 0..CONNECTIONS {
+            let (s, filler, acked, refused) = (&s, &filler, &acked, &refused);
+            scope.spawn(move || {
+                let mut c = client(s);
+                for n in 0..PER_CONNECTION {
+                    let body = format!(r#"{{"topic":"line","payload":"{conn:03}{n}{filler}"}}"#);
+                    let replies = c.pipeline(&[(op::PUBLISH, body.as_bytes())]).unwrap();
+                    let (code, reply) = &replies[0];
+                    match *code {
+                        status::OK => acked.lock().unwrap().insert((conn, n)),
+                        _ => {
+                            refused.lock().unwrap().push(((conn, n), reply.clone()));
+                            true
+                        }
+                    };
+                }
+            });
+        }
+    });
+    let (acked, refused) = (acked.into_inner().unwrap(), refused.into_inner().unwrap());
+    assert!(
+        !refused.is_empty(),
+        "no publish met the line's bound: the test drove nothing"
+    );
+    for (_, reply) in &refused {
+        let reply = String::from_utf8_lossy(reply);
+        assert!(reply.contains("commands wait for it"), "{reply}");
+        assert!(reply.contains("67108864 bytes of payload"), "{reply}");
+    }
+    // Counted rather than consumed: reading back 128 MiB of JSON takes a debug build
+    // minutes. A refused publish applied, or an acknowledged one lost, changes the count.
+    let stats = client(&s).stats().unwrap();
+    assert_eq!(stats["Queues"]["line"], acked.len(), "{stats}");
+}
+
+/// Timers keep running while producers keep the journal full: a delayed message on the
+/// flooded shard becomes visible, and a long-poll waiting for it gets it, while publishes
+/// still wait for room (a tick waits its turn in the line, not for the line to empty,
+/// which a flood could keep from ever happening; with ticks skipped while commands wait,
+/// the test fails: checked).
+#[test]
+fn a_delayed_message_becomes_visible_while_publishes_wait_for_room() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const CONNECTIONS: usize = 8;
+    const BATCHES_MAX: usize = 400;
+    let (s, _cfg) =
+        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
+    let owner = |name: &str| boltq_shards::owner_of_slot(boltq_shards::slot_of(name), 2);
+    let late = (0..)
+        .map(|i| format!("late{i}"))
+        .find(|name| owner(name) == owner("flood"))
+        .unwrap();
+    let filler = "x".repeat(512 * 1024);
+    let (stop, flood_ended) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|scope| {
+        for _ in 0..CONNECTIONS {
+            let (s, filler, stop, flood_ended) = (&s, &filler, &stop, &flood_ended);
+            scope.spawn(move || {
+                let mut c = client(s);
+                let body = format!(r#"{{"topic":"flood","payload":"{filler}"}}"#);
+                let frames = [(op::PUBLISH, body.as_bytes()); 4];
+                for _ in 0..BATCHES_MAX {
+                    if stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    for (code, body) in c.pipeline(&frames).unwrap() {
+                        assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
+                    }
+                }
+                flood_ended.store(true, Ordering::SeqCst);
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while counter_sum(&s, "boltq_queue_commands_waited_for_room_total") == 0 {
+            assert!(Instant::now() < deadline, "no command met a full journal");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut c = client(&s);
+        let delayed = PublishOptions {
+            delay_ns: 200_000_000,
+            ..PublishOptions::default()
+        };
+        c.publish(&late, r#""late""#, None, delayed).unwrap();
+        let got = c.consume_wait(&late, 30_000, 1).unwrap();
+        let flood_was_on = !flood_ended.load(Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
+        assert_eq!(got.len(), 1, "the delayed message never became visible");
+        assert!(
+            flood_was_on,
+            "the delayed message came only once the flood had ended"
+        );
+    });
+}
