@@ -2,10 +2,11 @@
 //! and the restore behind it: the bytes a slot's snapshot chunks hold at startup, which a bad
 //! disk or an old data dir may have left in any state.
 //!
-//! Input: the first byte is a mode, the rest one body (MessagePack behind `POSITIONAL_MAGIC`
-//! or `NAMED_MAGIC`, or the JSON of older versions): mode % 3 = 0, the rest as given; 1,
-//! the target prepends the positional magic; 2, the named one, so the fuzzer reaches the
-//! MessagePack decoder without having to find a magic first.
+//! Input: the first byte is a mode, the rest one body (MessagePack behind `PACKED_MAGIC`,
+//! `POSITIONAL_MAGIC` or `NAMED_MAGIC`, or the JSON of older versions): mode % 4 = 0, the
+//! rest as given; 1, the target prepends the positional magic; 2, the named one; 3, the
+//! packed one, so the fuzzer reaches the MessagePack decoder (and the packed ready
+//! messages' decoder) without having to find a magic first.
 //!
 //! Checked on every input, beyond "never panics": a refusal has a non-empty error text; the
 //! body read from 7-byte chunks (as a start reads a snapshot's chunks) decodes to the same
@@ -15,7 +16,8 @@
 
 use boltq::queue::broker::{Broker, BrokerConfig};
 use boltq::queue::server::snapshot::{
-    decode, decode_from, encode, encode_named, Chunks, NAMED_MAGIC, POSITIONAL_MAGIC,
+    decode, decode_from, encode, encode_named, Chunks, NAMED_MAGIC, PACKED_MAGIC,
+    POSITIONAL_MAGIC,
 };
 use libfuzzer_sys::fuzz_target;
 
@@ -23,9 +25,10 @@ fuzz_target!(|input: &[u8]| {
     let Some((mode, rest)) = input.split_first() else {
         return;
     };
-    let body: Vec<u8> = match mode % 3 {
+    let body: Vec<u8> = match mode % 4 {
         1 => POSITIONAL_MAGIC.iter().chain(rest).copied().collect(),
         2 => NAMED_MAGIC.iter().chain(rest).copied().collect(),
+        3 => PACKED_MAGIC.iter().chain(rest).copied().collect(),
         _ => rest.to_vec(),
     };
     let chunks = Chunks::new(body.chunks(7).map(bytes::Bytes::copy_from_slice));
@@ -41,7 +44,7 @@ fuzz_target!(|input: &[u8]| {
         return;
     };
     let again = broker.snapshot();
-    let body = encode(&again).expect("a restored snapshot encodes");
+    let body = encode(again.clone()).expect("a restored snapshot encodes");
     assert_eq!(decode(&body).expect("its own body decodes"), again);
     let named = encode_named(&again).expect("a restored snapshot encodes by name");
     assert_eq!(decode(&named).expect("its own named body decodes"), again);

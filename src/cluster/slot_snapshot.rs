@@ -92,14 +92,14 @@ mod tests {
         let data = encode(&broker, &streams).expect("encode");
         let (b, s) = decode(&data, &cfg(), &StreamSlotConfig::default()).expect("decode");
         assert_eq!(
-            body::encode(&b.snapshot()).expect("body"),
-            body::encode(&broker.snapshot()).expect("body")
+            body::encode(b.snapshot()).expect("body"),
+            body::encode(broker.snapshot()).expect("body")
         );
         assert_eq!(s.position("chat.dm.a", 0).next_seq, 2);
 
-        let old = body::encode(&broker.snapshot()).expect("body");
+        let old = body::encode(broker.snapshot()).expect("body");
         let (b, s) = decode(&old, &cfg(), &StreamSlotConfig::default()).expect("old format");
-        assert_eq!(body::encode(&b.snapshot()).expect("body"), old);
+        assert_eq!(body::encode(b.snapshot()).expect("body"), old);
         assert!(s.is_empty());
 
         for cut in [

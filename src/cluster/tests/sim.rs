@@ -1064,7 +1064,7 @@ impl Sim {
         }
         let states: Vec<Vec<u8>> = replicas
             .iter()
-            .map(|r| body::encode(&r.broker().snapshot()).expect("encode"))
+            .map(|r| body::encode(r.broker().snapshot()).expect("encode"))
             .collect();
         if states.iter().any(|s| *s != states[0]) {
             self.ledger.violations.push(format!(

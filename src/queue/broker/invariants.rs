@@ -10,7 +10,8 @@ impl Broker {
     /// Checks every cross-structure invariant; O(n). Tests call it after each command.
     pub fn check_invariants(&self) {
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
-        let mut ids: HashSet<_, crate::queue::message::IdHashing> = HashSet::default();
+        let mut ids: HashSet<_, crate::queue::message::IdHashing> =
+            HashSet::with_capacity_and_hasher(self.ids.len(), Default::default());
         let mut timers = 0;
         let mut bytes = 0u64;
         for (name, queue) in &self.queues {

@@ -55,8 +55,8 @@ pub use dead_letter::DEAD_LETTER_SUFFIX;
 pub use pubsub::{SUBSCRIBERS_PER_TOPIC_MAX, TOPICS_MAX};
 pub use queue::{ReadyKey, PRIORITY_LEVELS};
 pub use snapshot::{
-    BrokerSnapshot, DeadLetterSnapshot, DurableSnapshot, Frozen, PendingSnapshot, QueueSnapshot,
-    ReadySnapshot, WaitingSnapshot, BROKER_SNAPSHOT_VERSION,
+    BrokerSnapshot, DeadLetterSnapshot, DurableSnapshot, Frozen, PackedReady, PendingSnapshot,
+    QueueSnapshot, ReadySnapshot, WaitingSnapshot, BROKER_SNAPSHOT_VERSION,
 };
 pub use stats::{BrokerCounters, BrokerStats};
 pub use timers::TimerKey;

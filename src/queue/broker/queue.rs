@@ -86,6 +86,12 @@ impl WorkQueue {
     }
 
     pub fn insert(&mut self, key: ReadyKey, ready: Ready) {
+        assert!(self.insert_new(key, ready), "ready key {key:?} used twice");
+    }
+
+    /// [`WorkQueue::insert`], false if `key` was used already (its message is replaced:
+    /// a restore that meets this refuses the whole snapshot).
+    pub fn insert_new(&mut self, key: ReadyKey, ready: Ready) -> bool {
         assert_eq!(
             key.level(),
             ready.msg.level(),
@@ -99,8 +105,7 @@ impl WorkQueue {
             self.ready.len() < self.held,
             "a ready message must already be held"
         );
-        let previous = self.ready.insert(key, Arc::new(ready));
-        assert!(previous.is_none(), "ready key {key:?} used twice");
+        self.ready.insert(key, Arc::new(ready)).is_none()
     }
 
     /// The next message to deliver: highest level first, FIFO within the level.
@@ -113,10 +118,6 @@ impl WorkQueue {
 
     pub fn remove(&mut self, key: &ReadyKey) -> Option<Ready> {
         self.ready.remove(key).map(unshare)
-    }
-
-    pub fn contains_key(&self, key: &ReadyKey) -> bool {
-        self.ready.contains_key(key)
     }
 
     pub fn ready_len(&self) -> usize {

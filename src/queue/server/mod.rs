@@ -13,6 +13,7 @@ mod long_poll;
 pub mod mesh;
 pub mod outbound;
 pub mod pacer;
+pub mod packed_ready;
 pub mod plane;
 pub mod push_acks;
 pub mod replicated;

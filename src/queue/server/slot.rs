@@ -155,7 +155,7 @@ impl Plane {
             return Ok(());
         };
         let carried = std::mem::take(&mut *self.carried.borrow_mut());
-        let empty = snapshot::encode(&Broker::new(self.cfg.clone()).snapshot())?;
+        let empty = snapshot::encode(Broker::new(self.cfg.clone()).snapshot())?;
         for (slot, Carried { logs, .. }) in carried {
             let wal_seq = logs.wal.next_seq() - 1;
             let number = logs.last_snapshot_number + 1;
@@ -311,8 +311,7 @@ impl SnapshotJob {
         cell: &RefCell<SlotState>,
     ) -> Result<(), String> {
         let state = self.state;
-        let body =
-            boltq_shards::spawn_blocking(move || snapshot::encode(&state.snapshot())).await?;
+        let body = boltq_shards::spawn_blocking(move || snapshot::encode(state.snapshot())).await?;
         let w = snapshot::write(store, pacer, &self.snap, &body, self.wal_seq, self.number).await?;
         if let Some(logs) = cell.borrow_mut().logs.as_mut() {
             logs.last_snapshot_bytes = w.bytes;

@@ -434,7 +434,7 @@ fn a_payload_shared_by_durable_copies_is_written_once_and_shared_again_after_res
     publish_topic(&mut b, &big);
     publish_topic(&mut b, &small);
 
-    let body = crate::queue::server::snapshot::encode(&b.snapshot()).expect("encodes");
+    let body = crate::queue::server::snapshot::encode(b.snapshot()).expect("encodes");
     assert!(
         body.len() < 2 * PAYLOAD_BYTES,
         "{} bytes for one {PAYLOAD_BYTES}-byte payload held by {SUBSCRIBERS} copies",
@@ -474,7 +474,7 @@ fn a_payload_shared_by_durable_copies_is_written_once_and_shared_again_after_res
         "one buffer again"
     );
     assert_eq!(
-        crate::queue::server::snapshot::encode(&r.snapshot()).unwrap(),
+        crate::queue::server::snapshot::encode(r.snapshot()).unwrap(),
         body,
         "the restored state writes the same snapshot"
     );

@@ -1057,7 +1057,7 @@ fn held_messages_share_their_queues_name_also_after_a_restore() {
     let held = names(&b);
     assert_eq!(held.len(), 5, "2 ready, 1 delayed, 2 in flight");
     assert!(one_copy(&held), "held messages carry their own names");
-    let body = crate::queue::server::snapshot::encode(&b.snapshot()).expect("encode");
+    let body = crate::queue::server::snapshot::encode(b.snapshot()).expect("encode");
     let decoded = crate::queue::server::snapshot::decode(&body).expect("decode");
     let restored = Broker::restore(decoded, cfg());
     let held = names(&restored);

@@ -43,6 +43,7 @@ use crate::queue::protocol::{frame, request};
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 /// The first byte of a binary record.
 pub mod tag {
@@ -231,7 +232,7 @@ fn encode_json(cmd: &Command, out: &mut Vec<u8>) {
 }
 
 /// Whether every length of `msg` is within the binary limits (else it goes as JSON).
-fn message_fits(msg: &Message) -> bool {
+pub(crate) fn message_fits(msg: &Message) -> bool {
     msg.topic.len() <= NAME_BYTES_MAX
         && msg.exchange().len() <= NAME_BYTES_MAX
         && msg.routing_key().len() <= ROUTING_KEY_BYTES_MAX
@@ -245,10 +246,16 @@ fn headers_bytes(headers: &BTreeMap<String, String>) -> usize {
 }
 
 fn put_message(tag: u8, msg: &Message, out: &mut Vec<u8>) {
+    out.push(tag);
+    put_message_fields(msg, out);
+}
+
+/// Appends `msg` in the binary `message` layout; it must be within the limits
+/// ([`message_fits`]).
+pub(crate) fn put_message_fields(msg: &Message, out: &mut Vec<u8>) {
     let strings = msg.topic.len() + msg.exchange().len() + msg.routing_key().len();
     let headers = headers_bytes(msg.headers()) + 8 * msg.headers().len();
-    out.reserve(1 + MESSAGE_FIXED_BYTES + strings + headers + msg.payload.len());
-    out.push(tag);
+    out.reserve(MESSAGE_FIXED_BYTES + strings + headers + msg.payload.len());
     out.extend_from_slice(&msg.id.0);
     out.extend_from_slice(&msg.timestamp_ns.to_le_bytes());
     out.extend_from_slice(&msg.retry.to_le_bytes());
@@ -293,12 +300,22 @@ fn put_len(len: usize, out: &mut Vec<u8>) {
 }
 
 /// A cursor over one binary record; every read names its field for the error.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
+    /// A cursor at the start of `bytes`.
+    pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
+        Reader { bytes, at: 0 }
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
     fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], RecordError> {
         let rest = &self.bytes[self.at..];
         if rest.len() < n {
@@ -311,7 +328,10 @@ impl<'a> Reader<'a> {
         Ok(&rest[..n])
     }
 
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], RecordError> {
+    pub(crate) fn array<const N: usize>(
+        &mut self,
+        field: &'static str,
+    ) -> Result<[u8; N], RecordError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, field)?);
         Ok(out)
@@ -321,11 +341,11 @@ impl<'a> Reader<'a> {
         Ok(u32::from_le_bytes(self.array(field)?))
     }
 
-    fn u64(&mut self, field: &'static str) -> Result<u64, RecordError> {
+    pub(crate) fn u64(&mut self, field: &'static str) -> Result<u64, RecordError> {
         Ok(u64::from_le_bytes(self.array(field)?))
     }
 
-    fn i64(&mut self, field: &'static str) -> Result<i64, RecordError> {
+    pub(crate) fn i64(&mut self, field: &'static str) -> Result<i64, RecordError> {
         Ok(i64::from_le_bytes(self.array(field)?))
     }
 
@@ -358,7 +378,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn message(&mut self) -> Result<Message, RecordError> {
+    pub(crate) fn message(&mut self) -> Result<Message, RecordError> {
         let id = MessageId(self.array("message id")?);
         let timestamp_ns = self.i64("timestamp_ns")?;
         let retry = self.u32("retry")?;
@@ -368,7 +388,7 @@ impl<'a> Reader<'a> {
         let ttl_ns = self.i64("ttl_ns")?;
         let deliver_at_ns = self.i64("deliver_at_ns")?;
         let expires_at_ns = self.i64("expires_at_ns")?;
-        let topic = self.string("topic", NAME_BYTES_MAX)?;
+        let topic = self.topic()?;
         let exchange = self.string("exchange", NAME_BYTES_MAX)?;
         let routing_key = self.string("routing key", ROUTING_KEY_BYTES_MAX)?;
         let headers = self.headers()?;
@@ -380,7 +400,7 @@ impl<'a> Reader<'a> {
         };
         Ok(Message {
             id,
-            topic: topic.into(),
+            topic,
             payload,
             timestamp_ns,
             retry,
@@ -393,6 +413,18 @@ impl<'a> Reader<'a> {
             extras: None,
         }
         .with_extras(extras))
+    }
+
+    /// An empty topic costs no allocation: every message of a snapshot's queue has one
+    /// until it is given the queue's name.
+    fn topic(&mut self) -> Result<Arc<str>, RecordError> {
+        static EMPTY: OnceLock<Arc<str>> = OnceLock::new();
+        let at_byte = self.at;
+        if self.bytes.get(at_byte..at_byte + 4) == Some(&[0; 4]) {
+            self.at += 4;
+            return Ok(Arc::clone(EMPTY.get_or_init(|| Arc::from(""))));
+        }
+        Ok(self.string("topic", NAME_BYTES_MAX)?.into())
     }
 
     /// Count-prefixed key/value pairs, keys strictly ascending (as the map iterates), all
