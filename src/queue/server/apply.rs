@@ -44,6 +44,12 @@ impl Submitted {
                 Ok(_) | Err(MeshError::UnexpectedReply) => {
                     Outcome::Error("internal error: unexpected reply between shards".into())
                 }
+                // Delivered but not answered in time: the owner may be holding it in its
+                // line for the journal (`room.rs`) and apply it later. Said, so that a
+                // client checks before it publishes again.
+                Err(e @ MeshError::Timeout { .. }) => Outcome::Error(format!(
+                    "shard {owner} did not answer: {e}; the command may still be applied"
+                )),
                 Err(e) => Outcome::Error(format!("shard {owner} did not answer: {e}")),
             },
         }

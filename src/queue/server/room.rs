@@ -11,8 +11,8 @@
 //! turn rather than for an empty line, which producers outrunning the disk could keep from
 //! ever coming). A waiting command keeps the time it was made at, as a reply in flight
 //! does. A command another shard sent keeps that shard's client waiting at most `REMOTE_TIMEOUT_MS` (30 s),
-//! as a slow fdatasync would; past it the client gets an error while the command still
-//! waits here and is applied in its turn.
+//! as a slow fdatasync would; past it the client gets an error saying the command may
+//! still be applied, as it is: it still waits here and is applied in its turn.
 //!
 //! The wait is bounded: past [`WAITING_COMMANDS_MAX`] commands or [`WAITING_BYTES_MAX`]
 //! bytes of payload waiting on a shard, a command that needs room is refused with the

@@ -1104,3 +1104,30 @@ fn a_consume_the_precheck_passes_changes_nothing() {
         "{passed} of {consumes} consumes passed the precheck"
     );
 }
+
+/// The invariant check notices an id set out of step with the messages held: an id
+/// missing, an id no message has, and one swapped for another (as many ids as messages,
+/// but not the same ones).
+#[test]
+fn the_invariant_check_notices_an_id_set_out_of_step() {
+    let mut f = Factory::new();
+    let mut b = Broker::new(cfg());
+    let (m1, m2) = (f.msg("q", 0, 1), f.msg("q", 0, 1));
+    publish(&mut b, &m1);
+    publish(&mut b, &m2);
+    let stray = f.msg("q", 0, 1).id;
+    let fails = |b: &Broker| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| b.check_invariants())).is_err()
+    };
+    assert!(!fails(&b));
+    b.ids.remove(&m1.id);
+    assert!(fails(&b), "an id missing");
+    b.ids.insert(m1.id);
+    b.ids.insert(stray);
+    assert!(fails(&b), "an id no message has");
+    b.ids.remove(&m2.id);
+    assert!(fails(&b), "an id swapped for another");
+    b.ids.remove(&stray);
+    b.ids.insert(m2.id);
+    assert!(!fails(&b));
+}
