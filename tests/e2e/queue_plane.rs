@@ -983,6 +983,41 @@ fn counter_sum(s: &Server, name: &str) -> u64 {
         .sum()
 }
 
+/// A server whose shards' journals hold at most 1 MiB not yet durable
+/// (`storage.journal_backlog_bytes_max`), so a few 512 KiB publishes fill one.
+fn server_with_small_journal() -> (Server, boltq_io::testutil::TempDir) {
+    server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n")
+}
+
+/// A payload of about 512 KiB.
+fn filler() -> String {
+    "x".repeat(512 * 1024)
+}
+
+/// PUBLISH bodies to `queue` numbered `from..from + count`, each payload the number in six
+/// digits, then `filler`.
+fn numbered_publishes(queue: &str, from: usize, count: usize, filler: &str) -> Vec<String> {
+    (from..from + count)
+        .map(|n| format!(r#"{{"topic":"{queue}","payload":"{n:06}{filler}"}}"#))
+        .collect()
+}
+
+/// Consumes and acknowledges everything in `queue`; the numbers of the messages, in
+/// delivery order ([`numbered_publishes`]).
+fn drain_numbers(c: &mut Client, queue: &str) -> Vec<usize> {
+    let mut seen = Vec::new();
+    loop {
+        let batch = c.consume_wait(queue, 0, 4).unwrap();
+        if batch.is_empty() {
+            return seen;
+        }
+        for m in batch {
+            seen.push(m.payload_json[1..7].parse::<usize>().unwrap());
+            c.ack(&m.id).unwrap();
+        }
+    }
+}
+
 /// Producers writing faster than the journal's backlog limit lets through are slowed, not
 /// refused: with `storage.journal_backlog_bytes_max` at 1 MiB, eight connections pipelining
 /// 512 KiB publishes (several MiB in flight against each fdatasync) get every one
@@ -994,21 +1029,16 @@ fn publishes_faster_than_the_disk_wait_for_room_in_order_instead_of_being_refuse
     const CONNECTIONS: usize = 8;
     const BATCHES: usize = 2;
     const PER_BATCH: usize = 4;
-    let (s, _cfg) =
-        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
-    let filler = "x".repeat(512 * 1024);
+    let (s, _cfg) = server_with_small_journal();
+    let filler = filler();
     std::thread::scope(|scope| {
         for conn in 0..CONNECTIONS {
             let (s, filler) = (&s, &filler);
             scope.spawn(move || {
                 let mut c = client(s);
                 for batch in 0..BATCHES {
-                    let bodies: Vec<String> = (0..PER_BATCH)
-                        .map(|i| {
-                            let n = batch * PER_BATCH + i;
-                            format!(r#"{{"topic":"room{conn}","payload":"{n:04}{filler}"}}"#)
-                        })
-                        .collect();
+                    let queue = format!("room{conn}");
+                    let bodies = numbered_publishes(&queue, batch * PER_BATCH, PER_BATCH, filler);
                     let frames: Vec<(u8, &[u8])> =
                         bodies.iter().map(|b| (op::PUBLISH, b.as_bytes())).collect();
                     for (code, body) in c.pipeline(&frames).unwrap() {
@@ -1024,17 +1054,7 @@ fn publishes_faster_than_the_disk_wait_for_room_in_order_instead_of_being_refuse
     );
     let mut c = client(&s);
     for conn in 0..CONNECTIONS {
-        let mut seen = Vec::new();
-        loop {
-            let batch = c.consume_wait(&format!("room{conn}"), 0, 4).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for m in batch {
-                seen.push(m.payload_json[1..5].parse::<usize>().unwrap());
-                c.ack(&m.id).unwrap();
-            }
-        }
+        let seen = drain_numbers(&mut c, &format!("room{conn}"));
         let expected: Vec<usize> = (0..BATCHES * PER_BATCH).collect();
         assert_eq!(
             seen, expected,
@@ -1054,9 +1074,8 @@ fn a_kill_while_publishes_wait_for_room_loses_no_acknowledged_publish() {
     const CONNECTIONS: usize = 8;
     const PER_BATCH: usize = 4;
     const BATCHES_MAX: usize = 200;
-    let (s, _cfg) =
-        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
-    let filler = "x".repeat(512 * 1024);
+    let (s, _cfg) = server_with_small_journal();
+    let filler = filler();
     let acked: Vec<AtomicUsize> = (0..CONNECTIONS).map(|_| AtomicUsize::new(0)).collect();
     let running = AtomicUsize::new(CONNECTIONS);
     let killed = AtomicBool::new(false);
@@ -1066,12 +1085,8 @@ fn a_kill_while_publishes_wait_for_room_loses_no_acknowledged_publish() {
             scope.spawn(move || {
                 let mut c = client(s);
                 for batch in 0..BATCHES_MAX {
-                    let bodies: Vec<String> = (0..PER_BATCH)
-                        .map(|i| {
-                            let n = batch * PER_BATCH + i;
-                            format!(r#"{{"topic":"kill{conn}","payload":"{n:06}{filler}"}}"#)
-                        })
-                        .collect();
+                    let queue = format!("kill{conn}");
+                    let bodies = numbered_publishes(&queue, batch * PER_BATCH, PER_BATCH, filler);
                     let frames: Vec<(u8, &[u8])> =
                         bodies.iter().map(|b| (op::PUBLISH, b.as_bytes())).collect();
                     let Ok(replies) = c.pipeline(&frames) else {
@@ -1107,17 +1122,7 @@ fn a_kill_while_publishes_wait_for_room_loses_no_acknowledged_publish() {
     let mut c = client(&s);
     for (conn, acked) in acked.iter().enumerate() {
         let acked = acked.load(Ordering::SeqCst);
-        let mut seen = Vec::new();
-        loop {
-            let batch = c.consume_wait(&format!("kill{conn}"), 0, 4).unwrap();
-            if batch.is_empty() {
-                break;
-            }
-            for m in batch {
-                seen.push(m.payload_json[1..7].parse::<usize>().unwrap());
-                c.ack(&m.id).unwrap();
-            }
-        }
+        let seen = drain_numbers(&mut c, &format!("kill{conn}"));
         assert!(
             seen.len() >= acked,
             "connection {conn}: {acked} publishes acknowledged, {} survived the kill",
@@ -1142,9 +1147,8 @@ fn publishes_past_the_bound_of_the_line_are_refused_and_none_acknowledged_is_los
     use std::sync::Mutex;
     const CONNECTIONS: usize = 256;
     const PER_CONNECTION: usize = 1;
-    let (s, _cfg) =
-        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
-    let filler = "x".repeat(512 * 1024);
+    let (s, _cfg) = server_with_small_journal();
+    let filler = filler();
     let acked = Mutex::new(BTreeSet::new());
     let refused = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
@@ -1193,14 +1197,13 @@ fn a_delayed_message_becomes_visible_while_publishes_wait_for_room() {
     use std::sync::atomic::{AtomicBool, Ordering};
     const CONNECTIONS: usize = 8;
     const BATCHES_MAX: usize = 400;
-    let (s, _cfg) =
-        server_with_ack_timeout("60s", "[storage]\njournal_backlog_bytes_max = 1048576\n");
+    let (s, _cfg) = server_with_small_journal();
     let owner = |name: &str| boltq_shards::owner_of_slot(boltq_shards::slot_of(name), 2);
     let late = (0..)
         .map(|i| format!("late{i}"))
         .find(|name| owner(name) == owner("flood"))
         .unwrap();
-    let filler = "x".repeat(512 * 1024);
+    let filler = filler();
     let (stop, flood_ended) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|scope| {
         for _ in 0..CONNECTIONS {
