@@ -6,8 +6,8 @@
 //! packed").
 //!
 //! entry = `rank` u8, `seq` u64, expiry (`0`, or `1` then `due_ns` i64 and `seq` u64), then
-//! the message, whose `topic` is empty when it is the queue's name (always, but for a
-//! snapshot built by hand) and is given that name back when decoded.
+//! the message, whose `topic` is empty when it is the queue's name (as it always is in a
+//! broker's own snapshot) and is given that name back when decoded.
 //!
 //! A blob holds entries up to [`BLOB_BYTES_TARGET`]; an entry larger than that has a blob of
 //! its own. A message past the binary layout's limits is not packed: it stays in `ready`.
@@ -69,11 +69,12 @@ pub fn unpack(q: &mut QueueSnapshot) {
     }
 }
 
-/// About the bytes an entry takes, to cut blobs (not needed exactly).
+/// The bytes an entry takes, to cut blobs (the headers' 8 bytes of lengths each).
 fn entry_bytes(r: &ReadySnapshot) -> usize {
     let m = &r.msg;
     ENTRY_FIXED_BYTES
-        + 96
+        + record::MESSAGE_FIXED_BYTES
+        + m.topic.len()
         + m.exchange().len()
         + m.routing_key().len()
         + m.headers()

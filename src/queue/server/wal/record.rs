@@ -77,7 +77,8 @@ pub const HEADERS_BYTES_MAX: usize = frame::PAYLOAD_BYTES_MAX;
 
 /// Bytes of a message's fixed-size fields: id, seven i64/u32 fields, four counts/lengths
 /// (topic, exchange, routing key, headers) and the payload length.
-const MESSAGE_FIXED_BYTES: usize = 16 + 8 + 4 + 4 + 5 * 8 + 5 * 4;
+/// Bytes of a binary `message` around its strings, headers and payload.
+pub(crate) const MESSAGE_FIXED_BYTES: usize = 16 + 8 + 4 + 4 + 5 * 8 + 5 * 4;
 
 /// Why a record does not decode. `at_byte` is the offset in the record where the field
 /// that failed starts.
