@@ -89,11 +89,12 @@ fn blobs(entries: &[ReadySnapshot]) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, r) in entries.iter().enumerate() {
-        if bytes > 0 && bytes + entry_bytes(r) > BLOB_BYTES_TARGET {
+        let entry = entry_bytes(r);
+        if bytes > 0 && bytes + entry > BLOB_BYTES_TARGET {
             out.push(start..i);
             (start, bytes) = (i, 0);
         }
-        bytes += entry_bytes(r);
+        bytes += entry;
     }
     if start < entries.len() {
         out.push(start..entries.len());
@@ -118,13 +119,20 @@ fn put_entry(r: &ReadySnapshot, out: &mut Vec<u8>) {
 fn read_entry(r: &mut Reader<'_>) -> Result<ReadySnapshot, RecordError> {
     let [rank] = r.array("rank")?;
     let seq = r.u64("ready seq")?;
+    let at_byte = r.at();
     let expiry = match r.array("expiry")? {
         [0] => None,
         [1] => Some(TimerKey {
             due_ns: r.i64("expiry due_ns")?,
             seq: r.u64("expiry seq")?,
         }),
-        [other] => return Err(RecordError::UnknownTag(other)),
+        [value] => {
+            return Err(RecordError::InvalidByte {
+                field: "expiry",
+                value,
+                at_byte,
+            })
+        }
     };
     Ok(ReadySnapshot {
         key: ReadyKey { rank, seq },
@@ -325,6 +333,7 @@ mod tests {
         }
         let mut bad_expiry = blob.clone();
         bad_expiry[9] = 2;
-        assert!(decode_blob(&bad_expiry).is_err());
+        let e = decode_blob(&bad_expiry).unwrap_err();
+        assert!(e.contains("expiry is 0x02 at byte 9"), "{e}");
     }
 }

@@ -104,6 +104,12 @@ pub enum RecordError {
         field: &'static str,
         at_byte: usize,
     },
+    /// A one-byte field holding a value it cannot have.
+    InvalidByte {
+        field: &'static str,
+        value: u8,
+        at_byte: usize,
+    },
     /// A header key not greater than the one before it (out of order or repeated).
     HeadersNotSorted {
         at_byte: usize,
@@ -140,6 +146,14 @@ impl fmt::Display for RecordError {
             RecordError::NotUtf8 { field, at_byte } => {
                 write!(f, "{field} is not UTF-8 at byte {at_byte}")
             }
+            RecordError::InvalidByte {
+                field,
+                value,
+                at_byte,
+            } => write!(
+                f,
+                "{field} is 0x{value:02x} at byte {at_byte}, not a valid value"
+            ),
             RecordError::HeadersNotSorted { at_byte } => write!(
                 f,
                 "header key at byte {at_byte} is not after the previous one (unsorted or repeated)"
@@ -313,6 +327,11 @@ impl<'a> Reader<'a> {
     /// A cursor at the start of `bytes`.
     pub(crate) fn new(bytes: &'a [u8]) -> Reader<'a> {
         Reader { bytes, at: 0 }
+    }
+
+    /// Where the next read starts.
+    pub(crate) fn at(&self) -> usize {
+        self.at
     }
 
     /// Whether every byte was read.
