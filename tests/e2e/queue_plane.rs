@@ -272,6 +272,33 @@ fn delay_and_ttl_are_nanoseconds() {
     assert_eq!(c.consume("ttl").unwrap(), None, "expired message skipped");
 }
 
+/// The shard's timer sleeps until the earliest deadline it knows; a delay shorter than one
+/// already waiting in the same queue must wake it earlier.
+#[test]
+fn a_short_delay_behind_a_long_one_becomes_visible_on_its_own_time() {
+    let (s, _cfg) = server("");
+    let mut c = client(&s);
+    let delay = |delay_ns| PublishOptions {
+        delay_ns,
+        ..Default::default()
+    };
+    c.publish("sooner", r#""far""#, None, delay(60_000_000_000))
+        .unwrap();
+    c.publish("sooner", r#""near""#, None, delay(200_000_000))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let got = c
+        .consume("sooner")
+        .unwrap()
+        .expect("the short delay has passed");
+    assert_eq!(got.payload_json, r#""near""#);
+    assert_eq!(
+        c.stats().unwrap()["DelayedCount"],
+        1,
+        "the long one still waits"
+    );
+}
+
 #[test]
 fn pipelined_requests_across_shards_answer_in_order() {
     let (s, _cfg) = server("");
