@@ -23,6 +23,10 @@
 //! - `before-fan-out-report`: that leader wrote a send's pointers and has not reported them
 //!   written; the send was answered (`messaging::engine::outbox`).
 //!
+//! Changed limits:
+//! - `short-remote-timeout`: a slot command sent to its owner shard gets its answer within
+//!   50 ms instead of 30 s, or the timeout error (`queue::server::plane`).
+//!
 //! Skipped steps:
 //! - `skip-push-anchor`, with the inbox topic as detail: a push dispatcher that finds no
 //!   cursor for an inbox it starts watching does not commit one (as when its node dies

@@ -16,13 +16,22 @@ fn server_with_ack_timeout(
     ack_timeout: &str,
     extra_toml: &str,
 ) -> (Server, boltq_io::testutil::TempDir) {
+    server_with_ack_timeout_env(ack_timeout, extra_toml, &[])
+}
+
+/// [`server_with_ack_timeout`] with more environment; `extra_toml` begins in `[queue]`.
+fn server_with_ack_timeout_env(
+    ack_timeout: &str,
+    extra_toml: &str,
+    env: &[(&str, &str)],
+) -> (Server, boltq_io::testutil::TempDir) {
     let dir = boltq_io::testutil::TempDir::new("qcfg");
     let cfg = dir.path().join("boltq.toml");
     let toml = format!(
         "[queue]\nmax_retry = 2\nack_timeout = \"{ack_timeout}\"\nretry_backoff_base_ms = 0\n{extra_toml}"
     );
     std::fs::write(&cfg, toml).unwrap();
-    let s = Server::start(&["--config", cfg.to_str().unwrap()]);
+    let s = Server::start_with_env(&["--config", cfg.to_str().unwrap()], env);
     (s, dir)
 }
 
@@ -1163,6 +1172,122 @@ fn a_kill_while_publishes_wait_for_room_loses_no_acknowledged_publish() {
     }
 }
 
+/// A connection served by the shard that owns `queue`'s slot (`on_owner`) or by the other:
+/// with connection affinity off the kernel picks the shard, so connections are opened until
+/// it picks the one wanted (`/connections` names each client's shard).
+fn connection_served_by(s: &Server, queue: &str, on_owner: bool) -> std::net::TcpStream {
+    let owner = boltq_shards::owner_of_slot(boltq_shards::slot_of(queue), 2) as u64;
+    for _ in 0..64 {
+        let c = raw(s);
+        let me = c.local_addr().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let shard = loop {
+            let (code, body) = crate::support::http_get(s.http_port, "/connections").unwrap();
+            assert_eq!(code, 200, "{body}");
+            let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let mine = list["connections"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["peer"] == me);
+            if let Some(mine) = mine {
+                break mine["shard"].as_u64().unwrap();
+            }
+            assert!(Instant::now() < deadline, "{me} never listed: {body}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if (shard == owner) == on_owner {
+            return c;
+        }
+    }
+    panic!("64 connections in a row landed on the same side of shard {owner}");
+}
+
+fn durable_subscribe(topic: &str, sub_id: &str) -> String {
+    format!(r#"{{"topic":"{topic}","id":"{sub_id}","durable":true}}"#)
+}
+
+/// Sends a durable SUBSCRIBE to `topic` from a connection its owner shard does not serve
+/// until one is told it timed out in the owner's line, each from a new connection under a
+/// new id (`r0`, `r1`, …: one answered in time met a short line); closes that connection
+/// and returns its id.
+fn subscribe_until_it_times_out(s: &Server, topic: &str) -> String {
+    for attempt in 0..8 {
+        let sub_id = format!("r{attempt}");
+        let mut sub = connection_served_by(s, topic, false);
+        send(&mut sub, op::CONSUME, &durable_subscribe(topic, &sub_id));
+        let (code, reply) = recv(&mut sub).unwrap();
+        if code == status::ERROR && reply.contains("the command may still be applied") {
+            return sub_id;
+        }
+        assert_eq!(reply, r#"{"status":"subscribed"}"#);
+    }
+    panic!("eight subscribes in a row were answered in time: the line never held one");
+}
+
+/// A durable SUBSCRIBE sent to the owner shard, which holds it in its line for the journal
+/// past the sender's patience (50 ms under the fault `short-remote-timeout`): the client
+/// is told the command may still be applied and closes; its disconnect reaches the owner
+/// while the SUBSCRIBE still waits, and waits behind it. So the registration ends offline,
+/// and the topic publishes acknowledged afterwards are kept for it, also over kill -9
+/// (with the disconnect applied at once, it overtakes the SUBSCRIBE, the registration stays
+/// live on the closed connection and the publishes are lost: checked).
+#[test]
+fn a_durable_subscribe_that_timed_out_in_line_and_its_close_keep_what_follows() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const PUBLISHES: usize = 5;
+    let (s, _cfg) = server_with_ack_timeout_env(
+        "60s",
+        "connection_affinity = false\n[storage]\njournal_backlog_bytes_max = 1048576\n",
+        &[("BOLTQ_FAULTS", "short-remote-timeout")],
+    );
+    let topic = beside_the_flood("news");
+    let filler = filler();
+    let (stop, flood_ended) = (AtomicBool::new(false), AtomicBool::new(false));
+    let sub_id = std::thread::scope(|scope| {
+        flood(scope, &s, &filler, &stop, &flood_ended);
+        let sub_id = subscribe_until_it_times_out(&s, &topic);
+        // From the owner's shard: a publish from the other would time out as well.
+        let mut p = connection_served_by(&s, &topic, true);
+        for n in 1..=PUBLISHES {
+            send(
+                &mut p,
+                op::PUBLISH_TOPIC,
+                &format!(r#"{{"topic":"{topic}","payload":{n}}}"#),
+            );
+            let (code, reply) = recv(&mut p).unwrap();
+            assert_eq!(code, status::OK, "publish {n}: {reply}");
+        }
+        let flood_was_on = !flood_ended.load(Ordering::SeqCst);
+        stop.store(true, Ordering::SeqCst);
+        assert!(flood_was_on, "the flood ended before the publishes");
+        sub_id
+    });
+    // A push to the closed connection before its disconnect was applied comes back with
+    // the disconnect; once that is applied, all of them wait for the registration.
+    let (mut c, deadline) = (client(&s), Instant::now() + Duration::from_secs(10));
+    loop {
+        let stats = c.stats().unwrap();
+        if stats["Queues"][format!("{topic}:{sub_id}")] == PUBLISHES {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not kept for the offline registration: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (s, _) = s.restart_when_ports_free(libc::SIGKILL);
+    // From the owner's shard: the restarted process has the short patience too.
+    let mut sub = connection_served_by(&s, &topic, true);
+    send(&mut sub, op::CONSUME, &durable_subscribe(&topic, &sub_id));
+    assert_eq!(recv(&mut sub).unwrap().1, r#"{"status":"subscribed"}"#);
+    for n in 1..=PUBLISHES {
+        let (_, push) = recv(&mut sub).unwrap_or_else(|| panic!("publish {n} was lost"));
+        assert!(push.contains(&format!(r#""payload":{n}"#)), "{n}: {push}");
+    }
+}
+
 /// The line of commands waiting for the journal is bounded (64 MiB of payload on a shard):
 /// 256 connections each publishing 512 KiB at once into a 1 MiB journal backlog fill it, and
 /// the publishes past the bound are refused with an error that names the bound. The queue
@@ -1214,6 +1339,60 @@ fn publishes_past_the_bound_of_the_line_are_refused_and_none_acknowledged_is_los
     assert_eq!(stats["Queues"]["line"], acked.len(), "{stats}");
 }
 
+/// A queue on the shard that owns `flood`: commands to it meet the flood's line.
+fn beside_the_flood(prefix: &str) -> String {
+    let owner = |name: &str| boltq_shards::owner_of_slot(boltq_shards::slot_of(name), 2);
+    (0..)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|name| owner(name) == owner("flood"))
+        .unwrap()
+}
+
+/// Eight connections pipelining 512 KiB publishes to `flood`, four at a time, until `stop`
+/// (at most 400 rounds each; `ended` says one ran out of rounds). Returns once commands
+/// wait for room in the journal. The connections are served by `flood`'s owner, so the
+/// flood is the same whatever the remote timeout (one sent on by another shard and timed
+/// out would let its connection pipeline on past the line's bound).
+fn flood<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    s: &'scope Server,
+    filler: &'scope str,
+    stop: &'scope std::sync::atomic::AtomicBool,
+    ended: &'scope std::sync::atomic::AtomicBool,
+) {
+    use std::sync::atomic::Ordering;
+    const CONNECTIONS: usize = 8;
+    const BATCHES_MAX: usize = 400;
+    const PER_ROUND: usize = 4;
+    for _ in 0..CONNECTIONS {
+        let mut c = connection_served_by(s, "flood", true);
+        scope.spawn(move || {
+            use std::io::Write;
+            let body = format!(r#"{{"topic":"flood","payload":"{filler}"}}"#);
+            let mut frames = Vec::new();
+            for _ in 0..PER_ROUND {
+                frame::encode(op::PUBLISH, body.as_bytes(), &mut frames);
+            }
+            for _ in 0..BATCHES_MAX {
+                if stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                c.write_all(&frames).unwrap();
+                for _ in 0..PER_ROUND {
+                    let (code, reply) = recv(&mut c).expect("a flood publish unanswered");
+                    assert_eq!(code, status::OK, "{reply}");
+                }
+            }
+            ended.store(true, Ordering::SeqCst);
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while counter_sum(s, "boltq_queue_commands_waited_for_room_total") == 0 {
+        assert!(Instant::now() < deadline, "no command met a full journal");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Timers keep running while producers keep the journal full: a delayed message on the
 /// flooded shard becomes visible, and a long-poll waiting for it gets it, while publishes
 /// still wait for room (a tick waits its turn in the line, not for the line to empty,
@@ -1222,39 +1401,12 @@ fn publishes_past_the_bound_of_the_line_are_refused_and_none_acknowledged_is_los
 #[test]
 fn a_delayed_message_becomes_visible_while_publishes_wait_for_room() {
     use std::sync::atomic::{AtomicBool, Ordering};
-    const CONNECTIONS: usize = 8;
-    const BATCHES_MAX: usize = 400;
     let (s, _cfg) = server_with_small_journal();
-    let owner = |name: &str| boltq_shards::owner_of_slot(boltq_shards::slot_of(name), 2);
-    let late = (0..)
-        .map(|i| format!("late{i}"))
-        .find(|name| owner(name) == owner("flood"))
-        .unwrap();
+    let late = beside_the_flood("late");
     let filler = filler();
     let (stop, flood_ended) = (AtomicBool::new(false), AtomicBool::new(false));
     std::thread::scope(|scope| {
-        for _ in 0..CONNECTIONS {
-            let (s, filler, stop, flood_ended) = (&s, &filler, &stop, &flood_ended);
-            scope.spawn(move || {
-                let mut c = client(s);
-                let body = format!(r#"{{"topic":"flood","payload":"{filler}"}}"#);
-                let frames = [(op::PUBLISH, body.as_bytes()); 4];
-                for _ in 0..BATCHES_MAX {
-                    if stop.load(Ordering::SeqCst) {
-                        return;
-                    }
-                    for (code, body) in c.pipeline(&frames).unwrap() {
-                        assert_eq!(code, status::OK, "{}", String::from_utf8_lossy(&body));
-                    }
-                }
-                flood_ended.store(true, Ordering::SeqCst);
-            });
-        }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while counter_sum(&s, "boltq_queue_commands_waited_for_room_total") == 0 {
-            assert!(Instant::now() < deadline, "no command met a full journal");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        flood(scope, &s, &filler, &stop, &flood_ended);
         let mut c = client(&s);
         let delayed = PublishOptions {
             delay_ns: 200_000_000,

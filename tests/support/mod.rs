@@ -120,6 +120,23 @@ impl Server {
 
     /// [`Server::start`], waiting for readiness as `ready_by` says.
     pub fn start_until(extra: &[&str], ready_by: ReadyBy) -> Server {
+        Server::start_placed(&Place::default(), extra, ready_by)
+    }
+
+    /// [`Server::start`] with more environment (a fault of `src/faults.rs`, say).
+    #[allow(dead_code)]
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let place = Place {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Place::default()
+        };
+        Server::start_placed(&place, extra, ReadyBy::PlainReadyz)
+    }
+
+    fn start_placed(place: &Place, extra: &[&str], ready_by: ReadyBy) -> Server {
         let tmp = TempDir::new("server");
         let data = tmp.path().join("data");
         let mut args = vec![
@@ -133,7 +150,7 @@ impl Server {
             "2",
         ];
         args.extend_from_slice(extra);
-        let mut s = Server::start_raw_until(&args, 0, 0, &data, ready_by);
+        let mut s = Server::start_at(place, &args, 0, 0, &data, ready_by);
         s._tmp = Some(tmp);
         s
     }
@@ -553,7 +570,7 @@ impl Server {
         let (code, _) = self.stop_inner(signal);
         wait_until_bindable(&[tcp, http]);
         let refs: Vec<&str> = args.iter().map(|s| s.as_str()).collect();
-        let mut next = Server::start_raw_until(&refs, tcp, http, &data, ready_by);
+        let mut next = Server::start_at(&self.place, &refs, tcp, http, &data, ready_by);
         next._tmp = tmp;
         (next, code)
     }

@@ -5,7 +5,7 @@
 
 use super::long_poll::Parked;
 use super::mesh::{QueueMsg, QueueReply, RemoteReply};
-use super::plane::{Plane, REMOTE_TIMEOUT_MS};
+use super::plane::{slot_command_timeout_ms, Plane};
 use super::room::Turn;
 use super::wal;
 use crate::queue::broker::{Command, Outcome};
@@ -211,7 +211,10 @@ impl Plane {
             };
         }
         let req = QueueMsg::Apply { slot, cmd, sync };
-        Submitted::Remote(owner, self.shard.request(owner, req, REMOTE_TIMEOUT_MS))
+        Submitted::Remote(
+            owner,
+            self.shard.request(owner, req, slot_command_timeout_ms()),
+        )
     }
 
     pub async fn when_synced(&self, outcome: Outcome, lsn: Option<u64>) -> Outcome {

@@ -41,6 +41,23 @@ pub use super::gather::{DlqListGather, DlqReadSubmitted, StatsGather};
 /// How long a shard waits for another shard to answer a queue command before the client
 /// gets an error. Generous: the answer waits for the owner's fdatasync.
 pub const REMOTE_TIMEOUT_MS: u64 = 30_000;
+/// [`REMOTE_TIMEOUT_MS`] in a process started with the fault `short-remote-timeout`.
+const REMOTE_TIMEOUT_SHORT_MS: u64 = 50;
+
+/// How long a slot command sent to its owner shard may take: [`REMOTE_TIMEOUT_MS`], or
+/// [`REMOTE_TIMEOUT_SHORT_MS`] under the fault `short-remote-timeout` (`faults.rs`), which
+/// lets a test see what a client is told while the owner holds its command in the line for
+/// the journal, and what follows.
+pub(super) fn slot_command_timeout_ms() -> u64 {
+    static MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MS.get_or_init(|| {
+        if crate::faults::is_named("short-remote-timeout", None) {
+            REMOTE_TIMEOUT_SHORT_MS
+        } else {
+            REMOTE_TIMEOUT_MS
+        }
+    })
+}
 
 pub struct Plane {
     pub shard: QueuePort,
