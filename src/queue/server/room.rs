@@ -109,6 +109,12 @@ fn held_bytes(cmd: &Command) -> u64 {
     }
 }
 
+/// Whether a command holding `bytes` of payload may join a line of `waiting` commands
+/// holding `waiting_bytes`: within both bounds once it has joined.
+fn line_admits(waiting: usize, waiting_bytes: u64, bytes: u64) -> bool {
+    waiting < WAITING_COMMANDS_MAX && waiting_bytes + bytes <= WAITING_BYTES_MAX
+}
+
 fn backlogged(store: &Store) -> bool {
     matches!(store.check_room(), Err(AppendError::Backlogged { .. }))
 }
@@ -126,10 +132,7 @@ impl Plane {
         }
         let bytes = held_bytes(cmd);
         let waiting = self.room.waiting.borrow().len();
-        if needs_room
-            && (waiting >= WAITING_COMMANDS_MAX
-                || self.room.bytes.get() + bytes > WAITING_BYTES_MAX)
-        {
+        if needs_room && !line_admits(waiting, self.room.bytes.get(), bytes) {
             return Turn::Refuse(format!(
                 "storage write: storage is behind by {} bytes and {waiting} commands wait \
                  for it (at most {WAITING_COMMANDS_MAX} commands, {WAITING_BYTES_MAX} bytes \
@@ -205,5 +208,47 @@ impl Plane {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_admits_up_to_its_bounds_and_not_one_past() {
+        assert!(
+            line_admits(0, 0, WAITING_BYTES_MAX),
+            "one command of the whole budget"
+        );
+        assert!(line_admits(WAITING_COMMANDS_MAX - 1, 0, 0));
+        assert!(
+            !line_admits(WAITING_COMMANDS_MAX, 0, 0),
+            "the 65,537th command"
+        );
+        assert!(line_admits(1, WAITING_BYTES_MAX - 10, 10));
+        assert!(!line_admits(1, WAITING_BYTES_MAX - 10, 11), "one byte past");
+        assert!(
+            !line_admits(0, 0, WAITING_BYTES_MAX + 1),
+            "one payload past the budget"
+        );
+    }
+
+    #[test]
+    fn only_commands_that_append_need_room() {
+        let consumer = crate::queue::broker::ConsumerRef { shard: 0, conn: 1 };
+        assert!(!needs_room(&Command::Tick { now_ns: 1 }));
+        assert!(!needs_room(&Command::Disconnect { consumer }));
+        assert!(needs_room(&Command::Purge { queue: "q".into() }));
+        let confirm = Command::Confirm {
+            consumer,
+            topic: "t".into(),
+            sub_id: "s".into(),
+            delivery: 1,
+        };
+        assert!(
+            needs_room(&confirm),
+            "a confirmation appends: it waits its turn"
+        );
     }
 }
