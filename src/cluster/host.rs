@@ -8,7 +8,7 @@ use super::directory::Role;
 use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::quiesce::Liveness;
-use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica};
+use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica, SnapshotJob};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
 use crate::queue::broker::{BrokerConfig, Command, Effect, Outcome};
@@ -38,6 +38,9 @@ pub struct HostOutput {
     /// Each group's raft log records to append (groups that changed nothing are left out).
     pub written: Vec<(u16, Written)>,
     pub snapshots_installed: u64,
+    /// Snapshots taken, by slot, to encode off the loop and hand back with
+    /// [`Host::snapshot_encoded`].
+    pub snapshot_jobs: Vec<(u16, SnapshotJob)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -248,7 +251,11 @@ impl Host {
                 appended,
                 applied,
                 written,
+                snapshot_job,
             } = replica.collect();
+            if let Some(job) = snapshot_job {
+                out.snapshot_jobs.push((slot, job));
+            }
             out.collected.push(slot);
             if replica.needs_sync() {
                 self.unsynced.insert(slot);
@@ -313,6 +320,19 @@ impl Host {
             .values()
             .filter(|r| r.group().is_quiesced())
             .count()
+    }
+
+    /// Hands a slot's encoded snapshot back (`HostOutput::snapshot_jobs`); the next collect
+    /// writes it.
+    pub fn snapshot_encoded(
+        &mut self,
+        slot: u16,
+        encoded: Result<raft::prelude::Snapshot, String>,
+    ) {
+        if let Some(replica) = self.replicas.get_mut(&slot) {
+            replica.snapshot_encoded(encoded);
+            self.dirty.insert(slot);
+        }
     }
 
     /// True while some group's writes wait for `synced`.

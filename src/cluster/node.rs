@@ -23,7 +23,7 @@ use super::host::{Batches, Host, HostRefused};
 use super::image_log::Recovered;
 use super::membership::MemberChange;
 use super::metrics::NodeMetrics;
-use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused};
+use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused, SnapshotJob};
 use super::shared_settings::SharedSettings;
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
@@ -186,6 +186,8 @@ pub struct Node {
     store: Rc<Store>,
     outbound: RefCell<Outbound>,
     inbox: RefCell<Vec<(u64, Vec<SlotMessage>)>>,
+    /// Snapshots encoded off the loop, for the next round to hand back.
+    encoded: RefCell<Vec<(u16, Result<raft::prelude::Snapshot, String>)>>,
     wake: Event,
     waiting: RefCell<HashMap<(u16, ProposalId), Rc<Waiter>>>,
     /// Commands this node forwarded, by request id, until their reply.
@@ -337,6 +339,7 @@ impl Node {
             store,
             outbound: RefCell::new(outbound),
             inbox: RefCell::new(Vec::new()),
+            encoded: RefCell::new(Vec::new()),
             wake: Event::default(),
             waiting: RefCell::new(HashMap::new()),
             forwarded: RefCell::new(HashMap::new()),
@@ -903,8 +906,13 @@ impl Node {
 
     /// Ticks `ticks` times, takes in what peers sent, and carries out what the groups
     /// decided.
-    async fn round(&self, logs: &mut BTreeMap<u16, GroupLog>, ticks: u32) -> Result<(), String> {
+    async fn round(
+        self: &Rc<Self>,
+        logs: &mut BTreeMap<u16, GroupLog>,
+        ticks: u32,
+    ) -> Result<(), String> {
         let inbox = std::mem::take(&mut *self.inbox.borrow_mut());
+        let encoded = std::mem::take(&mut *self.encoded.borrow_mut());
         let reports = self.outbound.borrow().take_snapshot_reports();
         let (out, busy) = {
             let mut host = self.host.borrow_mut();
@@ -921,10 +929,14 @@ impl Node {
             for (slot, to, delivered) in reports {
                 host.report_snapshot(slot, to, delivered);
             }
+            for (slot, snapshot) in encoded {
+                host.snapshot_encoded(slot, snapshot);
+            }
             // A round for peers' keepalives alone (quiescent groups) changes nothing to count.
             let busy = host.has_dirty();
             (host.collect(), busy)
         };
+        self.encode_snapshots(out.snapshot_jobs);
         if !out.appended.is_empty() {
             let sink = self.stream_sink.borrow().clone();
             if let Some(sink) = sink {
@@ -965,6 +977,22 @@ impl Node {
             log.drop_covered_front().await?;
         }
         Ok(())
+    }
+
+    /// Encodes each snapshot taken on the blocking pool and hands it to the next round:
+    /// the loop goes on meanwhile (`replica.rs` says why).
+    fn encode_snapshots(self: &Rc<Self>, jobs: Vec<(u16, SnapshotJob)>) {
+        for (slot, job) in jobs {
+            let node = Rc::downgrade(self);
+            boltq_shards::spawn(async move {
+                let encoded = boltq_shards::spawn_blocking(move || job.encode()).await;
+                if let Some(node) = node.upgrade() {
+                    node.encoded.borrow_mut().push((slot, encoded));
+                    node.wake.notify();
+                }
+            })
+            .detach();
+        }
     }
 
     /// Counts a round: entries applied, snapshots installed, and leader changes of the

@@ -11,7 +11,11 @@
 //! slot's state (`slot_snapshot`), taken once `snapshot_every_entries` entries were applied
 //! since the last one *and* their bytes reached the last snapshot's size
 //! ([`Replica::snapshot_due`]); a follower too far behind gets one from the leader and
-//! replaces its state with it.
+//! replaces its state with it. A snapshot is taken in O(1) between two entries (the
+//! broker's state frozen, [`SnapshotJob`]) and encoded by whoever drives the replica, off
+//! its loop; it replaces the log's front only once handed back
+//! ([`Replica::snapshot_encoded`]). Encoding a large slot on the loop stopped the node's
+//! every group for as long (seconds per gigabyte: no heartbeats, elections elsewhere).
 
 use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
@@ -20,7 +24,7 @@ use super::membership::{self, MemberChange};
 use super::quiesce::Liveness;
 use super::slot_snapshot;
 use crate::messaging::slot::{self as streams, Appended, StreamCommand, StreamOutcome, StreamSlot};
-use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Outcome};
+use crate::queue::broker::{Broker, BrokerConfig, Command, Effect, Frozen, Outcome};
 use crate::queue::server::wal::record;
 use raft::prelude::{ConfState, Entry, EntryType, Message, Snapshot};
 use std::collections::BTreeMap;
@@ -84,6 +88,44 @@ pub struct Output {
     /// The raft log's records for what this collect changed in the image; the messages
     /// `synced` releases wait for them to be durable.
     pub written: Written,
+    /// A snapshot to encode and hand back with [`Replica::snapshot_encoded`].
+    pub snapshot_job: Option<SnapshotJob>,
+}
+
+/// A slot's state at one applied index, frozen in O(1), to be encoded anywhere (`Send`).
+pub struct SnapshotJob {
+    broker: Frozen,
+    /// The messaging state's snapshot, encoded at once: it is bounded (cursors, dedup
+    /// claims and the outbox have caps) where the broker's is not.
+    streams: Vec<u8>,
+    index: u64,
+    term: u64,
+    conf_state: ConfState,
+}
+
+impl std::fmt::Debug for SnapshotJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotJob")
+            .field("index", &self.index)
+            .field("term", &self.term)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SnapshotJob {
+    /// The snapshot, encoded: O(state), meant for off the loop.
+    pub fn encode(self) -> Result<Snapshot, String> {
+        let data = slot_snapshot::encode_parts(&self.broker.snapshot(), &self.streams)?;
+        let mut snapshot = Snapshot {
+            data: data.into(),
+            ..Snapshot::default()
+        };
+        let meta = snapshot.mut_metadata();
+        meta.index = self.index;
+        meta.term = self.term;
+        meta.set_conf_state(self.conf_state);
+        Ok(snapshot)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,6 +160,8 @@ pub struct Replica {
     applied_bytes_since_snapshot: u64,
     snapshot_bytes: u64,
     snapshots_installed: u64,
+    /// A [`SnapshotJob`] is out and not yet handed back: no other is taken meanwhile.
+    encoding: bool,
 }
 
 impl Replica {
@@ -154,6 +198,7 @@ impl Replica {
             applied_bytes_since_snapshot: 0,
             snapshot_bytes,
             snapshots_installed: 0,
+            encoding: false,
         })
     }
 
@@ -364,13 +409,17 @@ impl Replica {
             self.applied_since_snapshot += 1;
             self.applied_bytes_since_snapshot += entry.data.len() as u64;
             if self.snapshot_due() {
-                self.take_snapshot(entry.term);
+                out.snapshot_job = Some(self.take_snapshot(entry.term));
             }
         }
-        if self.group.storage().take_snapshot_wanted() && self.applied > 0 {
+        if out.snapshot_job.is_none()
+            && !self.encoding
+            && self.group.storage().take_snapshot_wanted()
+            && self.applied > 0
+        {
             let term = raft::Storage::term(self.group.storage(), self.applied)
                 .expect("the applied entry is in the image");
-            self.take_snapshot(term);
+            out.snapshot_job = Some(self.take_snapshot(term));
         }
         out.written = self.log.write(self.group.take_writes());
         out
@@ -468,25 +517,48 @@ impl Replica {
     /// The price: the log behind a snapshot holds up to the state's size again, in memory
     /// and on disk, and a restart or a lagging follower replays it.
     pub fn snapshot_due(&self) -> bool {
-        self.applied_since_snapshot >= self.snapshot_every_entries
+        !self.encoding
+            && self.applied_since_snapshot >= self.snapshot_every_entries
             && self.applied_bytes_since_snapshot >= self.snapshot_bytes
     }
 
-    fn take_snapshot(&mut self, term: u64) {
-        let data = slot_snapshot::encode(&self.broker, &self.streams)
-            .unwrap_or_else(|e| panic!("encode the slot snapshot: {e}"));
-        self.snapshot_bytes = data.len() as u64;
-        self.applied_bytes_since_snapshot = 0;
-        let mut snapshot = Snapshot {
-            data: data.into(),
-            ..Snapshot::default()
-        };
-        let meta = snapshot.mut_metadata();
-        meta.index = self.applied;
-        meta.term = term;
-        meta.set_conf_state(self.group.conf_state());
-        self.group.compact(snapshot);
+    /// Freezes the state at the applied index (entry of `term`) for a snapshot.
+    fn take_snapshot(&mut self, term: u64) -> SnapshotJob {
+        let mut streams = Vec::new();
+        self.streams.encode_snapshot(&mut streams);
+        self.encoding = true;
         self.applied_since_snapshot = 0;
+        self.applied_bytes_since_snapshot = 0;
+        SnapshotJob {
+            broker: self.broker.freeze(),
+            streams,
+            index: self.applied,
+            term,
+            conf_state: self.group.conf_state(),
+        }
+    }
+
+    /// Takes back the snapshot of the last [`SnapshotJob`]: it replaces the log's front,
+    /// unless a newer one (installed from the leader meanwhile) already did, or the log
+    /// around its index was replaced.
+    pub fn snapshot_encoded(&mut self, encoded: Result<Snapshot, String>) {
+        assert!(self.encoding, "a snapshot handed back that was not taken");
+        self.encoding = false;
+        let snapshot = match encoded {
+            Ok(snapshot) => snapshot,
+            Err(e) => {
+                log::error!("encode a slot snapshot: {e}; the raft log keeps growing");
+                return;
+            }
+        };
+        let (index, term) = (snapshot.get_metadata().index, snapshot.get_metadata().term);
+        let storage = self.group.storage();
+        let newest = storage.newest_snapshot().get_metadata().index;
+        if index < newest || raft::Storage::term(storage, index).ok() != Some(term) {
+            return;
+        }
+        self.snapshot_bytes = snapshot.data.len() as u64;
+        self.group.compact(snapshot);
     }
 }
 
@@ -521,13 +593,65 @@ mod tests {
     }
 
     fn round(r: &mut Replica) {
-        r.collect();
+        collect_and_encode(r);
         r.synced();
-        r.collect();
+        collect_and_encode(r);
+    }
+
+    /// Collects, and hands a snapshot taken back encoded at once.
+    fn collect_and_encode(r: &mut Replica) {
+        if let Some(job) = r.collect().snapshot_job {
+            r.snapshot_encoded(job.encode());
+        }
     }
 
     fn snapshot_index(r: &Replica) -> u64 {
         r.group().storage().newest_snapshot().get_metadata().index
+    }
+
+    /// Publishes one 1 KiB message and runs a round by hand, keeping the snapshot taken.
+    fn publish_keeping_job(
+        r: &mut Replica,
+        ids: &mut crate::queue::message::IdGenerator,
+    ) -> Option<SnapshotJob> {
+        let mut msg = crate::queue::server::wal::tests::message("jobs");
+        msg.id = ids.next(0);
+        msg.payload = bytes::Bytes::from(vec![b'x'; 1024]);
+        r.propose(&Command::Publish { msg }).unwrap();
+        let first = r.collect().snapshot_job;
+        r.synced();
+        let second = r.collect().snapshot_job;
+        assert!(first.is_none() || second.is_none(), "one job at a time");
+        first.or(second)
+    }
+
+    /// The loop only freezes a snapshot: the log's front moves when it comes back encoded,
+    /// to the index it was taken at, with what was applied meanwhile still in the log; no
+    /// other is taken while one is out.
+    #[test]
+    fn a_snapshot_replaces_the_log_front_only_once_handed_back_encoded() {
+        let mut r = leading(4);
+        let mut ids = crate::queue::message::IdGenerator::new([5; 7]);
+        let before = snapshot_index(&r);
+        let (job, taken_at) = loop {
+            if let Some(job) = publish_keeping_job(&mut r, &mut ids) {
+                break (job, r.applied());
+            }
+        };
+        for _ in 0..64 {
+            let again = publish_keeping_job(&mut r, &mut ids);
+            assert!(again.is_none(), "a second snapshot while one is encoded");
+        }
+        assert_eq!(
+            snapshot_index(&r),
+            before,
+            "nothing replaced before it is back"
+        );
+        r.snapshot_encoded(job.encode());
+        assert_eq!(snapshot_index(&r), taken_at);
+        assert!(r.applied() >= taken_at + 64);
+        let next = (0..64).find_map(|_| publish_keeping_job(&mut r, &mut ids));
+        assert!(next.is_some(), "snapshots are taken again once it is back");
     }
 
     /// A queue that only grows: after every 4 entries a snapshot would serialise the whole

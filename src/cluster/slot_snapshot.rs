@@ -10,20 +10,27 @@
 //! no messaging state, so a cluster's existing images stay readable.
 
 use crate::messaging::slot::{StreamSlot, StreamSlotConfig};
-use crate::queue::broker::{Broker, BrokerConfig};
+use crate::queue::broker::{Broker, BrokerConfig, BrokerSnapshot};
 use crate::queue::server::snapshot as body;
 
 pub const MAGIC: &[u8; 8] = b"BQSLOT1\n";
 
 /// Both planes' state of a slot.
 pub fn encode(broker: &Broker, streams: &StreamSlot) -> Result<Vec<u8>, String> {
+    let mut streams_bytes = Vec::new();
+    streams.encode_snapshot(&mut streams_bytes);
+    encode_parts(&broker.snapshot(), &streams_bytes)
+}
+
+/// [`encode`] from the broker's snapshot and the messaging slot's encoded snapshot.
+pub fn encode_parts(broker: &BrokerSnapshot, streams: &[u8]) -> Result<Vec<u8>, String> {
     // By name: members of an older build, during a rolling upgrade, read it too.
-    let queue = body::encode_named(&broker.snapshot())?;
-    let mut out = Vec::with_capacity(MAGIC.len() + 8 + queue.len() + 64);
+    let queue = body::encode_named(broker)?;
+    let mut out = Vec::with_capacity(MAGIC.len() + 8 + queue.len() + streams.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(queue.len() as u64).to_le_bytes());
     out.extend_from_slice(&queue);
-    streams.encode_snapshot(&mut out);
+    out.extend_from_slice(streams);
     Ok(out)
 }
 

@@ -94,6 +94,9 @@ impl Net {
                     continue;
                 }
                 let out = host.collect();
+                for (slot, job) in out.snapshot_jobs {
+                    host.snapshot_encoded(slot, job.encode());
+                }
                 self.applied.extend(
                     out.answers
                         .into_iter()

@@ -49,7 +49,9 @@ use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::{Batches, Host, HostRefused};
 use crate::cluster::image_log::{self, Recovered, Written};
 use crate::cluster::membership::MemberChange;
-use crate::cluster::replica::{Applied, NotApplied, ProposalId, ProposalRefused, Replica};
+use crate::cluster::replica::{
+    Applied, NotApplied, ProposalId, ProposalRefused, Replica, SnapshotJob,
+};
 use crate::cluster::wire::{self, SlotMessage};
 use crate::messaging::cursor::{Commit, CursorKey};
 use crate::messaging::dedup::{Coordinates, DedupKey};
@@ -124,6 +126,8 @@ struct Faults {
     /// The end of every `QUIET_CYCLE_MS` in which clients start nothing, so that groups
     /// quiesce (`quiesce.rs`) while the faults go on.
     quiet_ms: u64,
+    /// Longest time a snapshot taken spends being encoded before it is handed back.
+    encode_delay_ms_max: u64,
 }
 
 impl Faults {
@@ -136,6 +140,7 @@ impl Faults {
             partition_per_100k: rng.below(150),
             sync_delay_ms_max: rng.below(20),
             quiet_ms: rng.below(QUIET_CYCLE_MS),
+            encode_delay_ms_max: rng.below(300),
         }
     }
 }
@@ -209,6 +214,8 @@ struct Node {
     tick_phase_ms: u64,
     /// When the writes waiting in its image become durable.
     sync_at_ms: Option<u64>,
+    /// Snapshots its groups took, being encoded, and when each is handed back.
+    encoding: Vec<(u16, SnapshotJob, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -288,6 +295,8 @@ struct Totals {
     membership_proposals: u64,
     partitions: u64,
     snapshots_installed: u64,
+    /// Snapshots taken and handed back encoded (a crash loses those being encoded).
+    snapshots_encoded: u64,
     published: u64,
     acked: u64,
     superseded: u64,
@@ -350,6 +359,7 @@ impl Sim {
                     up_at_ms: if id == JOINER { JOIN_MS } else { 0 },
                     tick_phase_ms: rng.below(TICK_MS),
                     sync_at_ms: None,
+                    encoding: Vec::new(),
                 }
             })
             .collect();
@@ -423,6 +433,7 @@ impl Sim {
             self.restart_due();
             self.tick_nodes();
             self.sync_due();
+            self.hand_back_snapshots();
             self.deliver();
             if !self.healed {
                 self.clients_act();
@@ -469,6 +480,7 @@ impl Sim {
         // What was written but not yet synced is lost with the host, in part.
         n.host = None;
         n.sync_at_ms = None;
+        n.encoding.clear();
         n.up_at_ms = self.now_ms + down_ms;
         for disk in n.disks.values_mut() {
             self.totals.records_lost += disk.crash(&mut self.rng);
@@ -503,6 +515,25 @@ impl Sim {
                     )
                     .expect("restart from the durable images"),
                 );
+            }
+        }
+    }
+
+    /// Snapshots whose encoding is done go back to their groups, which may meanwhile have
+    /// applied more, installed a newer snapshot from the leader, or lost the log around it.
+    fn hand_back_snapshots(&mut self) {
+        let now_ms = self.now_ms;
+        for n in &mut self.nodes {
+            let Some(host) = n.host.as_mut() else {
+                continue;
+            };
+            let (due, later) = std::mem::take(&mut n.encoding)
+                .into_iter()
+                .partition(|(_, _, at)| *at <= now_ms);
+            n.encoding = later;
+            for (slot, job, _) in due {
+                host.snapshot_encoded(slot, job.encode());
+                self.totals.snapshots_encoded += 1;
             }
         }
     }
@@ -782,6 +813,12 @@ impl Sim {
                 self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
             }
             self.totals.snapshots_installed += out.snapshots_installed;
+            for (slot, job) in out.snapshot_jobs {
+                let at = self.now_ms + self.rng.below(self.faults.encode_delay_ms_max + 1);
+                self.nodes[(node - 1) as usize]
+                    .encoding
+                    .push((slot, job, at));
+            }
             let disks = &mut self.nodes[(node - 1) as usize].disks;
             for (slot, written) in out.written {
                 disks
@@ -1305,6 +1342,7 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
         all.membership_proposals += t.membership_proposals;
         all.partitions += t.partitions;
         all.snapshots_installed += t.snapshots_installed;
+        all.snapshots_encoded += t.snapshots_encoded;
         all.published += t.published;
         all.acked += t.acked;
         all.superseded += t.superseded;
@@ -1327,6 +1365,7 @@ fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
             all.snapshots_installed > 0,
             "no follower caught up by snapshot: {all:?}"
         );
+        assert!(all.snapshots_encoded > 0, "no snapshot taken: {all:?}");
         assert!(
             all.superseded > 0,
             "no proposal was ever superseded: {all:?}"
