@@ -255,23 +255,30 @@ fn ack_timeout_redelivers_and_releases_prefetch() {
     );
 }
 
+/// Delays and TTLs are nanoseconds. The message checked invisible waits a minute: one of
+/// 300 ms was once visible at its first CONSUME on a loaded CI machine, whose publish reply
+/// (after an fdatasync) took longer than the delay.
 #[test]
 fn delay_and_ttl_are_nanoseconds() {
     let (s, _cfg) = server("");
     let mut c = client(&s);
-    let delayed = PublishOptions {
-        delay_ns: 300_000_000,
+    let delayed = |delay_ns| PublishOptions {
+        delay_ns,
         ..Default::default()
     };
-    c.publish(r#""later""#, "1", None, delayed).unwrap();
+    c.publish("much-later", "0", None, delayed(60_000_000_000))
+        .unwrap();
     assert_eq!(
-        c.consume(r#""later""#).unwrap(),
+        c.consume("much-later").unwrap(),
         None,
         "invisible while delayed"
     );
     assert_eq!(c.stats().unwrap()["DelayedCount"], 1);
+    c.publish(r#""later""#, "1", None, delayed(300_000_000))
+        .unwrap();
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(c.consume(r#""later""#).unwrap().unwrap().payload_json, "1");
+    assert_eq!(c.stats().unwrap()["DelayedCount"], 1, "the minute-long one");
     let short = PublishOptions {
         ttl_ns: 100_000_000,
         ..Default::default()
