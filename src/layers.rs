@@ -1,7 +1,8 @@
 //! The layer order of the server's modules, and the test that holds the tree to it.
 //!
 //! ```text
-//! config, http, logger        foundations: no plane, no runtime wiring
+//! config, http, logger,       foundations: no plane, no runtime wiring (faults: the
+//! faults                      crash points and test faults a plane may check)
 //!   ↑
 //! cache, queue, messaging     the planes: each builds and tests without the others, except
 //!                             that messaging's stream commands speak the queue plane's
@@ -27,7 +28,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("faults", &[]),
     ("http", &["config"]),
     ("cache", &["config", "http"]),
-    ("queue", &["config", "http"]),
+    ("queue", &["config", "http", "faults"]),
     (
         "messaging",
         &["config", "http", "faults", "queue::protocol"],
