@@ -8,7 +8,9 @@ use super::directory::Role;
 use super::group::ElectionTicks;
 use super::image_log::{Recovered, Written};
 use super::quiesce::Liveness;
-use super::replica::{Answer, Output, ProposalId, ProposalRefused, Replica, SnapshotJob};
+use super::replica::{
+    Answer, Output, ProposalId, ProposalRefused, Replica, RestoreJob, Restored, SnapshotJob,
+};
 use super::wire::{SlotMessage, BATCH_MESSAGES_MAX};
 use crate::messaging::slot::{Appended, StreamCommand, StreamSlotConfig};
 use crate::queue::broker::{BrokerConfig, Command, Effect, Outcome};
@@ -41,6 +43,9 @@ pub struct HostOutput {
     /// Snapshots taken, by slot, to encode off the loop and hand back with
     /// [`Host::snapshot_encoded`].
     pub snapshot_jobs: Vec<(u16, SnapshotJob)>,
+    /// Snapshots installed from leaders, by slot, to decode off the loop and hand back
+    /// with [`Host::restored`].
+    pub restore_jobs: Vec<(u16, RestoreJob)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +124,10 @@ impl Host {
     /// applied state (an entry in flight is ordered after it).
     pub fn answered_without_entry(&self, slot: u16, cmd: &Command) -> Option<Outcome> {
         let replica = self.replicas.get(&slot)?;
-        (replica.group().reads_locally() && replica.broker().finds_nothing(cmd))
-            .then_some(Outcome::Empty)
+        (replica.group().reads_locally()
+            && !replica.is_restoring()
+            && replica.broker().finds_nothing(cmd))
+        .then_some(Outcome::Empty)
     }
 
     pub fn propose(&mut self, slot: u16, cmd: &Command) -> Result<ProposalId, HostRefused> {
@@ -252,9 +259,13 @@ impl Host {
                 applied,
                 written,
                 snapshot_job,
+                restore_job,
             } = replica.collect();
             if let Some(job) = snapshot_job {
                 out.snapshot_jobs.push((slot, job));
+            }
+            if let Some(job) = restore_job {
+                out.restore_jobs.push((slot, job));
             }
             out.collected.push(slot);
             if replica.needs_sync() {
@@ -331,6 +342,15 @@ impl Host {
     ) {
         if let Some(replica) = self.replicas.get_mut(&slot) {
             replica.snapshot_encoded(encoded);
+            self.dirty.insert(slot);
+        }
+    }
+
+    /// Hands a slot's decoded snapshot back (`HostOutput::restore_jobs`); the next collect
+    /// installs it and applies what was committed after it.
+    pub fn restored(&mut self, slot: u16, restored: Restored) {
+        if let Some(replica) = self.replicas.get_mut(&slot) {
+            replica.restored(restored);
             self.dirty.insert(slot);
         }
     }

@@ -23,7 +23,9 @@ use super::host::{Batches, Host, HostRefused};
 use super::image_log::Recovered;
 use super::membership::MemberChange;
 use super::metrics::NodeMetrics;
-use super::replica::{Applied, NotApplied, ProposalId, ProposalRefused, SnapshotJob};
+use super::replica::{
+    Applied, NotApplied, ProposalId, ProposalRefused, RestoreJob, Restored, SnapshotJob,
+};
 use super::shared_settings::SharedSettings;
 use super::transport::{self, Incoming, Outbound};
 use super::wire::SlotMessage;
@@ -188,6 +190,8 @@ pub struct Node {
     inbox: RefCell<Vec<(u64, Vec<SlotMessage>)>>,
     /// Snapshots encoded off the loop, for the next round to hand back.
     encoded: RefCell<Vec<(u16, Result<raft::prelude::Snapshot, String>)>>,
+    /// Snapshots from leaders decoded off the loop, likewise.
+    restored: RefCell<Vec<(u16, Restored)>>,
     wake: Event,
     waiting: RefCell<HashMap<(u16, ProposalId), Rc<Waiter>>>,
     /// Commands this node forwarded, by request id, until their reply.
@@ -340,6 +344,7 @@ impl Node {
             outbound: RefCell::new(outbound),
             inbox: RefCell::new(Vec::new()),
             encoded: RefCell::new(Vec::new()),
+            restored: RefCell::new(Vec::new()),
             wake: Event::default(),
             waiting: RefCell::new(HashMap::new()),
             forwarded: RefCell::new(HashMap::new()),
@@ -913,6 +918,7 @@ impl Node {
     ) -> Result<(), String> {
         let inbox = std::mem::take(&mut *self.inbox.borrow_mut());
         let encoded = std::mem::take(&mut *self.encoded.borrow_mut());
+        let restored = std::mem::take(&mut *self.restored.borrow_mut());
         let reports = self.outbound.borrow().take_snapshot_reports();
         let (out, busy) = {
             let mut host = self.host.borrow_mut();
@@ -932,11 +938,15 @@ impl Node {
             for (slot, snapshot) in encoded {
                 host.snapshot_encoded(slot, snapshot);
             }
+            for (slot, state) in restored {
+                host.restored(slot, state);
+            }
             // A round for peers' keepalives alone (quiescent groups) changes nothing to count.
             let busy = host.has_dirty();
             (host.collect(), busy)
         };
         self.encode_snapshots(out.snapshot_jobs);
+        self.decode_snapshots(out.restore_jobs);
         if !out.appended.is_empty() {
             let sink = self.stream_sink.borrow().clone();
             if let Some(sink) = sink {
@@ -988,6 +998,22 @@ impl Node {
                 let encoded = boltq_shards::spawn_blocking(move || job.encode()).await;
                 if let Some(node) = node.upgrade() {
                     node.encoded.borrow_mut().push((slot, encoded));
+                    node.wake.notify();
+                }
+            })
+            .detach();
+        }
+    }
+
+    /// Decodes each snapshot installed from a leader on the blocking pool and hands it to
+    /// the next round (`replica.rs` says why).
+    fn decode_snapshots(self: &Rc<Self>, jobs: Vec<(u16, RestoreJob)>) {
+        for (slot, job) in jobs {
+            let node = Rc::downgrade(self);
+            boltq_shards::spawn(async move {
+                let restored = boltq_shards::spawn_blocking(move || job.decode()).await;
+                if let Some(node) = node.upgrade() {
+                    node.restored.borrow_mut().push((slot, restored));
                     node.wake.notify();
                 }
             })

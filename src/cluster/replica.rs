@@ -16,6 +16,9 @@
 //! its loop; it replaces the log's front only once handed back
 //! ([`Replica::snapshot_encoded`]). Encoding a large slot on the loop stopped the node's
 //! every group for as long (seconds per gigabyte: no heartbeats, elections elsewhere).
+//! Likewise a snapshot installed from the leader is decoded off the loop ([`RestoreJob`]):
+//! until it is back the replica keeps its old state and applied index, holds the entries
+//! committed after the snapshot, and answers nothing from its state.
 
 use super::directory::Role;
 use super::group::{Collected, ElectionTicks, Group, ProposeError};
@@ -90,6 +93,49 @@ pub struct Output {
     pub written: Written,
     /// A snapshot to encode and hand back with [`Replica::snapshot_encoded`].
     pub snapshot_job: Option<SnapshotJob>,
+    /// A snapshot from the leader to decode and hand back with [`Replica::restored`].
+    pub restore_job: Option<RestoreJob>,
+}
+
+/// A snapshot installed from the leader, to be decoded anywhere (`Send`).
+pub struct RestoreJob {
+    index: u64,
+    data: bytes::Bytes,
+    cfg: BrokerConfig,
+    streams_cfg: streams::StreamSlotConfig,
+}
+
+/// A [`RestoreJob`] done: the state it decoded, for the snapshot at `index`.
+pub struct Restored {
+    index: u64,
+    state: Result<(Broker, StreamSlot), String>,
+}
+
+impl std::fmt::Debug for RestoreJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RestoreJob")
+            .field("index", &self.index)
+            .field("bytes", &self.data.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RestoreJob {
+    /// The state the snapshot holds: O(state), meant for off the loop.
+    pub fn decode(self) -> Restored {
+        Restored {
+            index: self.index,
+            state: slot_snapshot::decode(&self.data, &self.cfg, &self.streams_cfg),
+        }
+    }
+}
+
+/// A snapshot from the leader being decoded, and what was committed after it meanwhile.
+struct Restoring {
+    index: u64,
+    bytes: u64,
+    held: Vec<Entry>,
+    decoded: Option<Result<(Broker, StreamSlot), String>>,
 }
 
 /// A slot's state at one applied index, frozen in O(1), to be encoded anywhere (`Send`).
@@ -162,6 +208,8 @@ pub struct Replica {
     snapshots_installed: u64,
     /// A [`SnapshotJob`] is out and not yet handed back: no other is taken meanwhile.
     encoding: bool,
+    /// A [`RestoreJob`] is out: the state is older than the group's snapshot.
+    restoring: Option<Restoring>,
 }
 
 impl Replica {
@@ -199,6 +247,7 @@ impl Replica {
             snapshot_bytes,
             snapshots_installed: 0,
             encoding: false,
+            restoring: None,
         })
     }
 
@@ -379,8 +428,12 @@ impl Replica {
             ..Output::default()
         };
         if let Some(snapshot) = snapshot {
-            self.install(&snapshot, &mut out);
+            out.restore_job = Some(self.begin_restore(&snapshot));
         }
+        let Some(committed) = self.after_restoring(committed, &mut out) else {
+            out.written = self.log.write(self.group.take_writes());
+            return out;
+        };
         for entry in committed {
             if entry.index <= self.applied {
                 continue; // covered by an installed snapshot
@@ -414,6 +467,7 @@ impl Replica {
         }
         if out.snapshot_job.is_none()
             && !self.encoding
+            && self.restoring.is_none()
             && self.group.storage().take_snapshot_wanted()
             && self.applied > 0
         {
@@ -484,16 +538,78 @@ impl Replica {
         }
     }
 
-    fn install(&mut self, snapshot: &Snapshot, out: &mut Output) {
+    /// Starts decoding a snapshot the group installed (replacing one still decoding).
+    fn begin_restore(&mut self, snapshot: &Snapshot) -> RestoreJob {
         let index = snapshot.get_metadata().index;
-        let (broker, streams) = slot_snapshot::decode(&snapshot.data, &self.cfg, &self.streams_cfg)
-            .unwrap_or_else(|e| panic!("snapshot at index {index} from the leader: {e}"));
+        self.restoring = Some(Restoring {
+            index,
+            bytes: snapshot.data.len() as u64,
+            held: Vec::new(),
+            decoded: None,
+        });
+        RestoreJob {
+            index,
+            data: snapshot.data.clone(),
+            cfg: self.cfg.clone(),
+            streams_cfg: self.streams_cfg.clone(),
+        }
+    }
+
+    /// Takes back a decoded snapshot; the next `collect` installs it. One for a snapshot
+    /// since replaced by a newer one is dropped.
+    pub fn restored(&mut self, restored: Restored) {
+        match self.restoring.as_mut() {
+            Some(r) if r.index == restored.index && r.decoded.is_none() => {
+                r.decoded = Some(restored.state);
+            }
+            _ => {}
+        }
+    }
+
+    /// True while a snapshot from the leader is being decoded: the state is not the
+    /// group's, and nothing may be answered from it.
+    pub fn is_restoring(&self) -> bool {
+        self.restoring.is_some()
+    }
+
+    /// The entries to apply now: `committed` at once when no snapshot is being decoded;
+    /// none while one is (they are held); the held ones and `committed` once it is back,
+    /// after installing it.
+    fn after_restoring(&mut self, committed: Vec<Entry>, out: &mut Output) -> Option<Vec<Entry>> {
+        let Some(r) = self.restoring.as_mut() else {
+            return Some(committed);
+        };
+        // Entries the snapshot covers were committed before it: never held.
+        let index = r.index;
+        let after = committed.into_iter().filter(|e| e.index > index);
+        if r.decoded.is_none() {
+            r.held.extend(after);
+            return None;
+        }
+        let r = self.restoring.take().expect("seen above");
+        let state = r.decoded.expect("checked above");
+        let (broker, streams) =
+            state.unwrap_or_else(|e| panic!("snapshot at index {index} from the leader: {e}"));
+        self.install(index, r.bytes, broker, streams, out);
+        let mut entries = r.held;
+        entries.extend(after);
+        Some(entries)
+    }
+
+    fn install(
+        &mut self,
+        index: u64,
+        bytes: u64,
+        broker: Broker,
+        streams: StreamSlot,
+        out: &mut Output,
+    ) {
         self.broker = broker;
         self.streams = streams;
         self.applied = index;
         self.applied_since_snapshot = 0;
         self.applied_bytes_since_snapshot = 0;
-        self.snapshot_bytes = snapshot.data.len() as u64;
+        self.snapshot_bytes = bytes;
         self.snapshots_installed += 1;
         // What this replica proposed up to there may or may not be in the state now.
         let covered: Vec<u64> = self.proposals.range(..=index).map(|(i, _)| *i).collect();

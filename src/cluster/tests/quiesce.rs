@@ -97,6 +97,9 @@ impl Net {
                 for (slot, job) in out.snapshot_jobs {
                     host.snapshot_encoded(slot, job.encode());
                 }
+                for (slot, job) in out.restore_jobs {
+                    host.restored(slot, job.decode());
+                }
                 self.applied.extend(
                     out.answers
                         .into_iter()

@@ -50,7 +50,7 @@ use crate::cluster::host::{Batches, Host, HostRefused};
 use crate::cluster::image_log::{self, Recovered, Written};
 use crate::cluster::membership::MemberChange;
 use crate::cluster::replica::{
-    Applied, NotApplied, ProposalId, ProposalRefused, Replica, SnapshotJob,
+    Applied, NotApplied, ProposalId, ProposalRefused, Replica, RestoreJob, SnapshotJob,
 };
 use crate::cluster::wire::{self, SlotMessage};
 use crate::messaging::cursor::{Commit, CursorKey};
@@ -126,7 +126,8 @@ struct Faults {
     /// The end of every `QUIET_CYCLE_MS` in which clients start nothing, so that groups
     /// quiesce (`quiesce.rs`) while the faults go on.
     quiet_ms: u64,
-    /// Longest time a snapshot taken spends being encoded before it is handed back.
+    /// Longest time a snapshot taken spends being encoded, or one installed from the
+    /// leader being decoded, before it is handed back.
     encode_delay_ms_max: u64,
 }
 
@@ -216,6 +217,8 @@ struct Node {
     sync_at_ms: Option<u64>,
     /// Snapshots its groups took, being encoded, and when each is handed back.
     encoding: Vec<(u16, SnapshotJob, u64)>,
+    /// Snapshots its groups installed from leaders, being decoded, and when each is back.
+    decoding: Vec<(u16, RestoreJob, u64)>,
 }
 
 #[derive(Clone, Debug)]
@@ -360,6 +363,7 @@ impl Sim {
                     tick_phase_ms: rng.below(TICK_MS),
                     sync_at_ms: None,
                     encoding: Vec::new(),
+                    decoding: Vec::new(),
                 }
             })
             .collect();
@@ -481,6 +485,7 @@ impl Sim {
         n.host = None;
         n.sync_at_ms = None;
         n.encoding.clear();
+        n.decoding.clear();
         n.up_at_ms = self.now_ms + down_ms;
         for disk in n.disks.values_mut() {
             self.totals.records_lost += disk.crash(&mut self.rng);
@@ -520,7 +525,9 @@ impl Sim {
     }
 
     /// Snapshots whose encoding is done go back to their groups, which may meanwhile have
-    /// applied more, installed a newer snapshot from the leader, or lost the log around it.
+    /// applied more, installed a newer snapshot from the leader, or lost the log around it;
+    /// snapshots from leaders whose decoding is done too, their groups having held what
+    /// was committed meanwhile (or installed a newer one).
     fn hand_back_snapshots(&mut self) {
         let now_ms = self.now_ms;
         for n in &mut self.nodes {
@@ -534,6 +541,13 @@ impl Sim {
             for (slot, job, _) in due {
                 host.snapshot_encoded(slot, job.encode());
                 self.totals.snapshots_encoded += 1;
+            }
+            let (due, later) = std::mem::take(&mut n.decoding)
+                .into_iter()
+                .partition(|(_, _, at)| *at <= now_ms);
+            n.decoding = later;
+            for (slot, job, _) in due {
+                host.restored(slot, job.decode());
             }
         }
     }
@@ -817,6 +831,12 @@ impl Sim {
                 let at = self.now_ms + self.rng.below(self.faults.encode_delay_ms_max + 1);
                 self.nodes[(node - 1) as usize]
                     .encoding
+                    .push((slot, job, at));
+            }
+            for (slot, job) in out.restore_jobs {
+                let at = self.now_ms + self.rng.below(self.faults.encode_delay_ms_max + 1);
+                self.nodes[(node - 1) as usize]
+                    .decoding
                     .push((slot, job, at));
             }
             let disks = &mut self.nodes[(node - 1) as usize].disks;
