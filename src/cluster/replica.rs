@@ -141,8 +141,9 @@ struct Restoring {
 /// A slot's state at one applied index, frozen in O(1), to be encoded anywhere (`Send`).
 pub struct SnapshotJob {
     broker: Frozen,
-    /// The messaging state's snapshot, encoded at once: it is bounded (cursors, dedup
-    /// claims and the outbox have caps) where the broker's is not.
+    /// The messaging state's snapshot, encoded at once on the loop: it is bounded by the
+    /// slot's caps (`messaging::slot`; usually small, though a million partitions would
+    /// be tens of MB), where the broker's grows with its queues.
     streams: Vec<u8>,
     index: u64,
     term: u64,
