@@ -301,10 +301,38 @@ impl Store {
         record: &mut Record,
         now_ns: i64,
     ) -> Result<Appended, AppendError> {
+        self.check_room()?;
+        self.append_unchecked(log, record, now_ns)
+    }
+
+    /// As [`Store::append`], also past the backlog limit (a failed or closing store still
+    /// refuses): for records that can neither wait nor be refused because their change is
+    /// applied already and is not the client's to retry — time passing, a closed
+    /// connection's disconnect. They are small and few (a tick per slot per timer wake, a
+    /// disconnect per closed connection), so the backlog overshoots its limit by little.
+    /// Refused at a full backlog, such a change stayed in memory and never reached the log.
+    pub fn append_past_backlog(
+        &self,
+        log: &LogRef,
+        record: &mut Record,
+        now_ns: i64,
+    ) -> Result<Appended, AppendError> {
+        match self.check_room() {
+            Ok(()) | Err(AppendError::Backlogged { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        self.append_unchecked(log, record, now_ns)
+    }
+
+    fn append_unchecked(
+        &self,
+        log: &LogRef,
+        record: &mut Record,
+        now_ns: i64,
+    ) -> Result<Appended, AppendError> {
         if record.flags & FLAG_EPHEMERAL != 0 {
             return Err(AppendError::Ephemeral);
         }
-        self.check_room()?;
         let mut l = log.log.borrow_mut();
         record.seq = l.next_seq();
         if record.timestamp_ns == 0 {

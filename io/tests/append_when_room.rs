@@ -63,3 +63,56 @@ fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
             .unwrap();
     }
 }
+
+/// `Store::append_past_backlog` takes a record at once when the backlog is at its limit
+/// (for changes already applied that cannot be refused: a tick, a disconnect), and the
+/// record is there after a clean reopen; a closed store still refuses it.
+#[test]
+fn an_append_past_the_backlog_is_taken_at_once_at_a_full_journal() {
+    let tmp = TempDir::new("pastbacklog");
+    let dir = tmp.path().to_path_buf();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let mut c = StoreConfig::new(&dir);
+            c.journal_file_bytes = 8 * 1024 * 1024;
+            c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
+            let store = open_store(&c).await;
+            let filler = store.open_log("filler").await.unwrap();
+            let log = store.open_log("ticks").await.unwrap();
+            loop {
+                let mut r = Record {
+                    payload: Bytes::from(vec![1u8; 32 * 1024]),
+                    ..Default::default()
+                };
+                match store.append(&filler, &mut r, 1) {
+                    Ok(_) => {}
+                    Err(AppendError::Backlogged { .. }) => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            let mut r = Record {
+                payload: Bytes::from_static(b"time passed"),
+                ..Default::default()
+            };
+            assert!(matches!(
+                store.append(&log, &mut r.clone(), 1),
+                Err(AppendError::Backlogged { .. })
+            ));
+            store.append_past_backlog(&log, &mut r, 1).unwrap();
+            store.close().await.unwrap();
+            assert!(
+                store.append_past_backlog(&log, &mut r.clone(), 1).is_err(),
+                "a closed store refuses"
+            );
+
+            let store = open_store(&c).await;
+            let log = store.open_log("ticks").await.unwrap();
+            let back = store.read(&log, 0, 10, 1 << 20).await.unwrap();
+            assert_eq!(back.len(), 1);
+            assert_eq!(back[0].payload.as_ref(), b"time passed");
+            store.close().await.unwrap();
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}

@@ -84,9 +84,11 @@ impl Plane {
         };
         // Refuse before applying: a command applied in memory but not logged would be
         // visible now and gone after a restart (and a client retry would duplicate it).
+        // A tick or a disconnect is applied and written whatever the backlog (`room.rs`).
+        let needs_room = super::room::needs_room(&cmd);
         if let Some(store) = &self.store {
             if let Err(e) = store.check_room() {
-                if !matches!(cmd, Command::Tick { .. } | Command::Disconnect { .. }) {
+                if needs_room {
                     return (Outcome::Error(format!("storage write: {e}")), None);
                 }
             }
@@ -103,7 +105,7 @@ impl Plane {
             let (outcome, effects) = (applied.outcome, applied.effects);
             let lsn = match (&self.store, &mut st.logs) {
                 (Some(store), Some(logs)) if applied.logged => {
-                    match wal::append(store, &logs.wal, &cmd) {
+                    match wal::append(store, &logs.wal, &cmd, !needs_room) {
                         Ok((lsn, bytes)) => {
                             logs.bytes_since_snapshot += bytes;
                             Some(lsn)

@@ -96,8 +96,9 @@ impl Room {
 
 /// Whether `cmd` appends to the log when applied and so must find room in the journal.
 /// A disconnect is written whatever the backlog (a connection that is gone cannot be
-/// told to retry), as a tick is (time passing cannot be refused).
-fn needs_room(cmd: &Command) -> bool {
+/// told to retry), as a tick is (time passing cannot be refused): `apply.rs` appends them
+/// past the backlog limit (`Store::append_past_backlog`).
+pub(super) fn needs_room(cmd: &Command) -> bool {
     !matches!(cmd, Command::Tick { .. } | Command::Disconnect { .. })
 }
 

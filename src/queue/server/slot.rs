@@ -206,7 +206,7 @@ impl Plane {
             // process. Logged, so that later replays see the same offline period.
             let cmd = Command::DisconnectAll;
             broker.apply(&cmd);
-            wal::append(store, &wal, &cmd)?;
+            wal::append(store, &wal, &cmd, true)?;
         }
         Ok((
             broker,

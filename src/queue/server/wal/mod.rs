@@ -14,7 +14,14 @@ const REPLAY_BATCH_RECORDS: usize = 4096;
 
 /// Appends `cmd` to the slot's log; returns the journal position to wait for and the bytes
 /// written.
-pub fn append(store: &Store, log: &LogRef, cmd: &Command) -> Result<(u64, u64), String> {
+/// Appends `cmd` to its slot's log. `past_backlog`: also when the journal's backlog is at
+/// its limit (`Store::append_past_backlog`), for commands applied whatever the backlog.
+pub fn append(
+    store: &Store,
+    log: &LogRef,
+    cmd: &Command,
+    past_backlog: bool,
+) -> Result<(u64, u64), String> {
     let mut payload = Vec::new();
     record::encode(cmd, &mut payload);
     let bytes = payload.len() as u64;
@@ -25,10 +32,12 @@ pub fn append(store: &Store, log: &LogRef, cmd: &Command) -> Result<(u64, u64), 
     // The record's time is the command's own where it has one: the clock is read once per
     // request, not again here.
     let at_ns = cmd.time_ns().unwrap_or_else(boltq_io::store::now_ns);
-    store
-        .append(log, &mut record, at_ns)
-        .map(|a| (a.lsn, bytes))
-        .map_err(|e| e.to_string())
+    let appended = if past_backlog {
+        store.append_past_backlog(log, &mut record, at_ns)
+    } else {
+        store.append(log, &mut record, at_ns)
+    };
+    appended.map(|a| (a.lsn, bytes)).map_err(|e| e.to_string())
 }
 
 /// What a replay did.
