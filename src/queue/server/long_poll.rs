@@ -99,6 +99,9 @@ impl Plane {
     }
 
     /// Serves parked consumers of `slot`, oldest first, while their queues have messages.
+    /// Their consumes append, so at a full journal they are served in the line's turn, once
+    /// there is room (`room.rs`): served at once, a consume would be refused "storage is
+    /// behind" where the client waited for a message (a tick at a full journal did that).
     pub(super) fn serve_waiters(&self, slot: u16) {
         if self.serving_waiters.get() {
             return;
@@ -108,8 +111,16 @@ impl Plane {
             return;
         }
         self.serving_waiters.set(true);
-        for queue in queues {
+        'queues: for queue in queues {
             loop {
+                if self
+                    .store
+                    .as_ref()
+                    .is_some_and(|s| super::room::backlogged(s))
+                {
+                    self.serve_waiters_in_turn(slot);
+                    break 'queues;
+                }
                 let Some(w) = self.waiters.borrow_mut().pop(slot, &queue) else {
                     break;
                 };
@@ -128,6 +139,17 @@ impl Plane {
             }
         }
         self.serving_waiters.set(false);
+    }
+
+    /// Queues the serving of `slot`'s long-polls in the line, once per slot at a time.
+    fn serve_waiters_in_turn(&self, slot: u16) {
+        if self.waiters_served_in_turn.borrow_mut().insert(slot) {
+            let step = move |plane: &Rc<Plane>| {
+                plane.waiters_served_in_turn.borrow_mut().remove(&slot);
+                plane.serve_waiters(slot);
+            };
+            self.wait_turn(super::room::Place::with_room(), Box::new(step));
+        }
     }
 
     /// Answers EMPTY to parked consumers whose deadline passed (all of them at shutdown).

@@ -89,6 +89,9 @@ pub struct Plane {
     /// True while parked consumers are being served (serving applies commands, which
     /// would otherwise try to serve again).
     pub(super) serving_waiters: Cell<bool>,
+    /// Slots whose long-polls wait in the line to be served once there is room
+    /// (`long_poll.rs`): one step per slot at a time.
+    pub(super) waiters_served_in_turn: RefCell<std::collections::BTreeSet<u16>>,
     /// Publishes not yet durable: what a delivery has to wait for (see `unsynced.rs`).
     pub(super) unsynced: RefCell<Unsynced>,
     /// The last message pushed, encoded (see `reply::PushHead`).
@@ -224,6 +227,7 @@ impl Plane {
             report_unroutable,
             waiters: RefCell::new(Waiters::default()),
             serving_waiters: Cell::new(false),
+            waiters_served_in_turn: RefCell::new(std::collections::BTreeSet::new()),
             unsynced: RefCell::new(Unsynced::default()),
             push_head: RefCell::new(None),
             publish_latency: shard

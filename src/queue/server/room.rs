@@ -55,6 +55,14 @@ pub struct Place {
 }
 
 impl Place {
+    /// For a step that writes only once there is room (serving long-polls).
+    pub fn with_room() -> Place {
+        Place {
+            needs_room: true,
+            bytes: 0,
+        }
+    }
+
     /// For a step that writes whatever the backlog (a tick).
     pub fn without_room() -> Place {
         Place {
@@ -116,7 +124,7 @@ fn line_admits(waiting: usize, waiting_bytes: u64, bytes: u64) -> bool {
     waiting < WAITING_COMMANDS_MAX && waiting_bytes + bytes <= WAITING_BYTES_MAX
 }
 
-fn backlogged(store: &Store) -> bool {
+pub(super) fn backlogged(store: &Store) -> bool {
     matches!(store.check_room(), Err(AppendError::Backlogged { .. }))
 }
 
