@@ -182,6 +182,9 @@ struct Waiter {
     ready: Event,
 }
 
+/// Results of work done off the raft loop, by slot, for the next round.
+type Finished<R> = RefCell<Vec<(u16, R)>>;
+
 pub struct Node {
     cfg: NodeConfig,
     host: RefCell<Host>,
@@ -992,28 +995,28 @@ impl Node {
     /// Encodes each snapshot taken on the blocking pool and hands it to the next round:
     /// the loop goes on meanwhile (`replica.rs` says why).
     fn encode_snapshots(self: &Rc<Self>, jobs: Vec<(u16, SnapshotJob)>) {
-        for (slot, job) in jobs {
-            let node = Rc::downgrade(self);
-            boltq_shards::spawn(async move {
-                let encoded = boltq_shards::spawn_blocking(move || job.encode()).await;
-                if let Some(node) = node.upgrade() {
-                    node.encoded.borrow_mut().push((slot, encoded));
-                    node.wake.notify();
-                }
-            })
-            .detach();
-        }
+        self.off_the_loop(jobs, SnapshotJob::encode, |node| &node.encoded);
     }
 
-    /// Decodes each snapshot installed from a leader on the blocking pool and hands it to
-    /// the next round (`replica.rs` says why).
+    /// Decodes each snapshot installed from a leader likewise.
     fn decode_snapshots(self: &Rc<Self>, jobs: Vec<(u16, RestoreJob)>) {
+        self.off_the_loop(jobs, RestoreJob::decode, |node| &node.restored);
+    }
+
+    /// Runs `work` on each slot's job on the blocking pool; its result goes into the list
+    /// `done` names, for the next round, and wakes the loop.
+    fn off_the_loop<J: Send + 'static, R: Send + 'static>(
+        self: &Rc<Self>,
+        jobs: Vec<(u16, J)>,
+        work: fn(J) -> R,
+        done: fn(&Node) -> &Finished<R>,
+    ) {
         for (slot, job) in jobs {
             let node = Rc::downgrade(self);
             boltq_shards::spawn(async move {
-                let restored = boltq_shards::spawn_blocking(move || job.decode()).await;
+                let result = boltq_shards::spawn_blocking(move || work(job)).await;
                 if let Some(node) = node.upgrade() {
-                    node.restored.borrow_mut().push((slot, restored));
+                    done(&node).borrow_mut().push((slot, result));
                     node.wake.notify();
                 }
             })
