@@ -1527,6 +1527,19 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
         assert_eq!(p["next_seq"], 31, "{p}");
         let leader = p["leader"].as_str().unwrap();
         assert!(["n1", "n2", "n3"].contains(&leader), "{p}");
+        // `/streams` of any node is the cluster's: every node holds the whole partition.
+        let streams = m.get_json("/streams");
+        let topic = streams["topics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == "events.orders")
+            .unwrap_or_else(|| panic!("events.orders in /streams of {}: {streams}", m.name));
+        let partition = &topic["partitions"][0];
+        assert_eq!(
+            (&partition["first_seq"], &partition["next_seq"]),
+            (&1.into(), &31.into())
+        );
     }
     // A cursor committed through n2 is what n3 tails from.
     let reader = StreamConsumer {
@@ -1846,11 +1859,24 @@ fn presence_of(
     Ok(event["presence"].clone())
 }
 
+/// Each member's attached devices as the `cluster` section of an overview lists them.
+fn attached_by_node(overview: &Value) -> Vec<(String, u64)> {
+    let rows = overview["cluster"]["members"].as_array();
+    rows.into_iter()
+        .flatten()
+        .map(|m| {
+            let node = m["node"].as_str().unwrap_or_default().to_string();
+            (node, m["gateway"]["attached"].as_u64().unwrap_or(u64::MAX))
+        })
+        .collect()
+}
+
 /// Issue 15's presence and typing across nodes: bob watches alice from one node while her
 /// devices connect to the two others. He sees each device come and go, alice online while
 /// any device is connected anywhere, and her typing on another node. When the node of her
 /// last device is killed he sees her offline once that node is taken for gone (seconds,
-/// not `presence.ttl`); when it is back, her device there is seen again.
+/// not `presence.ttl`); when it is back, her device there is seen again. The overview of
+/// any node counts the devices of every node, and names a dead one as missing.
 #[test]
 fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
     let dir = TempDir::new("cluster-presence");
@@ -1895,6 +1921,14 @@ fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
         (&changed["device_id"], &changed["state"]),
         (&"tablet".into(), &"away".into())
     );
+    // Each node counts only the devices connected to it; the overview of any node adds
+    // every member's up.
+    eventually("n2's overview to count the devices on every node", || {
+        let o = members[1].get_json("/messaging/overview");
+        attached_by_node(&o) == [("n1".into(), 1), ("n2".into(), 0), ("n3".into(), 1)]
+            && o["cluster"]["gateway"]["attached"] == 2
+            && o["gateway"]["attached"] == 0
+    });
 
     // Typing: bob listens to their conversation on his node, alice types on hers.
     let listen = serde_json::json!({"op": "typing", "conversation": DM, "typing": false});
@@ -1937,6 +1971,16 @@ fn presence_and_typing_reach_watchers_and_listeners_on_every_node() {
     assert_eq!(
         (&gone["device_id"], &gone["online"]),
         (&"tablet".into(), &false.into())
+    );
+    // The overview still answers with a member down, saying whose numbers it lacks.
+    let o = members[0].get_json("/messaging/overview");
+    assert_eq!(o["cluster"]["members_missing"], 1, "{o}");
+    assert_eq!(o["cluster"]["gateway"]["attached"], 1, "bob's laptop: {o}");
+    let dead = &o["cluster"]["members"][2];
+    assert_eq!(
+        (&dead["node"], &dead["gateway"]),
+        (&"n3".into(), &Value::Null),
+        "{o}"
     );
     drop(tablet);
     support::wait_until_bindable(&[members[2].tcp, members[2].http]);

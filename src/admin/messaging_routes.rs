@@ -10,6 +10,8 @@
 //! The JSON is pretty-printed, as §11.1 asks of messaging routes. The shaping of each body is
 //! a pure function over the gathered numbers, tested below.
 
+use super::member_call::MemberCall;
+use super::members_gateway;
 use super::router::AdminCtx;
 use crate::http::{Request, Response};
 use crate::messaging::cursor::{
@@ -54,6 +56,8 @@ pub struct MessagingAdmin {
     pub node: String,
     /// `messaging.presence.region`: every session of this node is in it (empty: none).
     pub region: String,
+    /// How the overview asks other members for their gateway numbers (in a cluster).
+    pub members: MemberCall,
 }
 
 /// Whether `path` is one of this file's routes.
@@ -487,6 +491,8 @@ pub fn overview_json(
     })
 }
 
+/// The overview of this node; in a cluster with the gateway on, also a `cluster` section
+/// with every member's gateway numbers and their totals ([`members_gateway`]).
 async fn overview(ctx: &AdminCtx, m: &MessagingAdmin) -> Response {
     let streams = match streams_json(m).await {
         Ok(v) => v,
@@ -506,11 +512,19 @@ async fn overview(ctx: &AdminCtx, m: &MessagingAdmin) -> Response {
     let (total, missing) = gateway_totals(gw).await;
     let census = census_totals(gw).await;
     let census_part = Some((&total, &census, m.node.as_str(), m.region.as_str()));
-    let gateway = Some(gateway_json(&total, missing));
-    pretty(
-        200,
-        &overview_json(streams, &engine, gateway, census_part, replication),
-    )
+    let gateway = gateway_json(&total, missing);
+    let cluster = match ctx.plane.cluster_view() {
+        Some(view) => {
+            let members = members_gateway::gather(&view, gateway.clone(), &m.members).await;
+            Some(members_gateway::cluster_gateway_json(&members))
+        }
+        None => None,
+    };
+    let mut v = overview_json(streams, &engine, Some(gateway), census_part, replication);
+    if let Some(cluster) = cluster {
+        v["cluster"] = cluster;
+    }
+    pretty(200, &v)
 }
 
 // ---- /presence -----------------------------------------------------------------------------

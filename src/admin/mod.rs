@@ -7,6 +7,8 @@ pub mod cors;
 pub mod dashboard;
 pub mod demo;
 pub mod http;
+pub mod member_call;
+pub mod members_gateway;
 pub mod messaging_routes;
 pub mod metrics;
 pub mod prometheus;

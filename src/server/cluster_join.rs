@@ -9,8 +9,8 @@
 //! storage: its groups keep running meanwhile, since removing it may need its vote (of two
 //! voters, both must agree) or its hand-over of the slots it leads.
 
+use crate::admin::member_call::MemberCall;
 use crate::config::Config;
-use crate::http::client::{parse_url, HttpClient, HttpRequest, Method, TlsOptions};
 use crate::queue::server::replicated::MEMBERS_SETTLE_MS;
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,8 +92,7 @@ pub async fn leave(config: &Config, name: &str) {
     log::warn!("no seed confirmed this node's leave within {LEAVE_TIMEOUT_MS} ms; stopping anyway");
 }
 
-/// POSTs `body` to `path` on `seed` (HTTPS when this node serves TLS, trusting
-/// `server.tls.ca_file` besides the system's CAs), with the API key when one is set.
+/// POSTs `body` to `path` on `seed` (its admin API, as [`MemberCall`] reaches it).
 async fn call(
     config: &Config,
     seed: &str,
@@ -101,26 +100,8 @@ async fn call(
     body: &serde_json::Value,
     timeout_ms: u64,
 ) -> Result<(), String> {
-    let tls = &config.server.tls;
-    let scheme = if tls.enabled { "https" } else { "http" };
-    let url = parse_url(&format!("{scheme}://{seed}{path}")).map_err(|e| e.to_string())?;
-    let mut req = HttpRequest::get(url);
-    req.method = Method::Post;
-    req.body = body.to_string().into_bytes();
-    req.headers
-        .push(("Content-Type".into(), "application/json".into()));
-    if !config.security.api_key.is_empty() {
-        req.headers
-            .push(("X-API-Key".into(), config.security.api_key.clone()));
-    }
-    let ca_file = Some(tls.ca_file.clone()).filter(|p| !p.as_os_str().is_empty());
-    let client = HttpClient::new(0).with_tls(TlsOptions {
-        ca_file,
-        errors: None,
-    });
-    client
-        .request(&req, Duration::from_millis(timeout_ms), ANSWER_BYTES_MAX)
+    MemberCall::from_config(config)
+        .post(seed, path, body, timeout_ms, ANSWER_BYTES_MAX)
         .await
         .map(|_| ())
-        .map_err(|e| e.to_string())
 }

@@ -235,6 +235,7 @@ async fn serve(shard: Shard<ShardMsg>, plan: Arc<Plan>) -> Result<(), String> {
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "standalone".to_string()),
                 region: plan.config.messaging.presence.region.clone(),
+                members: admin::member_call::MemberCall::from_config(&plan.config),
             }),
         demo: admin::demo::Demo::from_config(&plan.config, &|k| std::env::var(k).ok()),
         warnings: plan.warnings.clone(),
