@@ -7,7 +7,7 @@ use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::Host;
 use crate::cluster::image_log::Recovered;
 use crate::cluster::quiesce::{LEADER_PATIENCE_TICKS_MAX, LIVENESS_TICKS_MAX};
-use crate::cluster::replica::ProposalId;
+use crate::cluster::replica::{ProposalId, RestoreJob};
 use crate::messaging::slot::StreamSlotConfig;
 use crate::queue::broker::{BrokerConfig, Command};
 use crate::queue::message::{IdGenerator, Message};
@@ -37,6 +37,9 @@ struct Net {
     cut: BTreeSet<(u64, u64)>,
     /// (node, slot, proposal) of every proposal applied, as its proposer was told.
     applied: Vec<(u64, u16, ProposalId)>,
+    /// When set, snapshots from a leader stay undecoded here (as behind a slow blocking
+    /// pool) until `hand_back_restores`; else each is decoded at once.
+    held_restores: Option<Vec<(u64, u16, RestoreJob)>>,
 }
 
 impl Net {
@@ -68,6 +71,7 @@ impl Net {
             isolated: BTreeSet::new(),
             cut: BTreeSet::new(),
             applied: Vec::new(),
+            held_restores: None,
         }
     }
 
@@ -98,7 +102,10 @@ impl Net {
                     host.snapshot_encoded(slot, job.encode());
                 }
                 for (slot, job) in out.restore_jobs {
-                    host.restored(slot, job.decode());
+                    match self.held_restores.as_mut() {
+                        Some(held) => held.push((id, slot, job)),
+                        None => host.restored(slot, job.decode()),
+                    }
                 }
                 self.applied.extend(
                     out.answers
@@ -142,6 +149,18 @@ impl Net {
     fn propose(&mut self, node: u64, slot: u16) -> ProposalId {
         let host = self.hosts.get_mut(&node).unwrap();
         host.propose(slot, &Command::Tick { now_ns: 1 }).unwrap()
+    }
+
+    /// Decodes the snapshots held back and hands them to their hosts; from now on each is
+    /// decoded at once.
+    fn hand_back_restores(&mut self) {
+        for (node, slot, job) in self.held_restores.take().unwrap_or_default() {
+            self.hosts
+                .get_mut(&node)
+                .unwrap()
+                .restored(slot, job.decode());
+        }
+        self.exchange();
     }
 
     fn ticks(&mut self, n: usize) -> Vec<Sent> {
@@ -411,4 +430,73 @@ fn an_empty_poll_of_an_existing_queue_is_answered_by_its_leader_without_an_entry
         "a ready message is delivered through the log"
     );
     assert!(net.hosts[&1].replica(slot).unwrap().applied() > applied);
+}
+
+/// Issue 14's snapshots decoded off the raft loop: a node that became a slot's leader while
+/// the snapshot it was sent is still decoding answers no poll from its state, which is
+/// older than the group's. Node 3 saw queue `q` created, missed a message published to it
+/// and a snapshot's worth of entries after, and takes the lead of a slot before its
+/// snapshot is back: its own copy shows `q` empty, the group's holds the message.
+#[test]
+fn a_leader_whose_snapshot_is_still_decoding_answers_no_poll_from_its_old_state() {
+    use crate::queue::broker::ConsumerRef;
+    let mut net = Net::at_rest();
+    let poll = Command::Consume {
+        queue: "q".into(),
+        consumer: ConsumerRef { shard: 0, conn: 1 },
+        max: 1,
+        now_ns: 1,
+    };
+    let mut ids = IdGenerator::new(*b"restore");
+    for &slot in &SLOTS {
+        net.hosts.get_mut(&1).unwrap().propose(slot, &poll).unwrap();
+    }
+    net.exchange();
+    net.down.insert(3);
+    for &slot in &SLOTS {
+        let msg = super::sim::message(ids.next(slot), "q", 1);
+        let host = net.hosts.get_mut(&1).unwrap();
+        host.propose(slot, &Command::Publish { msg }).unwrap();
+        // A snapshot's worth of entries, so node 3 can only catch up from one.
+        for _ in 0..1_100 {
+            host.propose(slot, &Command::Tick { now_ns: 1 }).unwrap();
+        }
+        net.exchange();
+    }
+    net.held_restores = Some(Vec::new());
+    net.down.remove(&3);
+    net.tick_until(100, |n| {
+        SLOTS
+            .iter()
+            .all(|&s| n.hosts[&3].replica(s).unwrap().is_restoring())
+    });
+    // Node 1 leads every slot: balancing hands some to node 3, which takes them with its
+    // snapshots still decoding.
+    let mut slot = None;
+    for _ in 0..200 {
+        net.hosts.get_mut(&1).unwrap().balance_leaders();
+        net.tick();
+        slot = SLOTS.iter().copied().find(|&s| {
+            net.leader(3, s) && net.hosts[&3].replica(s).unwrap().group().reads_locally()
+        });
+        if slot.is_some() {
+            break;
+        }
+    }
+    let slot = slot.expect("node 3 leads a slot and has committed an entry of its term");
+    let replica = net.hosts[&3].replica(slot).unwrap();
+    assert!(replica.is_restoring(), "its snapshot is still out");
+    assert!(
+        replica.broker().finds_nothing(&poll),
+        "its own copy shows q empty: the poll would be answered from it"
+    );
+    assert_eq!(net.hosts[&3].answered_without_entry(slot, &poll), None);
+    net.hand_back_restores();
+    let replica = net.hosts[&3].replica(slot).unwrap();
+    assert!(!replica.is_restoring());
+    assert!(
+        !replica.broker().finds_nothing(&poll),
+        "the group's state holds the message"
+    );
+    assert_eq!(net.hosts[&3].answered_without_entry(slot, &poll), None);
 }
