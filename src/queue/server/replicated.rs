@@ -19,8 +19,12 @@ use std::collections::BTreeMap;
 // The series the groups count (`cluster::metrics`), named here, below both the cluster and
 // the admin layer, so that `/metrics` can read them without importing the cluster.
 
-/// Queue-slot snapshots written (v1's `snapshot_count`).
+/// Queue-slot snapshots taken (v1's `snapshot_count`).
 pub const SNAPSHOTS_METRIC: &str = "boltq_snapshots_total";
+/// Queue-slot snapshots of a single node written, fdatasync'ed and the command log behind
+/// them dropped: what a restart now starts from (a snapshot taken is written later, in the
+/// background, and a crash before then leaves the command log to replay).
+pub const SNAPSHOTS_WRITTEN_METRIC: &str = "boltq_snapshots_written_total";
 /// Entries applied by this node's replicas.
 pub const APPLIED_METRIC: &str = "boltq_raft_applied_total";
 /// Commands (of either plane) taken by this node that got no outcome, by `reason`: no

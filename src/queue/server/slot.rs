@@ -246,6 +246,10 @@ impl Plane {
             .metrics()
             .counter(super::replicated::SNAPSHOTS_METRIC, &[]);
         taken.inc();
+        let written = self
+            .shard
+            .metrics()
+            .counter(super::replicated::SNAPSHOTS_WRITTEN_METRIC, &[]);
         let cell = Rc::clone(cell);
         let pacer = Rc::clone(&self.snapshot_pacer);
         boltq_shards::spawn(async move {
@@ -260,6 +264,7 @@ impl Plane {
                     log::warn!("snapshot of queue slot {slot} failed: {e}; the log keeps growing");
                     return;
                 }
+                written.inc();
                 match SnapshotJob::begin(&cell, threshold_bytes) {
                     Some(next) => {
                         taken.inc();
