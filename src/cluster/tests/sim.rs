@@ -43,7 +43,8 @@
 //! drops whole segments). A restart replays each group's records into its image. Not
 //! modelled yet: clock skew between nodes, membership changes.
 //!
-//! `BOLTQ_SIM_SEEDS=n` runs n seeds (default below); `BOLTQ_SIM_SEED=s` replays one.
+//! `BOLTQ_SIM_SEEDS=n` runs n seeds (default below, split over four tests named
+//! `…_part_1` to `…_part_4`); `BOLTQ_SIM_SEED=s` replays one (in `…_part_1`).
 
 use crate::cluster::group::ElectionTicks;
 use crate::cluster::host::{Batches, Host, HostRefused};
@@ -98,7 +99,9 @@ const SNAPSHOT_EVERY_ENTRIES: u64 = 40;
 /// Entries kept behind a snapshot: few, so that a follower back from a crash or a
 /// partition is often caught up by snapshot.
 const KEPT_BEHIND_SNAPSHOT: u64 = 16;
-const SEEDS_DEFAULT: u64 = 100;
+const SEEDS_DEFAULT: u64 = 1_000;
+/// The tests the seeds are split over (see `seeds_of_part`).
+const SEED_PARTS: u64 = 4;
 /// See `Faults::quiet_ms`.
 const QUIET_CYCLE_MS: u64 = 3_000;
 
@@ -1331,20 +1334,56 @@ fn run_seed(seed: u64) -> (Vec<String>, Totals) {
     (sim.ledger.violations, sim.totals)
 }
 
-#[test]
-fn replicas_lose_no_acknowledged_write_and_agree_under_faults() {
-    let seeds: Vec<u64> = match std::env::var("BOLTQ_SIM_SEED") {
-        Ok(s) => vec![s.parse().expect("BOLTQ_SIM_SEED is a number")],
+/// The seeds of part `part` (0-based) of [`SEED_PARTS`]: every `SEED_PARTS`-th seed of
+/// `1..=BOLTQ_SIM_SEEDS`, or the one `BOLTQ_SIM_SEED` names (in part 0 only).
+fn seeds_of_part(part: u64) -> Vec<u64> {
+    assert!(part < SEED_PARTS);
+    match std::env::var("BOLTQ_SIM_SEED") {
+        Ok(s) => {
+            let seed = s.parse().expect("BOLTQ_SIM_SEED is a number");
+            if part == 0 {
+                vec![seed]
+            } else {
+                Vec::new()
+            }
+        }
         Err(_) => {
             let n = std::env::var("BOLTQ_SIM_SEEDS")
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(SEEDS_DEFAULT);
-            (1..=n).collect()
+            (1..=n).filter(|seed| seed % SEED_PARTS == part).collect()
         }
-    };
+    }
+}
+
+// The seeds run as parts, each a test of its own, so the test harness spreads them over
+// the cores beside the other tests (1,000 seeds are ~100 s on one core).
+#[test]
+fn replicas_lose_no_acknowledged_write_and_agree_under_faults_part_1() {
+    check_seeds(&seeds_of_part(0));
+}
+
+#[test]
+fn replicas_lose_no_acknowledged_write_and_agree_under_faults_part_2() {
+    check_seeds(&seeds_of_part(1));
+}
+
+#[test]
+fn replicas_lose_no_acknowledged_write_and_agree_under_faults_part_3() {
+    check_seeds(&seeds_of_part(2));
+}
+
+#[test]
+fn replicas_lose_no_acknowledged_write_and_agree_under_faults_part_4() {
+    check_seeds(&seeds_of_part(3));
+}
+
+/// Runs `seeds`, failing on the first with a violation (naming how to replay it); with
+/// enough seeds, also checks that the faults the checks depend on happened.
+fn check_seeds(seeds: &[u64]) {
     let mut all = Totals::default();
-    for &seed in &seeds {
+    for &seed in seeds {
         let (violations, t) = run_seed(seed);
         assert!(
             violations.is_empty(),
