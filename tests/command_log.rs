@@ -174,15 +174,7 @@ fn a_snapshot_cut_short_by_a_crash_does_not_spoil_the_next_one() {
     let planted = plant_cut_short_snapshot(&spec.data, QUEUE);
     server = spec.start();
     // One more snapshot, which truncates the command log behind it.
-    while snapshots_taken(&server) == 0 {
-        assert!(
-            published < 40_000,
-            "no snapshot after {published} publishes"
-        );
-        publish_batch(&server, QUEUE, BATCH);
-        published += BATCH;
-    }
-    until_a_snapshot_is_written(&server);
+    published += publish_until_a_snapshot_is_written(&server, QUEUE, BATCH);
     let (next, _) = server.restart(libc::SIGKILL);
     server = next;
     let mut c = Client::connect(
@@ -245,16 +237,7 @@ fn binary_and_json_records_replay_in_order_after_a_kill_and_from_a_snapshot() {
     assert_eq!(connect(&server).stats().unwrap()["Queues"][QUEUE], 3);
     // A snapshot of the slot (the filler goes to the same queue, after the three), written
     // and the command log behind it dropped, then a restart from it.
-    let mut published = 3;
-    while snapshots_taken(&server) == 0 {
-        assert!(
-            published < 40_000,
-            "no snapshot after {published} publishes"
-        );
-        publish_batch(&server, QUEUE, FILLER);
-        published += FILLER;
-    }
-    until_a_snapshot_is_written(&server);
+    let published = 3 + publish_until_a_snapshot_is_written(&server, QUEUE, FILLER);
     let (next, _) = server.restart(libc::SIGKILL);
     server = next;
     let mut c = connect(&server);
@@ -331,6 +314,22 @@ fn snapshots_taken(server: &Server) -> u64 {
 /// Snapshots this process wrote and compacted behind (`boltq_snapshots_written_total`).
 fn snapshots_written(server: &Server) -> u64 {
     counter_sum(server, "boltq_snapshots_written_total")
+}
+
+/// Publishes batches of `batch` to `queue` until this process took a snapshot, then waits
+/// until it is written; how many it published.
+fn publish_until_a_snapshot_is_written(server: &Server, queue: &str, batch: usize) -> usize {
+    let mut published = 0;
+    while snapshots_taken(server) == 0 {
+        assert!(
+            published < 40_000,
+            "no snapshot after {published} publishes"
+        );
+        publish_batch(server, queue, batch);
+        published += batch;
+    }
+    until_a_snapshot_is_written(server);
+    published
 }
 
 /// Waits until this process wrote a snapshot and compacted behind it (a snapshot taken is
