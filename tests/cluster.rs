@@ -1633,6 +1633,111 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
 
 /// Three members with the messaging plane and the gateway on: `cluster_lines` go into
 /// their `[cluster]` section, `sections` after the messaging ones.
+/// Issue 15: a node back from a long absence whose missing records its peers' retention
+/// removed meanwhile. Its copy of the partition starts where theirs do and serves reads;
+/// until 2026-12-08 it refused them for good (`internal`, "lacks records from seq …"),
+/// whatever happened next.
+#[test]
+fn a_copy_whose_missing_records_retention_removed_starts_where_the_peers_copies_do() {
+    use boltq::client::{Headers, StreamAt, StreamPage, StreamPayload};
+    let dir = TempDir::new("cluster-retention");
+    // Snapshots every 40 entries, so the returning node catches up from one (as in
+    // `stream_records_published_through_any_node_read_whole_on_every_node_after_a_kill`);
+    // 1 MiB segments and 2 MiB kept per partition, so 390 records of 16 KiB roll several
+    // segments and retention removes the oldest.
+    let more = "snapshot_threshold = 40\n[messaging.stream]\nenabled = true\n\
+                segment_bytes = 1048576\nretention_bytes = 2097152\n\
+                maintenance_interval = \"1s\"\n";
+    let mut members = start_cluster_with(
+        &dir,
+        Default::default(),
+        more,
+        support::ReadyBy::PlainReadyz,
+    );
+    let at = StreamAt::topic("events.audit").partition(0);
+    let payload = vec![b'r'; 16 * 1024];
+    let publish = |m: &Member| {
+        let mut tries = 0;
+        loop {
+            match m
+                .client()
+                .stream_publish(&at, &Headers::new(), StreamPayload::Bytes(&payload))
+            {
+                Ok(p) => return p.seq,
+                // A node may answer "no leader, retry" during an election.
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    eprintln!("publish through {}: {e}; again", m.name);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("publish through {}: {e}", m.name),
+            }
+        }
+    };
+    let page = |m: &Member, from: u64| -> Result<StreamPage, String> {
+        m.client()
+            .stream_read(&at, from, 4)
+            .map_err(|e| e.to_string())
+    };
+    for _ in 0..10 {
+        publish(&members[0]);
+    }
+    eventually("n3 to hold the first ten records", || {
+        page(&members[2], 0).is_ok_and(|p| (p.first_seq, p.next_seq) == (1, 11))
+    });
+    members[2].server.take().unwrap().stop(libc::SIGKILL);
+    for i in 10..400 {
+        assert_eq!(publish(&members[i % 2]), i as u64 + 1);
+    }
+    eventually_within(
+        "retention to remove n1's and n2's oldest records",
+        Duration::from_secs(90),
+        || {
+            members[..2]
+                .iter()
+                .all(|m| page(m, 0).is_ok_and(|p| p.first_seq > 11))
+        },
+    );
+    support::wait_until_bindable(&[members[2].tcp, members[2].http]);
+    members[2].start();
+    // A record after n3's return shows it the hole (a copy learns of one from the next
+    // record past it: STATUS.md says what that leaves out).
+    assert_eq!(publish(&members[0]), 401);
+    eventually_within(
+        "n3 to serve the partition again",
+        Duration::from_secs(60),
+        || match page(&members[2], 0) {
+            Ok(p) => p.first_seq > 11 && p.next_seq == 402,
+            Err(e) => {
+                eprintln!("n3: {e}");
+                false
+            }
+        },
+    );
+    // Its records are the cluster's: the same sequence numbers and payloads as n1's copy.
+    let n3 = page(&members[2], 0).unwrap();
+    let n1 = page(&members[0], n3.first_seq).unwrap();
+    assert!(!n3.records.is_empty());
+    let of = |p: &StreamPage| -> Vec<(u64, usize)> {
+        p.records.iter().map(|r| (r.seq, r.payload.len())).collect()
+    };
+    if n1.first_seq == n3.first_seq {
+        assert_eq!(of(&n3), of(&n1));
+    }
+    let reads_below = page(&members[2], 1).unwrap();
+    assert!(
+        reads_below.gap && reads_below.from == n3.first_seq,
+        "a read from 1 is told of the gap: from {}, gap {}",
+        reads_below.from,
+        reads_below.gap
+    );
+    let log = members[2].server.as_ref().unwrap().log();
+    assert!(
+        log.contains("were removed by the peers' retention"),
+        "n3 says why its copy starts later:\n{log}"
+    );
+}
+
 fn start_messaging_cluster(dir: &TempDir, cluster_lines: &str, sections: &str) -> Vec<Member> {
     let more = format!(
         "{cluster_lines}{}{sections}",

@@ -18,7 +18,10 @@ fuzz_target!(|input: &[u8]| {
         Ok(reply) => {
             let mut again = Vec::new();
             encode_reply(&reply, &mut again);
-            assert_eq!(decode_reply(again.into()).expect("its own encoding decodes"), reply);
+            assert_eq!(
+                decode_reply(again.into()).expect("its own encoding decodes"),
+                reply
+            );
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }

@@ -14,7 +14,10 @@ fuzz_target!(|input: &[u8]| {
         Ok(batch) => {
             let mut again = Vec::new();
             encode(&batch, &mut again);
-            assert_eq!(decode(again.into()).expect("its own encoding decodes"), batch);
+            assert_eq!(
+                decode(again.into()).expect("its own encoding decodes"),
+                batch
+            );
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }

@@ -16,8 +16,7 @@
 
 use boltq::queue::broker::{Broker, BrokerConfig};
 use boltq::queue::server::snapshot::{
-    decode, decode_from, encode, encode_named, Chunks, NAMED_MAGIC, PACKED_MAGIC,
-    POSITIONAL_MAGIC,
+    decode, decode_from, encode, encode_named, Chunks, NAMED_MAGIC, PACKED_MAGIC, POSITIONAL_MAGIC,
 };
 use libfuzzer_sys::fuzz_target;
 

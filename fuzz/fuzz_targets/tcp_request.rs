@@ -27,12 +27,12 @@
 //!   reply (published, page, committed) is one valid JSON frame.
 #![no_main]
 
+use boltq::messaging::tcp::protocol::records::{self, PageHead};
+use boltq::messaging::tcp::protocol::{self as stream, commit, publish, StreamRequest};
 use boltq::queue::message::{Message, MessageExtras, MessageId};
 use boltq::queue::protocol::frame::{self, status, Frame, PAYLOAD_BYTES_MAX};
 use boltq::queue::protocol::reply;
 use boltq::queue::protocol::request::{self, Request};
-use boltq::messaging::tcp::protocol::records::{self, PageHead};
-use boltq::messaging::tcp::protocol::{self as stream, commit, publish, StreamRequest};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use std::collections::BTreeMap;
@@ -193,7 +193,11 @@ fn check_stream_request(s: StreamRequest) {
                 payload: Bytes::from(p.payload.clone()),
             };
             let mut out = Vec::new();
-            assert_eq!(records::page(&head, &[record], &mut out), 1, "a record fits a page");
+            assert_eq!(
+                records::page(&head, &[record], &mut out),
+                1,
+                "a record fits a page"
+            );
             single_frame(&out, status::OK);
             let mut out = Vec::new();
             publish::published(&p.target.topic, u32::MAX, u64::MAX, i64::MIN, &mut out);

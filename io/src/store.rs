@@ -631,6 +631,37 @@ impl Store {
         self.remove_pending_files().await
     }
 
+    /// Restarts `log` at `seq`, past its end: every record below goes (reads from below get
+    /// `Truncated`), and the next append is `seq`. Durable when it returns, whatever the
+    /// durability policy: the new start is written as a marker and synced before anything
+    /// is removed (`log::restart`). For a copy whose missing records its source no longer
+    /// has (retention); an error when `seq` is not past the end.
+    pub async fn restart_log_at(&self, log: &LogRef, seq: u64) -> io::Result<()> {
+        let dir = log.log.borrow().dir().to_path_buf();
+        // Not while a checkpoint flushes: it counts the log's open files before and after
+        // its writes, and the segments must not change under it. From here to the restart
+        // nothing awaits, so none starts in between.
+        while self.checkpoint_running.get() {
+            let t = self.checkpoint_done.ticket();
+            if !self.checkpoint_running.get() {
+                break;
+            }
+            self.checkpoint_done.wait(t).await;
+        }
+        let next = log.log.borrow().next_seq();
+        if seq <= next {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a restart at {seq} is not past the log's end ({next})"),
+            ));
+        }
+        log::restart::write_marker(&dir, seq)?;
+        let (victims, closed) = log.log.borrow_mut().restart_at(seq);
+        self.file_budget.borrow_mut().record_closed(closed);
+        self.pending_removals.borrow_mut().extend(victims);
+        self.remove_pending_files().await
+    }
+
     /// Unlinks removed segment files once no read is in flight: reads that start from now
     /// on cannot name them (their segments are gone from the logs).
     async fn remove_pending_files(&self) -> io::Result<()> {

@@ -1,5 +1,6 @@
-//! Model test of the segment log: random appends, reads, rolls, retention, checkpoints,
-//! clean reopen and crash reopen against a trivial in-memory model (a Vec per log).
+//! Model test of the segment log: random appends, reads, rolls, retention, restarts at a
+//! later sequence, checkpoints, clean reopen and crash reopen against a trivial in-memory
+//! model (a Vec per log).
 //!
 //! Even seeds give the store (and recovery) the smallest open-files budget, below what the
 //! model's logs hold open, so idle logs close their files and reopen them on the next flush
@@ -147,7 +148,23 @@ async fn run_seed(seed: u64, dir: std::path::PathBuf) {
                     c.open_segment_files_max
                 );
             }
-            87..=89 => store.run_retention().await.unwrap(),
+            87..=88 => store.run_retention().await.unwrap(),
+            89 => {
+                // A restart past the end: what was there is gone, the log goes on later.
+                let log = store.open_log(name).await.unwrap();
+                let next = log.next_seq();
+                let at = next + 1 + rng.below(50);
+                store.restart_log_at(&log, at).await.unwrap();
+                assert_eq!(
+                    (log.first_seq(), log.next_seq()),
+                    (at, at),
+                    "seed {seed}: restart"
+                );
+                // Placeholders below the new start, never read back (reads there are
+                // refused as truncated).
+                let m = model.get_mut(name).unwrap();
+                m.resize(at as usize - 1, Bytes::new());
+            }
             90..=94 => {
                 store.close().await.unwrap();
                 drop(store);

@@ -471,7 +471,7 @@ fn push_series(
 /// Stream-engine series per shard (label `shard`).
 fn engine_shard_series(
     e: &crate::messaging::engine::stats::EngineStats,
-) -> [(&'static str, &'static str, u64); 13] {
+) -> [(&'static str, &'static str, u64); 14] {
     [
         (
             "boltq_stream_appends_total",
@@ -527,6 +527,11 @@ fn engine_shard_series(
             "boltq_stream_partitions_incomplete",
             "Partitions whose copy on this node has a hole and refuses reads until filled",
             e.partitions_incomplete,
+        ),
+        (
+            "boltq_stream_records_skipped_total",
+            "Records of a hole no peer still had (removed by retention): the copy restarted past them",
+            e.records_skipped,
         ),
         (
             "boltq_stream_copies_filled_total",

@@ -682,8 +682,10 @@ impl Node {
     }
 
     /// Reads records of a partition from another node's copy (`StreamRead`): the slot's
-    /// leader first, then each other member, until one sends some. Err: none did within
-    /// `timeout` (each says why).
+    /// leader first, then each other member, until one sends them from `read.from_seq`. A
+    /// copy whose retention removed that record sends its records from its first one; the
+    /// earliest of those is the answer only when no member had `read.from_seq`. Err: none
+    /// sent any within `timeout` (each says why).
     pub async fn read_stream(
         &self,
         slot: u16,
@@ -697,17 +699,29 @@ impl Node {
         peers.retain(|&p| p != self.id());
         peers.dedup();
         let mut why = Vec::new();
+        let mut later: Option<Vec<Record>> = None;
         for peer in peers {
             let asked = forward::Asked::Read(read.clone());
             match self.ask(peer, slot, asked, timeout, false).await {
-                Some(Answer::Records(records)) if !records.is_empty() => return Ok(records),
-                Some(Answer::Records(_)) => why.push(format!("node {peer}: no records")),
+                Some(Answer::Records(records)) if records.is_empty() => {
+                    why.push(format!("node {peer}: no records"))
+                }
+                Some(Answer::Records(records)) if records[0].seq == read.from_seq => {
+                    return Ok(records)
+                }
+                Some(Answer::Records(records)) => {
+                    let first = records[0].seq;
+                    why.push(format!("node {peer}: its records start at {first}"));
+                    if later.as_ref().is_none_or(|l| first < l[0].seq) {
+                        later = Some(records);
+                    }
+                }
                 Some(Answer::Stopped(e)) => why.push(format!("node {peer}: {e}")),
                 Some(other) => why.push(format!("node {peer}: {other:?}")),
                 None => why.push(format!("node {peer}: not reachable")),
             }
         }
-        Err(format!("no member sent the records: {}", why.join("; ")))
+        later.ok_or_else(|| format!("no member sent the records: {}", why.join("; ")))
     }
 
     /// Sends `asked` to node `peer` and waits for its answer. None: it could not be sent.

@@ -10,6 +10,7 @@
 mod flush;
 mod open;
 mod read;
+pub mod restart;
 mod retention;
 
 pub use flush::{

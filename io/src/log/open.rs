@@ -1,7 +1,8 @@
-//! Opening a log from disk after a restart or crash: list its segments, verify each one's
-//! frames from the last good index entry on, and cut a torn tail.
+//! Opening a log from disk after a restart or crash: list its segments (honouring a restart
+//! marker, `restart.rs`), verify each one's frames from the last good index entry on, and
+//! cut a torn tail.
 
-use super::{Log, LogConfig};
+use super::{restart, Log, LogConfig};
 use crate::appender::{self, Appender};
 use crate::record::{self, DecodeError};
 use crate::segment::{self, IndexEntry, Segment, SegmentFiles, INDEX_ENTRY_BYTES};
@@ -17,6 +18,12 @@ use std::rc::Rc;
 /// next segment existed, so a crash cannot explain it).
 pub async fn open_log(name: &str, dir: PathBuf, cfg: LogConfig) -> io::Result<Log> {
     let mut bases = list_segment_bases(&dir)?;
+    if let Some(start) = restart::read_marker(&dir)? {
+        bases = restart::drop_bases_below(&dir, bases, start)?;
+        if bases.is_empty() {
+            return Ok(Log::new_empty_at(name, dir, cfg, start));
+        }
+    }
     if bases.is_empty() {
         return Ok(Log::new_empty(name, dir, cfg));
     }

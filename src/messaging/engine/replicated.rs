@@ -386,19 +386,37 @@ impl Engine {
                 }
             };
             for record in records {
+                let seq = record.seq;
                 match self.copy(&key, &part, record).await {
                     Ok(Copied::Appended) => filled += 1,
                     Ok(Copied::Held) => {}
                     Ok(Copied::After(next)) => {
-                        // The peer's copy starts later (its retention removed them): this
-                        // copy cannot continue; it stays refused, and says so.
-                        log::error!(
-                            "[stream] {}/{}: peers hold no records from {next} (retention); \
-                             this node's copy stays incomplete",
-                            key.0,
-                            key.1
-                        );
-                        boltq_shards::sleep(std::time::Duration::from_millis(FILL_RETRY_MS)).await;
+                        // No member sent the records from `next` (`Node::read_stream` takes
+                        // a later start only when none had them): their retention removed
+                        // them. The copy lets them go too, as retention would have here,
+                        // and goes on from where the peers' copies start (or from what the
+                        // replica applied, when that comes first), instead of refusing
+                        // reads of the partition for good.
+                        let start = seq.min(target);
+                        match self.restart_copy(&part, start).await {
+                            Ok(()) => {
+                                self.stats.borrow_mut().records_skipped += start - next;
+                                log::warn!(
+                                    "[stream] {}/{}: records {next}..{start} were removed by the \
+                                     peers' retention before this node copied them; its copy \
+                                     now starts at {start}",
+                                    key.0,
+                                    key.1
+                                );
+                            }
+                            Err(e) => {
+                                log::error!("[stream] restart {}/{} at {start}: {e}", key.0, key.1);
+                                boltq_shards::sleep(std::time::Duration::from_millis(
+                                    FILL_RETRY_MS,
+                                ))
+                                .await;
+                            }
+                        }
                         break;
                     }
                     Err(e) => {
@@ -412,8 +430,24 @@ impl Engine {
         }
     }
 
+    /// Drops this node's copy of a partition below `start` and continues it there (the
+    /// records it lacks are gone from every peer): durable before it returns.
+    async fn restart_copy(&self, part: &Owned, start: u64) -> Result<(), String> {
+        self.store
+            .restart_log_at(&part.log, start)
+            .await
+            .map_err(|e| format!("storage: {e}"))?;
+        // Everything pending lay below `start`, and readers see the copy from `start` on.
+        part.pending.borrow_mut().clear();
+        part.published_next.set(start);
+        Ok(())
+    }
+
     /// Records of this node's copy for a peer filling its own: from `read.from_seq`, below
-    /// `read.to_seq`, bounded by `PEER_READ_*`; refused when this copy lacks the first.
+    /// `read.to_seq`, bounded by `PEER_READ_*`; refused when this copy lacks the first
+    /// because it is incomplete. When this copy's retention removed the first, the records
+    /// from its first retained one are sent instead (at least one, even past `to_seq`):
+    /// they tell the peer where the records now begin.
     pub async fn read_for_peer(&self, read: StreamRead) -> Result<Vec<Record>, String> {
         let key = (read.topic.clone(), read.partition);
         if let Some(&from) = self.incomplete.borrow().get(&key) {
@@ -433,14 +467,9 @@ impl Engine {
             )
             .await
             .map_err(|e| e.to_string())?;
-        if page.gap {
-            return Err(format!(
-                "this node's copy starts at {} (retention)",
-                page.first_seq
-            ));
-        }
         let mut records = page.records;
-        records.retain(|r| r.seq < read.to_seq);
+        let below = records.iter().take_while(|r| r.seq < read.to_seq).count();
+        records.truncate(if page.gap { below.max(1) } else { below });
         Ok(records)
     }
 

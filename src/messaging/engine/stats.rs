@@ -33,6 +33,9 @@ pub struct EngineStats {
     pub partitions_incomplete: u64,
     pub copies_filled: u64,
     pub records_filled: u64,
+    /// Records of a hole that no peer still had (their retention removed them): the copy
+    /// restarted past them instead of refusing reads for good.
+    pub records_skipped: u64,
 }
 
 impl EngineStats {
@@ -53,6 +56,7 @@ impl EngineStats {
         self.partitions_incomplete += o.partitions_incomplete;
         self.copies_filled += o.copies_filled;
         self.records_filled += o.records_filled;
+        self.records_skipped += o.records_skipped;
         // Every shard holds the whole catalog: take one copy, not the sum.
         self.topics = self.topics.max(o.topics);
     }
