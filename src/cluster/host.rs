@@ -39,7 +39,8 @@ pub struct HostOutput {
     pub collected: Vec<u16>,
     /// Each group's raft log records to append (groups that changed nothing are left out).
     pub written: Vec<(u16, Written)>,
-    pub snapshots_installed: u64,
+    /// Slots whose state a snapshot from the leader replaced in this collect.
+    pub installed: Vec<u16>,
     /// Snapshots taken, by slot, to encode off the loop and hand back with
     /// [`Host::snapshot_encoded`].
     pub snapshot_jobs: Vec<(u16, SnapshotJob)>,
@@ -274,7 +275,9 @@ impl Host {
             if !written.records.is_empty() {
                 out.written.push((slot, written));
             }
-            out.snapshots_installed += replica.snapshots_installed() - installed_before;
+            if replica.snapshots_installed() > installed_before {
+                out.installed.push(slot);
+            }
             add_to_batches(&mut out.batches, slot, messages);
             out.answers.extend(answers.into_iter().map(|a| (slot, a)));
             out.effects.extend(effects.into_iter().map(|e| (slot, e)));

@@ -98,6 +98,7 @@ pub struct NodeConfig {
 pub struct StreamHooks {
     pub sink: StreamSink,
     pub reader: StreamReader,
+    pub installed: SnapshotsInstalled,
 }
 
 /// What a node needs to follow the member directory.
@@ -166,6 +167,11 @@ pub type Observer = Box<dyn Fn(Vec<(u16, Effect)>, &[u16])>;
 pub type StreamSink =
     Box<dyn Fn(Vec<(u16, Appended)>) -> Pin<Box<dyn Future<Output = Result<(), String>>>>>;
 
+/// Told the slots whose state a snapshot from the leader replaced, once the round's stream
+/// records are written (`StreamSink`): the partitions' copies may now end before the
+/// positions the snapshot holds.
+pub type SnapshotsInstalled = Box<dyn Fn(Vec<u16>)>;
+
 /// Reads records of this node's copy of a partition for a peer filling a hole in its own
 /// (at most `forward::READ_BYTES_MAX` bytes and `READ_RECORDS_MAX` records, from the
 /// first asked for, in order).
@@ -203,6 +209,7 @@ pub struct Node {
     failed: RefCell<Option<String>>,
     observer: RefCell<Option<Observer>>,
     stream_sink: RefCell<Option<Rc<StreamSink>>>,
+    snapshots_installed: Option<SnapshotsInstalled>,
     stream_reader: RefCell<Option<Rc<StreamReader>>>,
     relay_sink: RefCell<Option<RelaySink>>,
     metrics: RefCell<NodeMetrics>,
@@ -329,9 +336,13 @@ impl Node {
             cfg.snapshot_every_entries,
             || election,
         )?;
-        let (stream_sink, stream_reader) = match cfg.stream_hooks.take() {
-            Some(h) => (Some(Rc::new(h.sink)), Some(Rc::new(h.reader))),
-            None => (None, None),
+        let (stream_sink, stream_reader, snapshots_installed) = match cfg.stream_hooks.take() {
+            Some(h) => (
+                Some(Rc::new(h.sink)),
+                Some(Rc::new(h.reader)),
+                Some(h.installed),
+            ),
+            None => (None, None, None),
         };
         let outbound = Outbound::start(cfg.node_id, &cfg.peers, cfg.link_tls.clone(), &cfg.shared);
         let admission = Rc::new(Admission::new(cfg.node_id, cfg.shared.clone()));
@@ -355,6 +366,7 @@ impl Node {
             failed: RefCell::new(None),
             observer: RefCell::new(None),
             stream_sink: RefCell::new(stream_sink),
+            snapshots_installed,
             stream_reader: RefCell::new(stream_reader),
             relay_sink: RefCell::new(None),
             metrics: RefCell::new(NodeMetrics::default()),
@@ -970,6 +982,9 @@ impl Node {
                 sink(out.appended).await?;
             }
         }
+        if let (Some(told), false) = (&self.snapshots_installed, out.installed.is_empty()) {
+            told(out.installed.clone());
+        }
         let mut lsn = None;
         for (slot, written) in out.written {
             let log = logs.get_mut(&slot).expect("a log per slot");
@@ -983,7 +998,7 @@ impl Node {
             }
         }
         if busy {
-            self.count(&out.applied, out.snapshots_installed, &out.collected);
+            self.count(&out.applied, out.installed.len() as u64, &out.collected);
         }
         if ticks > 0 {
             self.refresh_gauges();

@@ -607,6 +607,7 @@ fn stream_hooks(
 ) -> crate::cluster::node::StreamHooks {
     let for_sink = Rc::downgrade(engine);
     let for_reader = Rc::downgrade(engine);
+    let for_installed = Rc::downgrade(engine);
     crate::cluster::node::StreamHooks {
         sink: Box::new(move |records| {
             let engine = for_sink.upgrade();
@@ -625,6 +626,11 @@ fn stream_hooks(
                     None => Err("the messaging engine stopped".into()),
                 }
             })
+        }),
+        installed: Box::new(move |slots| {
+            if let Some(engine) = for_installed.upgrade() {
+                engine.verify_copies(slots);
+            }
         }),
     }
 }

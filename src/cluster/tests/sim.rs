@@ -829,7 +829,7 @@ impl Sim {
                 let delay = self.rng.below(self.faults.sync_delay_ms_max + 1);
                 self.nodes[(node - 1) as usize].sync_at_ms = Some(self.now_ms + delay);
             }
-            self.totals.snapshots_installed += out.snapshots_installed;
+            self.totals.snapshots_installed += out.installed.len() as u64;
             for (slot, job) in out.snapshot_jobs {
                 let at = self.now_ms + self.rng.below(self.faults.encode_delay_ms_max + 1);
                 self.nodes[(node - 1) as usize]

@@ -107,6 +107,10 @@ pub struct Engine {
     /// Owned partitions whose copy here stops at a hole (seq of the first missing record):
     /// a snapshot carried this node's replica past records it never wrote.
     incomplete: RefCell<HashMap<PartitionKey, u64>>,
+    /// Copies to compare with their slot's position (slot, partition, position), and
+    /// whether a task is doing so (`replicated::verify_copies`).
+    copies_to_verify: RefCell<std::collections::VecDeque<(u16, PartitionKey, u64)>>,
+    verifying_copies: std::cell::Cell<bool>,
     /// With `cluster.enabled`: the sends whose pointers this shard writes as their slot's
     /// leader.
     outbox_work: outbox::OutboxWork,
@@ -151,6 +155,8 @@ impl Engine {
             pointer_hook: RefCell::new(None),
             replication: std::cell::OnceCell::new(),
             incomplete: RefCell::new(HashMap::new()),
+            copies_to_verify: RefCell::new(std::collections::VecDeque::new()),
+            verifying_copies: std::cell::Cell::new(false),
             outbox_work: outbox::OutboxWork::default(),
         });
         boltq_shards::spawn(Rc::clone(&engine).sweep_loop()).detach();

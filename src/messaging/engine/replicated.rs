@@ -228,8 +228,7 @@ impl Engine {
                 Copied::Appended => {}
                 Copied::Held => continue,
                 Copied::After(next) => {
-                    self.incomplete.borrow_mut().insert(key.clone(), next);
-                    boltq_shards::spawn(Rc::clone(self).fill(slot, key)).detach();
+                    self.start_fill(slot, key, next);
                     continue;
                 }
             }
@@ -326,6 +325,88 @@ impl Engine {
                     .await
                     .map_err(|e| format!("storage: {e}"))?,
                 Err(e) => return Err(format!("append to {}/{}: {e}", key.0, key.1)),
+            }
+        }
+    }
+
+    /// Marks the copy of a partition incomplete from `from` and fills it, unless a fill of
+    /// it runs already.
+    fn start_fill(self: &Rc<Self>, slot: u16, key: PartitionKey, from: u64) {
+        if self
+            .incomplete
+            .borrow_mut()
+            .insert(key.clone(), from)
+            .is_none()
+        {
+            boltq_shards::spawn(Rc::clone(self).fill(slot, key)).detach();
+        }
+    }
+
+    /// After snapshots replaced the state of `slots`: a copy that ends before the position
+    /// its slot's state holds has a hole, which otherwise shows only when the next record
+    /// past it is applied — until then the copy would be served short of what was
+    /// committed. (Not at start: that would open every partition's copy on every restart,
+    /// for the rare fill a restart cut short; such a hole still shows at its next record.) The positions are taken
+    /// now, once the round's records are written (`cluster::node::SnapshotsInstalled`): no
+    /// record below them is still on its way to a copy, so a copy that ends before one
+    /// lacks records for good. The copies are opened and compared in the background,
+    /// one after another, off the raft loop.
+    pub fn verify_copies(self: &Rc<Self>, slots: Vec<u16>) {
+        let Some(replication) = self.replication().cloned() else {
+            return;
+        };
+        let mut due = Vec::new();
+        for slot in slots {
+            replication.with_slot(slot, &mut |s| {
+                for ((topic, partition), position) in s.partitions() {
+                    if position.next_seq > 1 {
+                        due.push((slot, (topic.clone(), *partition), position.next_seq));
+                    }
+                }
+            });
+        }
+        if due.is_empty() {
+            return;
+        }
+        self.copies_to_verify.borrow_mut().extend(due);
+        if !self.verifying_copies.replace(true) {
+            boltq_shards::spawn(Rc::clone(self).verify_copies_loop()).detach();
+        }
+    }
+
+    async fn verify_copies_loop(self: Rc<Self>) {
+        loop {
+            let next = self.copies_to_verify.borrow_mut().pop_front();
+            let Some((slot, key, position)) = next else {
+                self.verifying_copies.set(false);
+                return;
+            };
+            if self.incomplete.borrow().contains_key(&key) {
+                continue;
+            }
+            let ns = Namespace::of(&key.0).unwrap_or(Namespace::Custom);
+            let opened = match self
+                .ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
+                .await
+            {
+                Ok(_) => self.open_owned(&key).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match opened {
+                Ok(part) => {
+                    let local = part.log.next_seq();
+                    if local < position {
+                        log::warn!(
+                            "[stream] {}/{}: this node's copy ends at {local}, its slot's state \
+                             at {position} (a snapshot caught this node up); filling it from \
+                             a peer, reads of it are refused until then",
+                            key.0,
+                            key.1
+                        );
+                        self.start_fill(slot, key, local);
+                    }
+                }
+                Err(e) => log::error!("[stream] verify {}/{}: {e}", key.0, key.1),
             }
         }
     }
