@@ -1449,7 +1449,7 @@ fn exchanges_declared_on_one_node_route_on_every_node_and_survive_restarts() {
 /// back, fills its copy from a peer, and serves every record.
 #[test]
 fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_kill() {
-    use boltq::client::{Headers, StreamAt, StreamConsumer, StreamPayload};
+    use boltq::client::{StreamAt, StreamConsumer};
     let dir = TempDir::new("cluster-streams");
     // Snapshots every 40 entries: 400 records while a node is down leave it behind the
     // leader's raft log (256 entries are kept behind a snapshot), so it catches up from a
@@ -1462,23 +1462,7 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
         support::ReadyBy::PlainReadyz,
     );
     let at = StreamAt::topic("events.orders").partition(0);
-    let publish = |m: &Member, text: &str| {
-        let mut c = m.client();
-        let mut tries = 0;
-        loop {
-            match c.stream_publish(&at, &Headers::new(), StreamPayload::Bytes(text.as_bytes())) {
-                Ok(p) => return p.seq,
-                // A node may answer "no leader, retry" during an election.
-                Err(e) if tries < 50 => {
-                    tries += 1;
-                    eprintln!("publish {text} through {}: {e}; again", m.name);
-                    std::thread::sleep(Duration::from_millis(200));
-                    c = m.client();
-                }
-                Err(e) => panic!("publish {text} through {}: {e}", m.name),
-            }
-        }
-    };
+    let publish = |m: &Member, text: &str| stream_publish_through(m, &at, text.as_bytes());
     let texts_via = |m: &Member| -> Result<Vec<String>, String> {
         let mut c = m.client();
         let mut out = Vec::new();
@@ -1640,7 +1624,7 @@ fn stream_records_published_through_any_node_read_whole_on_every_node_after_a_ki
 /// then only the next record past a hole did, and the copy was served short meanwhile).
 #[test]
 fn a_copy_whose_missing_records_retention_removed_starts_where_the_peers_copies_do() {
-    use boltq::client::{Headers, StreamAt, StreamPage, StreamPayload};
+    use boltq::client::{StreamAt, StreamPage};
     let dir = TempDir::new("cluster-retention");
     // Snapshots every 40 entries, so the returning node catches up from one (as in
     // `stream_records_published_through_any_node_read_whole_on_every_node_after_a_kill`);
@@ -1657,24 +1641,7 @@ fn a_copy_whose_missing_records_retention_removed_starts_where_the_peers_copies_
     );
     let at = StreamAt::topic("events.audit").partition(0);
     let payload = vec![b'r'; 16 * 1024];
-    let publish = |m: &Member| {
-        let mut tries = 0;
-        loop {
-            match m
-                .client()
-                .stream_publish(&at, &Headers::new(), StreamPayload::Bytes(&payload))
-            {
-                Ok(p) => return p.seq,
-                // A node may answer "no leader, retry" during an election.
-                Err(e) if tries < 50 => {
-                    tries += 1;
-                    eprintln!("publish through {}: {e}; again", m.name);
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => panic!("publish through {}: {e}", m.name),
-            }
-        }
-    };
+    let publish = |m: &Member| stream_publish_through(m, &at, &payload);
     let page = |m: &Member, from: u64| -> Result<StreamPage, String> {
         m.client()
             .stream_read(&at, from, 4)
@@ -1734,6 +1701,27 @@ fn a_copy_whose_missing_records_retention_removed_starts_where_the_peers_copies_
         log.contains("were removed by the peers' retention"),
         "n3 says why its copy starts later:\n{log}"
     );
+}
+
+/// STREAM_PUBLISH of `payload` through `m`, again (on a new connection) while it fails, as
+/// during an election ("no leader, retry"); the record's sequence.
+fn stream_publish_through(m: &Member, at: &boltq::client::StreamAt, payload: &[u8]) -> u64 {
+    use boltq::client::{Headers, StreamPayload};
+    let mut tries = 0;
+    loop {
+        match m
+            .client()
+            .stream_publish(at, &Headers::new(), StreamPayload::Bytes(payload))
+        {
+            Ok(p) => return p.seq,
+            Err(e) if tries < 50 => {
+                tries += 1;
+                eprintln!("publish through {}: {e}; again", m.name);
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("publish through {}: {e}", m.name),
+        }
+    }
 }
 
 fn start_messaging_cluster(dir: &TempDir, cluster_lines: &str, sections: &str) -> Vec<Member> {
