@@ -345,12 +345,13 @@ impl Engine {
     /// After snapshots replaced the state of `slots`: a copy that ends before the position
     /// its slot's state holds has a hole, which otherwise shows only when the next record
     /// past it is applied — until then the copy would be served short of what was
-    /// committed. (Not at start: that would open every partition's copy on every restart,
-    /// for the rare fill a restart cut short; such a hole still shows at its next record.) The positions are taken
-    /// now, once the round's records are written (`cluster::node::SnapshotsInstalled`): no
-    /// record below them is still on its way to a copy, so a copy that ends before one
-    /// lacks records for good. The copies are opened and compared in the background,
-    /// one after another, off the raft loop.
+    /// committed. The positions are taken now, once the round's records are written
+    /// (`cluster::node::SnapshotsInstalled`): no record below them is still on its way to
+    /// a copy, so a copy that ends before one lacks records for good. The copies are
+    /// opened and compared in the background, one after another, off the raft loop.
+    ///
+    /// Not at start: that would open every partition's copy on every restart, for the rare
+    /// fill a restart cut short (such a hole still shows at its next record).
     pub fn verify_copies(self: &Rc<Self>, slots: Vec<u16>) {
         let Some(replication) = self.replication().cloned() else {
             return;
