@@ -637,10 +637,21 @@ impl Store {
     /// is removed (`log::restart`). For a copy whose missing records its source no longer
     /// has (retention); an error when `seq` is not past the end.
     pub async fn restart_log_at(&self, log: &LogRef, seq: u64) -> io::Result<()> {
-        let dir = log.log.borrow().dir().to_path_buf();
+        let (dir, next) = {
+            let l = log.log.borrow();
+            (l.dir().to_path_buf(), l.next_seq())
+        };
+        if seq <= next {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a restart at {seq} is not past the log's end ({next})"),
+            ));
+        }
+        log::restart::write_marker(&dir, seq).await?;
         // Not while a checkpoint flushes: it counts the log's open files before and after
         // its writes, and the segments must not change under it. From here to the restart
-        // nothing awaits, so none starts in between.
+        // nothing awaits, so none starts in between. (The caller is the log's only writer
+        // meanwhile, so its end is still below `seq`: `restart_at` asserts it.)
         while self.checkpoint_running.get() {
             let t = self.checkpoint_done.ticket();
             if !self.checkpoint_running.get() {
@@ -648,14 +659,6 @@ impl Store {
             }
             self.checkpoint_done.wait(t).await;
         }
-        let next = log.log.borrow().next_seq();
-        if seq <= next {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("a restart at {seq} is not past the log's end ({next})"),
-            ));
-        }
-        log::restart::write_marker(&dir, seq)?;
         let (victims, closed) = log.log.borrow_mut().restart_at(seq);
         self.file_budget.borrow_mut().record_closed(closed);
         self.pending_removals.borrow_mut().extend(victims);

@@ -3,10 +3,35 @@
 //! there after a clean reopen.
 
 use boltq_io::testutil::{open_store, TempDir};
-use boltq_io::{AppendError, Durability, Record, StoreConfig};
+use boltq_io::{AppendError, Durability, Record, Store, StoreConfig};
 use bytes::Bytes;
 
 const BACKLOG_BYTES_MAX: u64 = 512 * 1024;
+
+fn config(dir: &std::path::Path, durability: Durability) -> StoreConfig {
+    let mut c = StoreConfig::new(dir);
+    c.durability = durability;
+    c.journal_file_bytes = 8 * 1024 * 1024;
+    c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
+    c
+}
+
+/// Appends to a log of its own until the journal's backlog is at its limit. Nothing
+/// yields while filling, so none of it reaches the disk meanwhile.
+async fn fill_the_backlog(store: &Store) {
+    let filler = store.open_log("filler").await.unwrap();
+    loop {
+        let mut r = Record {
+            payload: Bytes::from(vec![1u8; 32 * 1024]),
+            ..Default::default()
+        };
+        match store.append(&filler, &mut r, 1) {
+            Ok(_) => {}
+            Err(AppendError::Backlogged { .. }) => return,
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
 
 #[test]
 fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
@@ -19,25 +44,10 @@ fn an_append_that_meets_a_full_journal_waits_for_room_under_every_policy() {
         let dir = tmp.path().to_path_buf();
         glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
             .spawn(move || async move {
-                let mut c = StoreConfig::new(&dir);
-                c.durability = durability;
-                c.journal_file_bytes = 8 * 1024 * 1024;
-                c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
+                let c = config(&dir, durability);
                 let store = open_store(&c).await;
-                let filler = store.open_log("filler").await.unwrap();
                 let log = store.open_log("waiter").await.unwrap();
-                // Nothing yields while filling, so none of it reaches the disk meanwhile.
-                loop {
-                    let mut r = Record {
-                        payload: Bytes::from(vec![1u8; 32 * 1024]),
-                        ..Default::default()
-                    };
-                    match store.append(&filler, &mut r, 1) {
-                        Ok(_) => {}
-                        Err(AppendError::Backlogged { .. }) => break,
-                        Err(e) => panic!("{durability:?}: {e}"),
-                    }
-                }
+                fill_the_backlog(&store).await;
                 let mut r = Record {
                     payload: Bytes::from_static(b"waited for room"),
                     ..Default::default()
@@ -73,23 +83,10 @@ fn an_append_past_the_backlog_is_taken_at_once_at_a_full_journal() {
     let dir = tmp.path().to_path_buf();
     glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
         .spawn(move || async move {
-            let mut c = StoreConfig::new(&dir);
-            c.journal_file_bytes = 8 * 1024 * 1024;
-            c.journal_backlog_bytes_max = BACKLOG_BYTES_MAX;
+            let c = config(&dir, Durability::Always);
             let store = open_store(&c).await;
-            let filler = store.open_log("filler").await.unwrap();
             let log = store.open_log("ticks").await.unwrap();
-            loop {
-                let mut r = Record {
-                    payload: Bytes::from(vec![1u8; 32 * 1024]),
-                    ..Default::default()
-                };
-                match store.append(&filler, &mut r, 1) {
-                    Ok(_) => {}
-                    Err(AppendError::Backlogged { .. }) => break,
-                    Err(e) => panic!("{e}"),
-                }
-            }
+            fill_the_backlog(&store).await;
             let mut r = Record {
                 payload: Bytes::from_static(b"time passed"),
                 ..Default::default()

@@ -128,7 +128,9 @@ fn a_restart_cut_short_after_its_marker_is_finished_by_the_next_open() {
             drop(store);
             assert!(bases_on_disk(&dir).len() > 2);
             // The marker is durable, the old files are still there: a crash in between.
-            restart::write_marker(&dir.join("logs").join(LOG), 400).unwrap();
+            restart::write_marker(&dir.join("logs").join(LOG), 400)
+                .await
+                .unwrap();
 
             recover(&dir, &config(&dir).log).await.unwrap();
             let (store, log) = open(&dir).await;
@@ -143,28 +145,64 @@ fn a_restart_cut_short_after_its_marker_is_finished_by_the_next_open() {
 
 #[test]
 fn a_damaged_marker_is_refused_not_guessed_past() {
-    let tmp = TempDir::new("restart-marker");
-    let dir = tmp.path().join("log");
-    std::fs::create_dir_all(&dir).unwrap();
-    for bad in [
-        "",
-        "abc\n",
-        "0\n",
-        "-3\n",
-        "+3\n",
-        " 3\n",
-        "3\n\n",
-        "007\n",
-        "18446744073709551616\n",
-        &"9".repeat(40),
-    ] {
-        std::fs::write(dir.join(restart::MARKER_FILE), bad).unwrap();
-        let e = restart::read_marker(&dir).unwrap_err();
-        assert!(e.to_string().contains("restart marker"), "{bad:?}: {e}");
+    run(|root| {
+        Box::pin(async move {
+            let dir = root.join("log");
+            std::fs::create_dir_all(&dir).unwrap();
+            for bad in [
+                "",
+                "abc\n",
+                "0\n",
+                "-3\n",
+                "+3\n",
+                " 3\n",
+                "3\n\n",
+                "007\n",
+                "18446744073709551616\n",
+                &"9".repeat(40),
+            ] {
+                std::fs::write(dir.join(restart::MARKER_FILE), bad).unwrap();
+                let e = restart::read_marker(&dir).await.unwrap_err();
+                assert!(e.to_string().contains("restart marker"), "{bad:?}: {e}");
+            }
+            restart::write_marker(&dir, 77).await.unwrap();
+            assert_eq!(restart::read_marker(&dir).await.unwrap(), Some(77));
+            assert_eq!(restart::parse_marker(b"18446744073709551615"), Ok(u64::MAX));
+            std::fs::remove_file(dir.join(restart::MARKER_FILE)).unwrap();
+            assert_eq!(restart::read_marker(&dir).await.unwrap(), None);
+        })
+    });
+}
+
+/// The checks of fuzz target `restart_marker`, over random inputs of digits, signs, spaces,
+/// newlines and stray bytes: an accepted marker is a sequence ≥ 1 whose written form (or it
+/// without the newline) was the input.
+#[test]
+fn only_a_markers_written_form_parses() {
+    let mut rng = boltq_io::testutil::Rng::new(5);
+    let alphabet = b"0123456789\n +-a";
+    let mut accepted = 0;
+    for _ in 0..200_000 {
+        let len = rng.below(25) as usize;
+        let input: Vec<u8> = (0..len)
+            .map(|_| match rng.below(10) {
+                0 => rng.below(256) as u8,
+                _ => alphabet[rng.below(alphabet.len() as u64) as usize],
+            })
+            .collect();
+        if let Ok(seq) = restart::parse_marker(&input) {
+            accepted += 1;
+            assert!(seq >= 1);
+            let written = format!("{seq}\n");
+            assert_eq!(restart::parse_marker(written.as_bytes()), Ok(seq));
+            assert!(
+                input == written.as_bytes() || input == written.as_bytes()[..written.len() - 1],
+                "{input:?}"
+            );
+        }
     }
-    restart::write_marker(&dir, 77).unwrap();
-    assert_eq!(restart::read_marker(&dir).unwrap(), Some(77));
-    assert_eq!(restart::parse_marker(b"18446744073709551615"), Ok(u64::MAX));
-    std::fs::remove_file(dir.join(restart::MARKER_FILE)).unwrap();
-    assert_eq!(restart::read_marker(&dir).unwrap(), None);
+    assert!(
+        accepted > 1_000,
+        "the inputs reach the accepting path: {accepted}"
+    );
 }

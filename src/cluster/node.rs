@@ -170,7 +170,7 @@ pub type StreamSink =
 /// Told the slots whose state a snapshot from the leader replaced, once the round's stream
 /// records are written (`StreamSink`): the partitions' copies may now end before the
 /// positions the snapshot holds.
-pub type SnapshotsInstalled = Box<dyn Fn(Vec<u16>)>;
+pub type SnapshotsInstalled = Box<dyn Fn(&[u16])>;
 
 /// Reads records of this node's copy of a partition for a peer filling a hole in its own
 /// (at most `forward::READ_BYTES_MAX` bytes and `READ_RECORDS_MAX` records, from the
@@ -983,7 +983,7 @@ impl Node {
             }
         }
         if let (Some(told), false) = (&self.snapshots_installed, out.installed.is_empty()) {
-            told(out.installed.clone());
+            told(&out.installed);
         }
         let mut lsn = None;
         for (slot, written) in out.written {

@@ -18,8 +18,8 @@ use std::rc::Rc;
 /// next segment existed, so a crash cannot explain it).
 pub async fn open_log(name: &str, dir: PathBuf, cfg: LogConfig) -> io::Result<Log> {
     let mut bases = list_segment_bases(&dir)?;
-    if let Some(start) = restart::read_marker(&dir)? {
-        bases = restart::drop_bases_below(&dir, bases, start)?;
+    if let Some(start) = restart::read_marker(&dir).await? {
+        bases = restart::drop_bases_below(&dir, bases, start).await?;
         if bases.is_empty() {
             return Ok(Log::new_empty_at(name, dir, cfg, start));
         }

@@ -13,14 +13,10 @@
 //! they lie below the log's end. The marker stays (a later restart replaces it): segments
 //! below it never come back, so it says nothing wrong.
 //!
-//! Trade-off: the marker is written with blocking file calls on the owner's thread (one
-//! small write and three syncs, a few milliseconds), not through the ring: a restart is
-//! rare, once per hole a node cannot fill, and a blocking write keeps the order of its
-//! steps plain.
-
-use super::{Log, LogConfig};
+use super::{sync_dir, Log, LogConfig};
 use crate::segment::{self, Segment, SegmentFiles};
-use std::io::{self, Write};
+use glommio::io::BufferedFile;
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// The marker's file name in a log's directory.
@@ -30,14 +26,18 @@ const MARKER_BYTES_MAX: usize = 32;
 
 /// The sequence a log was restarted at, if its directory holds a marker; an error for a
 /// marker that is not one (a damaged file is never guessed past).
-pub fn read_marker(dir: &Path) -> io::Result<Option<u64>> {
+pub async fn read_marker(dir: &Path) -> io::Result<Option<u64>> {
     let path = dir.join(MARKER_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    parse_marker(&bytes)
+    if !path.exists() {
+        return Ok(None);
+    }
+    let fail = |e: glommio::GlommioError<()>| io::Error::other(format!("{}: {e}", path.display()));
+    let f = BufferedFile::open(&path).await.map_err(fail)?;
+    // One byte past the limit, so an overlong marker is seen as such.
+    let bytes = f.read_at(0, MARKER_BYTES_MAX + 1).await.map_err(fail)?;
+    let parsed = parse_marker(&bytes);
+    f.close().await.map_err(fail)?;
+    parsed
         .map(Some)
         .map_err(|e| io::Error::other(format!("{}: {e}", path.display())))
 }
@@ -57,37 +57,49 @@ pub fn parse_marker(bytes: &[u8]) -> Result<u64, String> {
     seq.ok_or_else(|| "restart marker is not a sequence number".to_string())
 }
 
-/// Makes `seq` the durable start of the log in `dir` (creating the directory if needed).
-pub fn write_marker(dir: &Path, seq: u64) -> io::Result<()> {
+/// Makes `seq` the durable start of the log in `dir` (creating the directory if needed):
+/// written under a temporary name, synced, renamed into place, the directory synced.
+pub async fn write_marker(dir: &Path, seq: u64) -> io::Result<()> {
     assert!(seq > 0, "sequences start at 1");
-    std::fs::create_dir_all(dir)?;
+    let fresh_dir = !dir.exists();
+    if fresh_dir {
+        // A log never written yet: one mkdir, as a segment's first files do.
+        std::fs::create_dir_all(dir)?;
+    }
     let tmp = dir.join(format!("{MARKER_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{seq}")?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, dir.join(MARKER_FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
-    // The log's parent may have been created just now: its entry must be durable too.
-    if let Some(parent) = dir.parent() {
-        std::fs::File::open(parent)?.sync_all()?;
+    let fail = |e: glommio::GlommioError<()>| io::Error::other(format!("{}: {e}", tmp.display()));
+    let f = BufferedFile::create(&tmp).await.map_err(fail)?;
+    f.write_at(format!("{seq}\n").into_bytes(), 0)
+        .await
+        .map_err(fail)?;
+    f.fdatasync().await.map_err(fail)?;
+    f.close().await.map_err(fail)?;
+    glommio::io::rename(&tmp, dir.join(MARKER_FILE))
+        .await
+        .map_err(fail)?;
+    sync_dir(dir).await?;
+    if fresh_dir {
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent).await?;
+        }
     }
     Ok(())
 }
 
 /// Removes the segment files below `start` (what a restart interrupted by a crash left)
 /// and returns the bases that remain.
-pub fn drop_bases_below(dir: &Path, bases: Vec<u64>, start: u64) -> io::Result<Vec<u64>> {
+pub async fn drop_bases_below(dir: &Path, bases: Vec<u64>, start: u64) -> io::Result<Vec<u64>> {
     let (below, kept): (Vec<u64>, Vec<u64>) = bases.into_iter().partition(|&b| b < start);
     for base in below {
         for path in [
             segment::data_path(dir, base),
             segment::index_path(dir, base),
         ] {
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+            // A segment whose index a crash left uncreated has its data file alone.
+            if path.exists() {
+                glommio::io::remove(&path)
+                    .await
+                    .map_err(|e| io::Error::other(format!("remove {}: {e}", path.display())))?;
             }
         }
     }

@@ -267,16 +267,7 @@ impl Engine {
     /// Appends one committed record to this node's copy of its partition (registering the
     /// topic on this node first, as its leader did).
     async fn write_replicated(&self, key: &PartitionKey, record: Record) -> Result<Copied, String> {
-        // The leader checked the name before proposing it; a name this node's rules
-        // refuse (another version's) still gets a copy rather than stopping replication.
-        let ns = Namespace::of(&key.0).unwrap_or(Namespace::Custom);
-        self.ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
-            .await
-            .map_err(|e| format!("register {} on this node: {e}", key.0))?;
-        let part = self
-            .open_owned(key)
-            .await
-            .map_err(|e| format!("open {}/{}: {e}", key.0, key.1))?;
+        let part = self.open_copy(key).await?;
         let copied = self.copy(key, &part, record).await?;
         if let Copied::After(next) = copied {
             log::warn!(
@@ -288,6 +279,20 @@ impl Engine {
             );
         }
         Ok(copied)
+    }
+
+    /// This node's copy of a partition, registering the topic on this node first, as its
+    /// leader did.
+    async fn open_copy(&self, key: &PartitionKey) -> Result<Rc<Owned>, String> {
+        // The leader checked the name before proposing it; a name this node's rules
+        // refuse (another version's) still gets a copy rather than stopping replication.
+        let ns = Namespace::of(&key.0).unwrap_or(Namespace::Custom);
+        self.ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
+            .await
+            .map_err(|e| format!("register {} on this node: {e}", key.0))?;
+        self.open_owned(key)
+            .await
+            .map_err(|e| format!("open {}/{}: {e}", key.0, key.1))
     }
 
     /// Appends `record` to the copy if it is the next one. The caller publishes it (makes
@@ -352,12 +357,12 @@ impl Engine {
     ///
     /// Not at start: that would open every partition's copy on every restart, for the rare
     /// fill a restart cut short (such a hole still shows at its next record).
-    pub fn verify_copies(self: &Rc<Self>, slots: Vec<u16>) {
+    pub fn verify_copies(self: &Rc<Self>, slots: &[u16]) {
         let Some(replication) = self.replication().cloned() else {
             return;
         };
         let mut due = Vec::new();
-        for slot in slots {
+        for &slot in slots {
             replication.with_slot(slot, &mut |s| {
                 for ((topic, partition), position) in s.partitions() {
                     if position.next_seq > 1 {
@@ -385,15 +390,7 @@ impl Engine {
             if self.incomplete.borrow().contains_key(&key) {
                 continue;
             }
-            let ns = Namespace::of(&key.0).unwrap_or(Namespace::Custom);
-            let opened = match self
-                .ensure_topic(&key.0, self.cfg.counts.count_for(&ns), REPLICA_USER)
-                .await
-            {
-                Ok(_) => self.open_owned(&key).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            match opened {
+            match self.open_copy(&key).await {
                 Ok(part) => {
                     let local = part.log.next_seq();
                     if local < position {
@@ -407,7 +404,7 @@ impl Engine {
                         self.start_fill(slot, key, local);
                     }
                 }
-                Err(e) => log::error!("[stream] verify {}/{}: {e}", key.0, key.1),
+                Err(e) => log::error!("[stream] verify the copy: {e}"),
             }
         }
     }

@@ -13,9 +13,8 @@ use bytes::Bytes;
 const REPLAY_BATCH_RECORDS: usize = 4096;
 
 /// Appends `cmd` to the slot's log; returns the journal position to wait for and the bytes
-/// written.
-/// Appends `cmd` to its slot's log. `past_backlog`: also when the journal's backlog is at
-/// its limit (`Store::append_past_backlog`), for commands applied whatever the backlog.
+/// written. `past_backlog`: also when the journal's backlog is at its limit
+/// (`Store::append_past_backlog`), for commands applied whatever the backlog.
 pub fn append(
     store: &Store,
     log: &LogRef,
